@@ -1,0 +1,36 @@
+# Quick start: `make reproduce` (every figure and table into paper/) and `make test`.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup reproduce test lint report clean lock
+
+setup: $(STAMP)
+
+# Re-install only when the dependency files change; a no-op otherwise.
+$(STAMP): pyproject.toml requirements.lock
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	@touch $(STAMP)
+
+reproduce: setup
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --cores all
+
+test: setup
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest
+
+lint: setup
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --lint
+
+report: setup
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --report paper/report.html
+
+# Regenerate the pinned lock from the current venv (maintainers only).
+lock:
+	$(BIN)/python -m pip freeze --exclude-editable --exclude transformer-hessian > requirements.lock
+
+clean:
+	rm -rf results paper/figures paper/tables paper/summary.json paper/report.html .snakemake

@@ -1,0 +1,55 @@
+# Reproduction pipeline for "Closing the Curvature Gap: Full Transformer Hessians and Their
+# Implications for Scaling Laws" (arXiv 2510.16927). `snakemake --cores all` regenerates every
+# figure and table into paper/. See README.md and config/README.md.
+
+import json
+import os
+import sys
+
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+validate(config, "workflow/schemas/config.schema.yaml")
+
+sys.path.insert(0, os.path.join(workflow.basedir, "src"))
+from transformer_hessian.config import config_hash, validate_config  # noqa: E402
+
+validate_config(config)  # cross-key checks (named keys) on top of the schema
+
+CONFIG_HASH = config_hash(config)
+DATA_ROOT = config["data"]["root"]
+HEXP = config["hessian"]["experiment"]
+LEXP = config["landscape"]["experiment"]
+STAGES = ["init", "trained"]
+CHECKPOINT = {"init": "init.pt", "trained": "final.pt"}
+
+FIGURES = ["fig3", "fig4", "fig5", "fig6"]
+TABLES = ["block_norms", "run_summary", "closed_form_check"]
+
+
+wildcard_constraints:
+    stage="init|trained",
+    exp="[A-Za-z][A-Za-z0-9_]*",
+    dataset="digits|mnist|cifar100",
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/hessian.smk"
+include: "workflow/rules/theory.smk"
+include: "workflow/rules/landscape.smk"
+include: "workflow/rules/figures.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        expand("paper/figures/{fig}.{ext}", fig=FIGURES, ext=["pdf", "png"]),
+        expand("paper/tables/{table}.{ext}", table=TABLES, ext=["csv", "tex", "md"]),
+        "paper/summary.json",

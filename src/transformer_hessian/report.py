@@ -1,0 +1,124 @@
+"""Tables (CSV, LaTeX booktabs, Markdown) and the machine-readable paper/summary.json."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from .utils import atomic_path, device_description, git_commit, package_versions, read_json, write_json, write_text
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        if v == 0 or not math.isfinite(v):
+            return str(v)
+        return f"{v:.4g}" if 1e-3 <= abs(v) < 1e5 else f"{v:.3e}"
+    return str(v)
+
+
+def to_markdown(df: pd.DataFrame) -> str:
+    cols = [str(c) for c in df.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for row in df.itertuples(index=False):
+        lines.append("| " + " | ".join(_fmt(v) for v in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def to_latex(df: pd.DataFrame, caption: str) -> str:
+    def esc(s: str) -> str:
+        return str(s).replace("\\", r"\textbackslash{}").replace("_", r"\_").replace("%", r"\%").replace("&", r"\&")
+
+    align = "".join("r" if pd.api.types.is_numeric_dtype(df[c]) else "l" for c in df.columns)
+    lines = [r"\begin{table}[t]", r"\centering", rf"\caption{{{esc(caption)}}}",
+             rf"\begin{{tabular}}{{{align}}}", r"\toprule",
+             " & ".join(esc(c) for c in df.columns) + r" \\", r"\midrule"]
+    for row in df.itertuples(index=False):
+        lines.append(" & ".join(esc(_fmt(v)) for v in row) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def write_table(df: pd.DataFrame, stem: str | Path, caption: str) -> list[Path]:
+    """Write ``stem``.csv, .tex (booktabs) and .md atomically; return the paths."""
+    stem = Path(stem)
+    paths = [stem.with_suffix(s) for s in (".csv", ".tex", ".md")]
+    with atomic_path(paths[0]) as tmp:
+        df.to_csv(tmp, index=False, float_format="%.10g")
+    write_text(to_latex(df, caption), paths[1])
+    write_text(f"**{caption}**\n\n" + to_markdown(df), paths[2])
+    return paths
+
+
+def block_norm_table(norms_init: dict, norms_trained: dict) -> pd.DataFrame:
+    rows = []
+    for a, b in zip(norms_init["blocks"], norms_trained["blocks"]):
+        assert (a["row"], a["col"]) == (b["row"], b["col"])
+        rows.append({
+            "row": a["row"], "col": a["col"],
+            "init_fro": a["fro"], "init_spectral": a["spectral"], "init_max_abs": a["max_abs"],
+            "trained_fro": b["fro"], "trained_spectral": b["spectral"], "trained_max_abs": b["max_abs"],
+        })
+    return pd.DataFrame(rows)
+
+
+def run_summary_table(metrics: dict[str, dict], hessian_seconds: dict[str, float] | None = None) -> pd.DataFrame:
+    rows = []
+    for name, m in metrics.items():
+        mc = m["model"]
+        rows.append({
+            "experiment": name, "dataset": m["dataset"], "blocks": mc["depth"], "width": mc["width"],
+            "d_k": mc["d_k"], "d_ff": mc["d_ff"], "tokens": (mc["image_size"] // mc["patch_size"]) ** 2,
+            "parameters": m["n_parameters"], "n_train": m["n_train"], "n_val": m["n_val"],
+            "epochs": m["epochs"], "train_acc": m["final"]["train_acc"], "val_acc": m["final"]["val_acc"],
+            "train_seconds": m["train_seconds"], "device": m["device"],
+        })
+    return pd.DataFrame(rows)
+
+
+def closed_form_table(checks: dict[str, dict]) -> pd.DataFrame:
+    rows = []
+    for stage, c in checks.items():
+        for b in c["blocks"]:
+            rows.append({"stage": stage, "row": b["row"], "col": b["col"],
+                         "max_abs_error": b["max_abs_error"], "rel_error": b["rel_error"],
+                         "fro_outer": b["fro_outer"], "fro_functional": b["fro_functional"],
+                         "functional_share": b["functional_share"]})
+    return pd.DataFrame(rows)
+
+
+def provenance(config_hash: str) -> dict:
+    return {
+        "config_hash": config_hash, "git_commit": git_commit(), "packages": package_versions(),
+        "device": device_description(), "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def build_summary(config_hash: str, norms: dict[str, str], metrics: dict[str, str], landscape: str,
+                  theory: dict[str, str], figures: dict[str, str], tables: dict[str, str]) -> dict:
+    """Gather every number the figures and tables show, with provenance."""
+    summary = {"provenance": provenance(config_hash), "hessian": {}, "training": {}, "theory": {}}
+    for stage, path in norms.items():
+        n = read_json(path)
+        summary["hessian"][stage] = {k: n[k] for k in ("blocks", "weights", "method", "seconds",
+                                                        "batch_size", "n_params", "experiment", "block")}
+    for name, path in metrics.items():
+        m = read_json(path)
+        summary["training"][name] = {
+            "dataset": m["dataset"], "val_acc": m["final"]["val_acc"], "train_acc": m["final"]["train_acc"],
+            "val_loss": m["final"]["val_loss"], "train_loss": m["final"]["train_loss"],
+            "epochs": m["epochs"], "n_parameters": m["n_parameters"], "train_seconds": m["train_seconds"],
+            "history": m["history"], "model": m["model"],
+        }
+    summary["landscape"] = read_json(landscape)
+    for stage, path in theory.items():
+        summary["theory"][stage] = read_json(path)
+    summary["figures"] = figures
+    summary["tables"] = tables
+    return summary
+
+
+def write_summary(summary: dict, path: str | Path) -> None:
+    write_json(summary, path)

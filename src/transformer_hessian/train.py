@@ -1,0 +1,190 @@
+"""Seeded, resumable training of the ViT with AdamW and cross-entropy.
+
+Layout under ``out_dir``::
+
+    checkpoints/init.pt          weights before the first step
+    checkpoints/epoch_XXX.pt     model + optimiser state + history after each epoch (resume points)
+    checkpoints/final.pt         weights after the last epoch
+    metrics.json                 per-epoch train/val loss and accuracy, wall times
+
+Every checkpoint loads with ``torch.load(path, weights_only=True)``. Shuffling uses a generator
+seeded by (seed, epoch), so a run resumed from an epoch checkpoint ends with exactly the same
+weights as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from .config import config_hash
+from .data import load_dataset
+from .model import ModelConfig, ViT, count_parameters
+from .utils import log, resolve_device, torch_save, write_json
+
+#: Test hook: kill the process (SIGKILL) right after saving this epoch's checkpoint.
+KILL_ENV = "TRANSFORMER_HESSIAN_KILL_AFTER_EPOCH"
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (e.g. a non-finite loss)."""
+
+
+def model_config_for(spec: dict, data: dict) -> ModelConfig:
+    return ModelConfig(
+        image_size=data["image_size"], channels=data["channels"], num_classes=data["num_classes"],
+        **spec["model"],
+    )
+
+
+def load_experiment_data(spec: dict, data_root: str | Path) -> dict:
+    t = spec["train"]
+    return load_dataset(
+        spec["dataset"], data_root, val_fraction=t.get("val_fraction", 0.2), seed=t.get("seed", 0),
+        max_train=t.get("max_train"), max_val=t.get("max_val"),
+    )
+
+
+def load_model(path: str | Path, device: str | torch.device = "cpu", dtype=torch.float32) -> ViT:
+    """Rebuild a ViT from any checkpoint written by :func:`train`."""
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    model = ViT(ModelConfig(**ckpt["model_config"]))
+    model.load_state_dict(ckpt["model"])
+    return model.to(device=device, dtype=dtype).eval()
+
+
+@torch.no_grad()
+def evaluate(model: ViT, x: torch.Tensor, y: torch.Tensor, batch_size: int = 512) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy over a whole split."""
+    model.eval()
+    total_loss, correct = 0.0, 0
+    for i in range(0, len(x), batch_size):
+        logits = model(x[i : i + batch_size])
+        total_loss += F.cross_entropy(logits, y[i : i + batch_size], reduction="sum").item()
+        correct += (logits.argmax(-1) == y[i : i + batch_size]).sum().item()
+    return total_loss / len(x), correct / len(x)
+
+
+def _latest_epoch_checkpoint(ckdir: Path) -> tuple[int, Path] | None:
+    found = []
+    for p in ckdir.glob("epoch_*.pt"):
+        m = re.fullmatch(r"epoch_(\d+)\.pt", p.name)
+        if m:
+            found.append((int(m.group(1)), p))
+    return max(found) if found else None
+
+
+def train(name: str, spec: dict, data_root: str | Path, out_dir: str | Path, device: str = "auto") -> dict:
+    """Train experiment ``name`` (its config section ``spec``); resume if checkpoints exist."""
+    out_dir = Path(out_dir)
+    ckdir = out_dir / "checkpoints"
+    ckdir.mkdir(parents=True, exist_ok=True)
+    dev = resolve_device(device)
+    t = spec["train"]
+    seed = int(t.get("seed", 0))
+
+    data = load_experiment_data(spec, data_root)
+    xtr, ytr = data["train_x"].to(dev), data["train_y"].to(dev)
+    xva, yva = data["val_x"].to(dev), data["val_y"].to(dev)
+    mcfg = model_config_for(spec, data)
+
+    torch.manual_seed(seed)
+    model = ViT(mcfg).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=t["lr"], weight_decay=t.get("weight_decay", 0.01))
+    history: list[dict] = []
+    start_epoch = 1
+    # Resume only from checkpoints of the same settings (the epoch count may grow).
+    resume_key = config_hash({k: v for k, v in spec.items() if k != "train"}
+                             | {"train": {k: v for k, v in t.items() if k != "epochs"}})
+
+    def checkpoint(epoch: int) -> dict:
+        return {
+            "model_config": mcfg.to_dict(), "model": model.state_dict(), "epoch": epoch,
+            "optimizer": opt.state_dict(), "history": history, "experiment": name,
+            "resume_key": resume_key,
+        }
+
+    latest = _latest_epoch_checkpoint(ckdir)
+    ck = torch.load(latest[1], map_location=dev, weights_only=True) if latest else None
+    if ck is not None and ck.get("resume_key") == resume_key and latest[0] <= t["epochs"]:
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["optimizer"])
+        history = list(ck["history"])
+        start_epoch = latest[0] + 1
+        log.info("%s: resuming from %s (epoch %d of %d)", name, latest[1], latest[0], t["epochs"])
+    else:
+        if ck is not None:
+            log.info("%s: settings changed since the last run; starting afresh", name)
+        for old in ckdir.glob("*.pt"):
+            old.unlink()
+        torch_save(checkpoint(0), ckdir / "init.pt")
+
+    n, bs = len(xtr), t["batch_size"]
+    steps = math.ceil(n / bs)
+    epochs = tqdm(range(start_epoch, t["epochs"] + 1), desc=f"train {name}", unit="epoch",
+                  initial=start_epoch - 1, total=t["epochs"], disable=None)
+    for epoch in epochs:
+        t0 = time.perf_counter()
+        model.train()
+        gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+        perm = torch.randperm(n, generator=gen).to(dev)
+        run_loss, run_correct = 0.0, 0
+        for step in tqdm(range(steps), desc=f"epoch {epoch}", leave=False, disable=None):
+            idx = perm[step * bs : (step + 1) * bs]
+            logits = model(xtr[idx])
+            loss = F.cross_entropy(logits, ytr[idx])
+            if not torch.isfinite(loss):
+                raise TrainingError(
+                    f"{name}: non-finite loss ({loss.item()}) at epoch {epoch}, step {step + 1} of {steps}; "
+                    f"lower train.lr (now {t['lr']}) or check the data"
+                )
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            run_loss += loss.item() * len(idx)
+            run_correct += (logits.argmax(-1) == ytr[idx]).sum().item()
+        val_loss, val_acc = evaluate(model, xva, yva)
+        history.append({
+            "epoch": epoch, "train_loss": run_loss / n, "train_acc": run_correct / n,
+            "val_loss": val_loss, "val_acc": val_acc, "seconds": time.perf_counter() - t0,
+        })
+        epochs.set_postfix(loss=f"{run_loss / n:.3f}", val_acc=f"{val_acc:.3f}")
+        log.info("%s epoch %d: train_loss %.4f val_loss %.4f val_acc %.4f", name, epoch,
+                 run_loss / n, val_loss, val_acc)
+        torch_save(checkpoint(epoch), ckdir / f"epoch_{epoch:03d}.pt")
+        if os.environ.get(KILL_ENV) == str(epoch):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    final_val = evaluate(model, xva, yva)
+    final_train = evaluate(model, xtr, ytr)
+    metrics = {
+        "experiment": name, "dataset": spec["dataset"], "device": str(dev),
+        "model": mcfg.to_dict(), "n_parameters": count_parameters(model),
+        "n_train": len(xtr), "n_val": len(xva), "epochs": t["epochs"], "history": history,
+        "final": {"train_loss": final_train[0], "train_acc": final_train[1],
+                  "val_loss": final_val[0], "val_acc": final_val[1]},
+        "train_seconds": sum(h["seconds"] for h in history),
+    }
+    torch_save(checkpoint(t["epochs"]), ckdir / "final.pt")
+    write_json(metrics, out_dir / "metrics.json")
+    return metrics
+
+
+@torch.no_grad()
+def per_sample_losses(model: ViT, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024):
+    """Cross-entropy of every sample at the model's weights (numpy float64, one per sample)."""
+    model.eval()
+    device = next(model.parameters()).device
+    out = []
+    for i in range(0, len(x), batch_size):
+        logits = model(x[i : i + batch_size].to(device))
+        out.append(F.cross_entropy(logits, y[i : i + batch_size].to(device), reduction="none").double().cpu())
+    return torch.cat(out).numpy()

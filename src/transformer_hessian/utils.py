@@ -1,0 +1,135 @@
+"""Small shared helpers: atomic writes, device choice, provenance, logging set-up."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import torch
+
+log = logging.getLogger("transformer_hessian")
+
+
+@contextmanager
+def atomic_path(path: str | Path, suffix: str | None = None):
+    """Yield a temporary path in the same folder; rename it onto ``path`` on success only."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _json_default(obj):
+    if isinstance(obj, (np.floating, np.integer)):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, torch.Tensor):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def write_json(obj, path: str | Path) -> None:
+    with atomic_path(path) as tmp:
+        with open(tmp, "w") as fh:
+            json.dump(obj, fh, indent=2, default=_json_default, allow_nan=False)
+            fh.write("\n")
+
+
+def read_json(path: str | Path):
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def write_text(text: str, path: str | Path) -> None:
+    with atomic_path(path) as tmp:
+        Path(tmp).write_text(text)
+
+
+def torch_save(obj, path: str | Path) -> None:
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)
+
+
+def save_npz(path: str | Path, **arrays) -> None:
+    with atomic_path(path, suffix=".npz") as tmp:
+        np.savez_compressed(tmp, **arrays)
+
+
+def resolve_device(spec: str = "auto") -> torch.device:
+    """``auto`` -> CUDA when available, else CPU; otherwise the named device."""
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(spec)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"device={spec!r} was requested but CUDA is not available; use 'auto' or 'cpu'")
+    return dev
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+            cwd=Path(__file__).resolve().parent,
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
+            cwd=Path(__file__).resolve().parent,
+        ).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+PROVENANCE_PACKAGES = (
+    "transformer-hessian", "torch", "torchvision", "curvlinops-for-pytorch", "snakemake",
+    "papermill", "numpy", "scipy", "scikit-learn", "seaborn", "matplotlib",
+)
+
+
+def package_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in PROVENANCE_PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def device_description(device: torch.device | None = None) -> str:
+    device = device or resolve_device("auto")
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    return f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+
+
+def setup_logging(verbose: bool = False) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def set_threads(n: int | None) -> None:
+    if n:
+        torch.set_num_threads(int(n))

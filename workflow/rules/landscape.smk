@@ -1,0 +1,26 @@
+# Figure 6 protocol: per-sample losses at w*, |L_{k+1} - L_k| over random orderings, slope fit.
+
+
+rule landscape:
+    input:
+        checkpoint="results/{exp}/checkpoints/final.pt",
+        manifest=lambda w: f"{DATA_ROOT}/{config['experiments'][w.exp]['dataset']}/manifest.json",
+    output:
+        "results/{exp}/landscape/landscape.json",
+    params:
+        data_root=data_root_of,
+        spec=lambda w: json.dumps(config["experiments"][w.exp]),
+        landscape=json.dumps(config["landscape"]),
+    conda:
+        "../../environment.yml"
+    log:
+        "logs/landscape/{exp}.log",
+    benchmark:
+        "benchmarks/landscape/{exp}.tsv"
+    threads: 1
+    resources:
+        mem_mb=config["resources"]["mem_mb"],
+        runtime=config["resources"]["runtime"],
+    shell:
+        "transformer-hessian --threads {threads} landscape --checkpoint {input.checkpoint:q} --spec {params.spec:q} "
+        "--landscape {params.landscape:q} --data-root {params.data_root:q} --out {output:q} 2> {log:q}"

@@ -1,0 +1,30 @@
+# Closed-form block Hessian (transformer_hessian.theory) vs curvlinops on the same batch.
+# Fails when any relative error exceeds theory.tolerance.
+
+
+rule theory:
+    input:
+        checkpoint=lambda w: f"results/{HEXP}/checkpoints/{CHECKPOINT[w.stage]}",
+        manifest=f"{DATA_ROOT}/{config['experiments'][HEXP]['dataset']}/manifest.json",
+    output:
+        "results/{exp}/theory/{stage}.json",
+    params:
+        data_root=data_root_of,
+        spec=lambda w: json.dumps(config["experiments"][w.exp]),
+        hessian=json.dumps(config["hessian"]),
+        tolerance=config["theory"]["tolerance"],
+    conda:
+        "../../environment.yml"
+    log:
+        "logs/theory/{exp}_{stage}.log",
+    benchmark:
+        "benchmarks/theory/{exp}_{stage}.tsv"
+    threads: 1
+    resources:
+        gpu=config["resources"]["gpu"],
+        mem_mb=config["resources"]["mem_mb"],
+        runtime=config["resources"]["runtime"],
+    shell:
+        "transformer-hessian --threads {threads} theory --checkpoint {input.checkpoint:q} --stage {wildcards.stage} "
+        "--spec {params.spec:q} --hessian {params.hessian:q} --data-root {params.data_root:q} "
+        "--tolerance {params.tolerance} --out {output:q} 2> {log:q}"

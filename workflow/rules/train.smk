@@ -1,0 +1,29 @@
+# Train one experiment; resumes from its last epoch checkpoint after an interruption.
+
+
+rule train:
+    input:
+        manifest=lambda w: f"{DATA_ROOT}/{experiment(w.exp)['dataset']}/manifest.json",
+    output:
+        init="results/{exp}/checkpoints/init.pt",
+        final="results/{exp}/checkpoints/final.pt",
+        metrics="results/{exp}/metrics.json",
+    params:
+        data_root=data_root_of,
+        spec=lambda w: json.dumps(experiment(w.exp)),
+        out="results/{exp}",
+        device=config["device"],
+    conda:
+        "../../environment.yml"
+    log:
+        "logs/train/{exp}.log",
+    benchmark:
+        "benchmarks/train/{exp}.tsv"
+    threads: 1
+    resources:
+        gpu=config["resources"]["gpu"],
+        mem_mb=config["resources"]["mem_mb"],
+        runtime=config["resources"]["runtime"],
+    shell:
+        "transformer-hessian --threads {threads} train --experiment {wildcards.exp} --spec {params.spec:q} "
+        "--data-root {params.data_root:q} --out {params.out:q} --device {params.device} 2> {log:q}"
