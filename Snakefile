@@ -11,15 +11,19 @@ from snakemake.utils import min_version, validate
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# The embedded default; a --configfile on the command line replaces it (not merged into it).
+if not workflow.overwrite_configfiles:
 
+    configfile: "config/config.yaml"
 
-validate(config, "workflow/schemas/config.schema.yaml")
 
 sys.path.insert(0, os.path.join(workflow.basedir, "src"))
 from transformer_hessian.config import config_hash, validate_config  # noqa: E402
 
-validate_config(config)  # cross-key checks (named keys) on top of the schema
+# Schema check with messages that name the offending key, plus cross-key checks; then
+# snakemake's own validation against the same schema (fills in defaults).
+validate_config(config)
+validate(config, "workflow/schemas/config.schema.yaml")
 
 CONFIG_HASH = config_hash(config)
 DATA_ROOT = config["data"]["root"]
