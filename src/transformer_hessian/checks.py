@@ -28,7 +28,8 @@ def closed_form_check(model: ViT, images, labels, tolerance: float = 1e-8) -> di
     H_ref = hessian_curvlinops(model, 0, images, labels)
     t_ref = time.perf_counter() - t0
     t0 = time.perf_counter()
-    H_outer, H_func = model_loss_hessian_parts(model, images, labels, block=0)
+    outer, func = model_loss_hessian_parts(model, images, labels, block=0)
+    H_outer, H_func = outer.dense, func.dense
     t_cf = time.perf_counter() - t0
     H_cf = H_outer + H_func
     _, _, off = group_layout(model, 0)

@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
+
+# Many small kernels per job: idle OpenMP threads must sleep, not spin, or jobs that share the
+# cores (snakemake runs several at once) slow each other down several-fold.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from .utils import log, set_threads, setup_logging
 

@@ -65,7 +65,7 @@ def loss_of_groups(model: ViT, block: int, images: torch.Tensor, labels: torch.T
     return f, flat0
 
 
-def hessian_vmap(model: ViT, block: int, images, labels, chunk_size: int = 256) -> torch.Tensor:
+def hessian_vmap(model: ViT, block: int, images, labels, chunk_size: int = 64) -> torch.Tensor:
     f, w = loss_of_groups(model, block, images, labels)
     g = grad(f)
 
@@ -79,7 +79,7 @@ def hessian_vmap(model: ViT, block: int, images, labels, chunk_size: int = 256) 
     return H  # row i is H e_i, i.e. row i of the symmetric H
 
 
-def hessian_curvlinops(model: ViT, block: int, images, labels) -> torch.Tensor:
+def hessian_curvlinops(model: ViT, block: int, images, labels, chunk_size: int = 64) -> torch.Tensor:
     from curvlinops import HessianLinearOperator
 
     params = [model.get_parameter(n) for n in _group_names(model, block)]
@@ -91,7 +91,10 @@ def hessian_curvlinops(model: ViT, block: int, images, labels) -> torch.Tensor:
         model, torch.nn.CrossEntropyLoss(), params, [(images, labels)], check_deterministic=False
     )
     P = sum(p.numel() for p in params)
-    return op @ torch.eye(P, dtype=images.dtype, device=images.device)
+    eye = torch.eye(P, dtype=images.dtype, device=images.device)
+    # H @ I in column chunks: curvlinops vmaps over all columns at once, whose memory grows
+    # with P (about 8 GB at P = 2816, batch 64); chunks bound it.
+    return torch.cat([op @ eye[:, i : i + chunk_size] for i in range(0, P, chunk_size)], dim=1)
 
 
 def hessian_closed_form(model: ViT, block: int, images, labels) -> torch.Tensor:

@@ -1,0 +1,85 @@
+"""Closed-form Jacobians and Hessians of the post-norm Transformer block.
+
+Paper conventions throughout: row-wise vectorisation vec_r (``W.reshape(-1)``), numerator
+layout, stacked second derivatives d^2N/(dW_i dW_j) of shape (n d * p_i q_i) x (p_j q_j),
+parameter groups in the order ``transformer_hessian.GROUPS``. Nothing here uses autograd;
+every function gives the same numbers under ``torch.no_grad()``. Derivations: docs/theory.md.
+"""
+
+from .. import GROUPS
+from .attention import (
+    attention_forward,
+    attention_hessian_from_loss_derivatives,
+    attention_jacobians,
+    attention_loss_hessian,
+    attention_loss_hessian_parts,
+    attention_outer_kron,
+    attention_score_jacobians,
+    attention_second_derivatives,
+)
+from .block import (
+    HessianResult,
+    block_forward,
+    block_hessian_from_loss_derivatives,
+    block_jacobians,
+    block_loss_hessian,
+    block_loss_hessian_parts,
+    block_output_hessian,
+    blocks_to_dense,
+    dense_to_blocks,
+    group_shapes,
+    model_loss_hessian,
+    model_loss_hessian_parts,
+)
+from .ffn import ffn_forward, ffn_jacobians, ffn_second_derivatives
+from .layernorm import (
+    layernorm_forward,
+    layernorm_hessian,
+    layernorm_hessian_contract,
+    layernorm_jacobian,
+)
+from .vec import (
+    commutation_matrix,
+    kron,
+    softmax_row_hessian,
+    softmax_row_jacobian,
+    unvec_r,
+    vec_r,
+)
+
+__all__ = [
+    "GROUPS",
+    "HessianResult",
+    "attention_forward",
+    "attention_hessian_from_loss_derivatives",
+    "attention_jacobians",
+    "attention_loss_hessian",
+    "attention_loss_hessian_parts",
+    "attention_outer_kron",
+    "attention_score_jacobians",
+    "attention_second_derivatives",
+    "block_forward",
+    "block_hessian_from_loss_derivatives",
+    "block_jacobians",
+    "block_loss_hessian",
+    "block_loss_hessian_parts",
+    "block_output_hessian",
+    "blocks_to_dense",
+    "commutation_matrix",
+    "dense_to_blocks",
+    "ffn_forward",
+    "ffn_jacobians",
+    "ffn_second_derivatives",
+    "group_shapes",
+    "kron",
+    "layernorm_forward",
+    "layernorm_hessian",
+    "layernorm_hessian_contract",
+    "layernorm_jacobian",
+    "model_loss_hessian",
+    "model_loss_hessian_parts",
+    "softmax_row_hessian",
+    "softmax_row_jacobian",
+    "unvec_r",
+    "vec_r",
+]
