@@ -109,6 +109,7 @@ def test_rerun_does_nothing_and_report_builds(run, root, env):
     assert "Nothing to be done" in proc.stdout + proc.stderr
     rep = _snakemake(root, run, env, "--report", str(run / "paper/report.html"))
     assert rep.returncode == 0, rep.stderr[-3000:]
+    assert "ERROR/" not in rep.stdout + rep.stderr  # docutils errors in captions
     html = (run / "paper/report.html").read_text(errors="replace")
     assert len(html) > 10_000
     for fig in ("Figure 3", "Figure 6"):
