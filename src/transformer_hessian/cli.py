@@ -48,11 +48,13 @@ def _hessian_inputs(a):
 
     from .hessian import fixed_batch
     from .train import load_experiment_data, load_model
+    from .utils import resolve_device
 
+    dev = resolve_device(a.device)
     data = load_experiment_data(a.spec, a.data_root)
     images, labels = fixed_batch(data["train_x"], data["train_y"], a.hessian["batch_size"], a.hessian["seed"])
-    model = load_model(a.checkpoint, dtype=torch.float64)
-    return model, images.to(torch.float64), labels
+    model = load_model(a.checkpoint, device=dev, dtype=torch.float64)
+    return model, images.to(device=dev, dtype=torch.float64), labels.to(dev)
 
 
 def cmd_hessian(a) -> None:
@@ -103,8 +105,10 @@ def cmd_landscape(a) -> None:
     from .train import load_experiment_data, load_model, per_sample_losses
     from .utils import write_json
 
+    from .utils import resolve_device
+
     data = load_experiment_data(a.spec, a.data_root)
-    model = load_model(a.checkpoint)
+    model = load_model(a.checkpoint, device=resolve_device(a.device))
     x, y = data["train_x"], data["train_y"]
     if a.landscape.get("max_samples"):
         x, y = x[: a.landscape["max_samples"]], y[: a.landscape["max_samples"]]
@@ -179,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--spec", type=_json_arg, required=True, help="the experiment's config section")
         s.add_argument("--hessian", type=_json_arg, required=True, help="the 'hessian' config section")
         s.add_argument("--data-root", required=True)
+        s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]; float64 throughout")
         if name == "hessian":
             s.add_argument("--out-npz", required=True)
             s.add_argument("--out-norms", required=True)
@@ -193,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--spec", type=_json_arg, required=True)
     s.add_argument("--landscape", type=_json_arg, required=True, help="the 'landscape' config section")
     s.add_argument("--data-root", required=True)
+    s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_landscape)
 

@@ -12,6 +12,7 @@ rule hessian:
         data_root=data_root_of,
         spec=lambda w: json.dumps(config["experiments"][w.exp]),
         hessian=json.dumps(config["hessian"]),
+        device=config["device"],
     conda:
         "../../environment.yml"
     log:
@@ -25,5 +26,5 @@ rule hessian:
         runtime=config["resources"]["runtime"],
     shell:
         "transformer-hessian --threads {threads} hessian --checkpoint {input.checkpoint:q} --stage {wildcards.stage} "
-        "--spec {params.spec:q} --hessian {params.hessian:q} --data-root {params.data_root:q} "
+        "--spec {params.spec:q} --hessian {params.hessian:q} --data-root {params.data_root:q} --device {params.device} "
         "--out-npz {output.npz:q} --out-norms {output.norms:q} 2> {log:q}"

@@ -11,6 +11,7 @@ rule landscape:
         data_root=data_root_of,
         spec=lambda w: json.dumps(config["experiments"][w.exp]),
         landscape=json.dumps(config["landscape"]),
+        device=config["device"],
     conda:
         "../../environment.yml"
     log:
@@ -23,4 +24,4 @@ rule landscape:
         runtime=config["resources"]["runtime"],
     shell:
         "transformer-hessian --threads {threads} landscape --checkpoint {input.checkpoint:q} --spec {params.spec:q} "
-        "--landscape {params.landscape:q} --data-root {params.data_root:q} --out {output:q} 2> {log:q}"
+        "--landscape {params.landscape:q} --data-root {params.data_root:q} --device {params.device} --out {output:q} 2> {log:q}"

@@ -12,6 +12,7 @@ rule theory:
         data_root=data_root_of,
         spec=lambda w: json.dumps(config["experiments"][w.exp]),
         hessian=json.dumps(config["hessian"]),
+        device=config["device"],
         tolerance=config["theory"]["tolerance"],
     conda:
         "../../environment.yml"
@@ -26,5 +27,5 @@ rule theory:
         runtime=config["resources"]["runtime"],
     shell:
         "transformer-hessian --threads {threads} theory --checkpoint {input.checkpoint:q} --stage {wildcards.stage} "
-        "--spec {params.spec:q} --hessian {params.hessian:q} --data-root {params.data_root:q} "
+        "--spec {params.spec:q} --hessian {params.hessian:q} --data-root {params.data_root:q} --device {params.device} "
         "--tolerance {params.tolerance} --out {output:q} 2> {log:q}"
