@@ -1,0 +1,636 @@
+"""Benchmark of dense exact Hessian extraction (``transformer-hessian bench hessian``).
+
+Times the dense five-group Hessian ([W_Q, W_K, W_V, W_1, W_2] of block 0) of the default
+single-block ViT (8x8 one-channel images, patch 2 -> L = 16 tokens, 10 classes, width d,
+d_k = d, d_ff = 4 d) on one batch of random float64 inputs and labels, by
+
+- (a) ``curvlinops``: ``HessianLinearOperator @ I`` (the reference),
+- (b) ``torch_func_hessian``: ``torch.func.hessian`` of the loss w.r.t. the flat group vector,
+- (c) ``closed_form``: ``transformer_hessian.theory.model_loss_hessian``,
+- (d) ``pipeline``: ``hessian.compute_hessian(..., method="auto")`` (records what auto resolved to),
+- (e) ``vmap``: chunked vmapped Hessian-vector products (``hessian.hessian_vmap``).
+
+Every (method, width) runs in its own subprocess (``python -m transformer_hessian.bench``), so
+its peak resident memory is its own: the child measures its RSS after imports and set-up
+(the baseline), resets the kernel's high-water mark, runs one excluded warm-up and
+``repeats`` timed runs, and reports the peak. A memory cap is enforced in the child, armed
+only after the imports (CUDA builds of torch reserve large virtual ranges at import):
+``RLIMIT_AS`` = current address space + cap, so an allocation beyond it fails at once, plus a
+watchdog thread on the resident set (baseline + cap) as a second line. Either way the row is
+recorded as ``out of memory``; a child running past ``timeout`` seconds is killed and recorded
+as ``timeout``. Each result is compared with (a) (``max|H - H_a| / max|H_a|``, float64) from
+the Hessians the children save to a scratch folder, read back memory-mapped in row chunks.
+
+curvlinops 3 applies the operator to all columns it is given in one vmapped call, so an
+unchunked ``op @ I`` needs as much memory as (b) (out of memory at d = 16 under an 8 GiB cap);
+``hessian_curvlinops`` now feeds I in column chunks. Should (a) still not finish (out of memory,
+timeout), (a') -- the same operator applied to 256-column blocks of I, implemented here --
+runs next and is the reference of that width (each row names its ``reference``). Results go to ``<out_dir>/hessian_bench.json``
+and ``.md`` (rewritten atomically after every row); the command then exits non-zero
+(``BenchError``) if any method disagreed with the reference beyond 1e-10 or failed with an
+error. Out of memory and timeout are results, not failures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .utils import log, write_json, write_text
+
+#: Relative agreement with (a) required of every method (float64).
+TOLERANCE = 1e-10
+
+#: (label, method key, description), in the order they run for each width ((a) first).
+METHODS = (
+    ("a", "curvlinops", "curvlinops HessianLinearOperator @ I"),
+    ("b", "torch_func_hessian", "torch.func.hessian of the flat-vector loss"),
+    ("c", "closed_form", "closed form (theory.model_loss_hessian)"),
+    ("d", "pipeline", "pipeline: compute_hessian(method='auto')"),
+    ("e", "vmap", "chunked vmapped HVPs (hessian_vmap)"),
+)
+#: Run only where (a) did not finish (out of memory / timeout); it then serves as the width's
+#: reference. Independent of how hessian_curvlinops chunks (curvlinops 3 vmaps its HVP over all
+#: columns of the matrix it is applied to, which needs tens of GiB for I at d = 16).
+FALLBACK = ("a'", "curvlinops_chunked", "curvlinops HessianLinearOperator @ I, 256-column blocks (fallback reference)")
+CHUNK_COLUMNS = 256
+LABELS = {label: key for label, key, _ in (*METHODS, FALLBACK)}
+DESCRIPTIONS = {key: desc for _, key, desc in (*METHODS, FALLBACK)}
+
+OK, OOM, TIMEOUT, ERROR = "ok", "out of memory", "timeout", "error"
+
+#: Exit code of a child whose RSS watchdog fired (it writes its result first).
+_WATCHDOG_EXIT = 86
+_MIB = 2**20
+
+
+class BenchError(ValueError):
+    """A method disagreed with (a) or failed; raised after the results are written."""
+
+
+@dataclass
+class BenchSettings:
+    widths: list[int] = field(default_factory=lambda: [8, 16, 32])
+    batch_size: int = 64
+    repeats: int = 3
+    memory_cap_gib: float = 8.0
+    timeout: float = 600.0
+    out_dir: str = "results/bench"
+    seed: int = 0
+    threads: int | None = None
+    tolerance: float = TOLERANCE
+    #: labels to run (subset of a-e, run in a-e order); None = all
+    methods: list[str] | None = None
+    #: per-label memory cap in MiB above the baseline, overriding memory_cap_gib (test hook)
+    cap_overrides_mib: dict[str, float] = field(default_factory=dict)
+
+    def labels(self) -> list[str]:
+        chosen = list(LABELS) if self.methods is None else list(self.methods)
+        unknown = [m for m in chosen if m not in LABELS]
+        if unknown:
+            raise ValueError(f"bench hessian: unknown method label(s) {unknown}; choose from {list(LABELS)}")
+        return [label for label, _, _ in METHODS if label in chosen]
+
+    def cap_bytes(self, label: str) -> int:
+        if label in self.cap_overrides_mib:
+            return int(self.cap_overrides_mib[label] * _MIB)
+        return int(self.memory_cap_gib * 2**30)
+
+
+def n_group_params(width: int) -> int:
+    """P of the five groups for d = width, d_k = d, d_ff = 4 d."""
+    d, d_k, d_ff = width, width, 4 * width
+    return 2 * d * d_k + d * d + 2 * d * d_ff
+
+
+# --------------------------------------------------------------------------------------------
+# child side
+# --------------------------------------------------------------------------------------------
+
+def _proc_status() -> dict[str, int]:
+    """VmRSS, VmHWM, VmSize, ... of this process in bytes."""
+    out = {}
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            key, _, val = line.partition(":")
+            if key.startswith("Vm") and val.strip().endswith("kB"):
+                out[key] = int(val.split()[0]) * 1024
+    return out
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _reset_peak_rss() -> bool:
+    """Reset the kernel's resident high-water mark (VmHWM); False where not permitted."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _is_oom(err: BaseException) -> bool:
+    if isinstance(err, MemoryError):
+        return True
+    text = str(err).lower()
+    return isinstance(err, RuntimeError) and any(
+        s in text for s in ("can't allocate memory", "cannot allocate memory", "out of memory", "bad_alloc")
+    )
+
+
+def build_problem(width: int, batch_size: int, seed: int):
+    """The default single-block ViT (float64, seeded init) and a seeded random float64 batch."""
+    import torch
+
+    from .model import ModelConfig, ViT
+
+    cfg = ModelConfig(image_size=8, channels=1, num_classes=10, patch_size=2, width=width, depth=1,
+                      d_k=width, d_ff=4 * width)
+    torch.manual_seed(seed)
+    model = ViT(cfg).to(torch.float64)
+    gen = torch.Generator().manual_seed(seed + 1)
+    images = torch.randn(batch_size, 1, 8, 8, generator=gen, dtype=torch.float64)
+    labels = torch.randint(0, cfg.num_classes, (batch_size,), generator=gen)
+    return model, images, labels
+
+
+def hessian_curvlinops_chunked(model, block: int, images, labels, chunk: int = CHUNK_COLUMNS):
+    """``HessianLinearOperator @ I`` applied to blocks of ``chunk`` columns of I at a time."""
+    import torch
+    from curvlinops import HessianLinearOperator
+
+    params = list(model.group_params(block).values())  # GROUPS order, as hessian_curvlinops
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for p in params:
+        p.requires_grad_(True)
+    op = HessianLinearOperator(
+        model, torch.nn.CrossEntropyLoss(), params, [(images, labels)], check_deterministic=False
+    )
+    P = sum(p.numel() for p in params)
+    H = torch.empty(P, P, dtype=images.dtype, device=images.device)
+    for i in range(0, P, chunk):
+        k = min(chunk, P - i)
+        E = torch.zeros(P, k, dtype=images.dtype, device=images.device)
+        E[i : i + k].copy_(torch.eye(k, dtype=images.dtype, device=images.device))
+        H[:, i : i + k] = op @ E
+    return H
+
+
+def _method_fn(method: str, model, images, labels):
+    """(callable returning dense H, extra info). Imports everything the method needs now,
+    so that the imports count towards the baseline, not the method."""
+    import torch
+
+    from . import hessian as hs
+
+    if method == "curvlinops":
+        import curvlinops  # noqa: F401
+
+        return (lambda: hs.hessian_curvlinops(model, 0, images, labels)), {}
+    if method == "curvlinops_chunked":
+        import curvlinops  # noqa: F401
+
+        return (lambda: hessian_curvlinops_chunked(model, 0, images, labels)), {"chunk_columns": CHUNK_COLUMNS}
+    if method == "torch_func_hessian":
+        import torch.func
+
+        f, w = hs.loss_of_groups(model, 0, images, labels)
+        hess = torch.func.hessian(f)
+        return (lambda: hess(w)), {}
+    if method == "closed_form":
+        from .theory import model_loss_hessian  # noqa: F401  (ImportError -> row "error")
+
+        return (lambda: hs.hessian_closed_form(model, 0, images, labels)), {}
+    if method == "pipeline":
+        resolved = hs.resolve_method("auto", model)
+        if resolved == "closed_form":
+            from .theory import model_loss_hessian  # noqa: F401,F811
+        elif resolved == "curvlinops":
+            import curvlinops  # noqa: F401
+        return (lambda: hs.compute_hessian(model, 0, images, labels, method="auto")[0]), {"resolved_method": resolved}
+    if method == "vmap":
+        return (lambda: hs.hessian_vmap(model, 0, images, labels)), {}
+    raise ValueError(f"unknown method {method!r}")
+
+
+class _MemoryCap:
+    """RLIMIT_AS (address space now + cap) and an RSS watchdog thread (baseline + cap)."""
+
+    def __init__(self, cap_bytes: int, baseline_rss: int, on_fire):
+        self.cap, self.baseline, self.on_fire = cap_bytes, baseline_rss, on_fire
+        self.mechanisms: list[str] = []
+        self._old = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        limit = self.baseline + self.cap
+        while not self._stop.wait(0.01):
+            rss = _rss_bytes()
+            if rss > limit and not self._stop.is_set():
+                try:
+                    self.on_fire(rss)
+                finally:
+                    os._exit(_WATCHDOG_EXIT)
+
+    def arm(self) -> None:
+        self._thread.start()  # before the limit: the thread's stack is address space too
+        self.mechanisms.append("rss_watchdog")
+        try:
+            self._old = resource.getrlimit(resource.RLIMIT_AS)
+            limit = _proc_status()["VmSize"] + self.cap
+            hard = self._old[1]
+            if hard != resource.RLIM_INFINITY:
+                limit = min(limit, hard)
+            resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+            self.mechanisms.append("rlimit_as")
+        except (ValueError, OSError, KeyError):
+            self._old = None
+
+    def disarm(self) -> None:
+        if self._old is not None:
+            resource.setrlimit(resource.RLIMIT_AS, self._old)
+            self._old = None
+        self._stop.set()
+
+
+def run_worker(spec: dict) -> dict:
+    """Body of one child: set up, measure baseline, run under the cap, write spec['result']."""
+    result_path = spec["result"]
+    res = {"method": spec["method"], "width": spec["width"], "status": ERROR, "stage": "setup",
+           "warmup_s": None, "times_s": [], "message": None, "pid": os.getpid()}
+
+    def save():
+        write_json(res, result_path)
+
+    save()
+    import torch
+
+    if spec.get("threads"):
+        torch.set_num_threads(int(spec["threads"]))
+    res["threads"] = torch.get_num_threads()
+    try:
+        model, images, labels = build_problem(spec["width"], spec["batch_size"], spec["seed"])
+        fn, extra = _method_fn(spec["method"], model, images, labels)
+        res.update(extra)
+    except Exception as err:  # e.g. the closed form not importable
+        res["message"] = f"set-up failed: {type(err).__name__}: {err}"
+        save()
+        return res
+    from .hessian import group_layout
+
+    res["n_params"] = int(group_layout(model, 0)[2][-1])
+    gc.collect()
+    baseline = _rss_bytes()
+    res["baseline_rss_mib"] = baseline / _MIB
+    res["peak_source"] = "VmHWM" if _reset_peak_rss() else "ru_maxrss"
+    res["memory_cap_mib"] = spec["cap_bytes"] / _MIB
+    res["stage"] = "running"
+    save()
+
+    def fire(rss: int) -> None:  # runs in the watchdog thread, then the process exits
+        snapshot = dict(res, times_s=list(res["times_s"]), memory_mechanisms=list(res.get("memory_mechanisms", [])))
+        snapshot.update(status=OOM, stage="killed by RSS watchdog", oom_by="rss_watchdog", peak_rss_mib=rss / _MIB,
+                        peak_above_baseline_mib=max(rss - baseline, 0) / _MIB,
+                        message=f"RSS {rss / _MIB:.0f} MiB exceeded baseline + cap "
+                                f"({(baseline + spec['cap_bytes']) / _MIB:.0f} MiB)")
+        write_json(snapshot, result_path)
+
+    cap = _MemoryCap(spec["cap_bytes"], baseline, fire)
+    res["memory_mechanisms"] = cap.mechanisms  # filled in by arm()
+    H = None
+    try:
+        cap.arm()
+        try:
+            for i in range(1 + spec["repeats"]):
+                H = None
+                t0 = time.perf_counter()
+                H = fn()
+                dt = time.perf_counter() - t0
+                if i == 0:
+                    res["warmup_s"] = dt
+                else:
+                    res["times_s"].append(dt)
+                save()  # progress survives a timeout kill
+        finally:
+            cap.disarm()
+        res["status"] = OK
+    except BaseException as err:  # noqa: BLE001 - every failure becomes a row, never a crash
+        H = None
+        res["status"] = OOM if _is_oom(err) else ERROR
+        res["message"] = f"{type(err).__name__}: {str(err)[:500]}"
+        if res["status"] == OOM:
+            res["oom_by"] = "rlimit_as" if "rlimit_as" in cap.mechanisms else "allocation failure"
+        del err
+        gc.collect()
+    st = _proc_status()
+    peak = st.get("VmHWM") if res["peak_source"] == "VmHWM" else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    res["peak_rss_mib"] = peak / _MIB
+    res["peak_above_baseline_mib"] = max(peak - baseline, 0) / _MIB
+    res["stage"] = "done"
+    if res["status"] == OK:
+        H = H.detach().to("cpu")
+        if H.dtype != torch.float64:
+            res["status"], res["message"] = ERROR, f"Hessian dtype is {H.dtype}, not float64"
+        else:
+            np.save(spec["hessian_out"], H.numpy())
+            res["shape"] = list(H.shape)
+    save()
+    return res
+
+
+def _worker_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m transformer_hessian.bench")
+    p.add_argument("--worker", required=True, help="JSON spec file of one (method, width) run")
+    a = p.parse_args(argv)
+    with open(a.worker) as fh:
+        spec = json.load(fh)
+    run_worker(spec)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# parent side
+# --------------------------------------------------------------------------------------------
+
+def _tail(path: Path, n: int = 1500) -> str:
+    try:
+        return path.read_text(errors="replace")[-n:]
+    except OSError:
+        return ""
+
+
+def run_case(label: str, width: int, s: BenchSettings, workdir: Path) -> dict:
+    """Run one (method, width) in a fresh subprocess under the cap and timeout; never raises."""
+    method = LABELS[label]
+    tag = f"{method}_d{width}"
+    spec = {
+        "method": method, "width": width, "batch_size": s.batch_size, "repeats": s.repeats,
+        "seed": s.seed, "threads": s.threads, "cap_bytes": s.cap_bytes(label),
+        "result": str(workdir / f"{tag}.json"), "hessian_out": str(workdir / f"{tag}.npy"),
+    }
+    spec_path = workdir / f"{tag}.spec.json"
+    write_json(spec, spec_path)
+    log_path = workdir / f"{tag}.log"
+    cmd = [sys.executable, "-m", "transformer_hessian.bench", "--worker", str(spec_path)]
+    t0 = time.perf_counter()
+    timed_out = False
+    with open(log_path, "w") as logf:
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=s.timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            rc = proc.wait()
+        except BaseException:  # e.g. Ctrl-C: do not leave the child running
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+    wall = time.perf_counter() - t0
+    try:
+        with open(spec["result"]) as fh:
+            res = json.load(fh)
+    except (OSError, json.JSONDecodeError):
+        res = {"status": ERROR, "times_s": [], "warmup_s": None, "stage": "not started"}
+    row = {
+        "width": width, "label": label, "method": method, "description": DESCRIPTIONS[method],
+        "n_params": n_group_params(width), "batch_size": s.batch_size, "repeats": s.repeats,
+        "status": res.get("status", ERROR), "median_s": None, "warmup_s": res.get("warmup_s"),
+        "times_s": res.get("times_s", []), "baseline_rss_mib": res.get("baseline_rss_mib"),
+        "peak_rss_mib": res.get("peak_rss_mib"), "peak_above_baseline_mib": res.get("peak_above_baseline_mib"),
+        "memory_cap_mib": s.cap_bytes(label) / _MIB, "memory_mechanisms": res.get("memory_mechanisms"),
+        "peak_source": res.get("peak_source"), "threads": res.get("threads"),
+        "rel_error_vs_a": None, "max_abs_error_vs_a": None, "agrees_with_a": None, "ratio_to_a": None,
+        "subprocess_wall_s": wall, "returncode": rc, "oom_by": res.get("oom_by"), "message": res.get("message"),
+    }
+    if "resolved_method" in res:
+        row["resolved_method"] = res["resolved_method"]
+    if "n_params" in res and res["n_params"] != row["n_params"]:
+        row["status"], row["message"] = ERROR, f"child reports P={res['n_params']}, expected {row['n_params']}"
+    if timed_out:
+        row["status"] = TIMEOUT
+        row["message"] = f"killed after {s.timeout:g} s (stage: {res.get('stage')}; {len(row['times_s'])} timed runs done)"
+    elif row["status"] == OOM:
+        pass
+    elif rc == _WATCHDOG_EXIT:
+        row["status"] = OOM
+    elif rc != 0 or res.get("stage") != "done":
+        # a child that died without reporting: SIGKILL with no timeout is the kernel's OOM killer
+        row["status"] = OOM if rc == -signal.SIGKILL else ERROR
+        if row["status"] == OOM:
+            row["oom_by"] = "SIGKILL (kernel OOM killer?)"
+        row["message"] = (row["message"] or "") + f" [exit code {rc}, stage {res.get('stage')}] " + _tail(log_path)
+    if row["status"] == OK:
+        if len(row["times_s"]) != s.repeats:
+            row["status"], row["message"] = ERROR, f"{len(row['times_s'])} timed runs, expected {s.repeats}"
+        else:
+            row["median_s"] = statistics.median(row["times_s"])
+    row["_hessian_path"] = spec["hessian_out"] if row["status"] == OK else None
+    return row
+
+
+def relative_error(path_h: str, path_ref: str, chunk_rows: int = 512) -> tuple[float, float]:
+    """(max|H - H_ref| / max|H_ref|, max|H - H_ref|) of two saved (P, P) arrays, row chunks."""
+    H = np.load(path_h, mmap_mode="r")
+    R = np.load(path_ref, mmap_mode="r")
+    if H.shape != R.shape:
+        raise ValueError(f"shape {H.shape} differs from the reference's {R.shape}")
+    err, scale = 0.0, 0.0
+    for i in range(0, R.shape[0], chunk_rows):
+        r = np.asarray(R[i : i + chunk_rows])
+        h = np.asarray(H[i : i + chunk_rows])
+        diff = np.abs(h - r)
+        if not np.all(np.isfinite(diff)):
+            return math.inf, math.inf
+        err = max(err, float(diff.max()))
+        scale = max(scale, float(np.abs(r).max()))
+    return (err / scale if scale > 0 else err), err
+
+
+def _fmt(x, spec: str, none: str = "-") -> str:
+    return none if x is None else format(x, spec)
+
+
+def markdown_table(result: dict) -> str:
+    """The rows of a result as a Markdown table (speed-up = median time of (a) / method's)."""
+    s = result["settings"]
+    lines = [
+        "# Dense Hessian extraction benchmark",
+        "",
+        f"Five-group Hessian ([W_Q, W_K, W_V, W_1, W_2], block 0) of a single-block ViT (8x8 images, "
+        f"patch 2, L=16, 10 classes, d_k=d, d_ff=4d), batch {s['batch_size']} of random float64 data; "
+        f"median of {s['repeats']} runs after one warm-up; memory cap {s['memory_cap_gib']:g} GiB above "
+        f"the baseline, timeout {s['timeout']:g} s per method and width; tolerance vs (a) "
+        f"{result['tolerance']:.0e}. Device: {result['environment'].get('device', '?')}.",
+        "",
+        "Speed-up and relative error max|H - H_ref| / max|H_ref| are against the width's reference "
+        "(ref.): (a), or (a') -- the same curvlinops operator applied to blocks of "
+        f"{CHUNK_COLUMNS} columns of I -- where (a) did not finish.",
+        "",
+        "| d | P | | method | status | median s | speed-up vs ref. | peak RSS MiB (above baseline) | rel. error vs ref. | ref. |",
+        "|---:|---:|:--|:--|:--|---:|---:|---:|---:|:--|",
+    ]
+    for r in result["rows"]:
+        method = r["method"] + (f" (auto -> {r['resolved_method']})" if r.get("resolved_method") else "")
+        mem = "-" if r["peak_rss_mib"] is None else f"{r['peak_rss_mib']:.0f} ({_fmt(r['peak_above_baseline_mib'], '.0f')})"
+        err = _fmt(r["rel_error_vs_a"], ".1e")
+        if r["agrees_with_a"] is False:
+            err += " **DISAGREES**"
+        lines.append(
+            f"| {r['width']} | {r['n_params']} | ({r['label']}) | {method} | {r['status']} | "
+            f"{_fmt(r['median_s'], '.4g')} | {_fmt(r['ratio_to_a'], '.2f', '-')}{'x' if r['ratio_to_a'] else ''} | "
+            f"{mem} | {err} | {'(' + r['reference'] + ')' if r.get('reference') else '-'} |"
+        )
+    notes = [r for r in result["rows"] if r["status"] != OK and r.get("message")]
+    if notes:
+        lines += ["", "Notes:", ""]
+        lines += [f"- d={r['width']} ({r['label']}) {r['method']}: {r['status']}: "
+                  f"{' '.join(str(r['message']).split())[:300]}" for r in notes]
+    return "\n".join(lines) + "\n"
+
+
+def _environment(threads) -> dict:
+    from .utils import device_description, git_commit, package_versions
+
+    import torch
+
+    return {"packages": package_versions(), "git_commit": git_commit(), "device": device_description(torch.device("cpu")),
+            "cpu_count": os.cpu_count(), "threads": threads or torch.get_num_threads()}
+
+
+def _finalise_rows(rows: list[dict], ref: dict | None, tol: float) -> None:
+    """Relative errors and speed-ups against the width's reference row (in place)."""
+    for r in rows:
+        if ref is None or ref["status"] != OK or r["status"] != OK:
+            continue
+        r["reference"] = ref["label"]
+        if r is ref:
+            r["rel_error_vs_a"], r["max_abs_error_vs_a"] = 0.0, 0.0
+        else:
+            try:
+                r["rel_error_vs_a"], r["max_abs_error_vs_a"] = relative_error(r["_hessian_path"], ref["_hessian_path"])
+            except (ValueError, OSError) as err:
+                r["status"], r["message"] = ERROR, f"comparison with ({ref['label']}) failed: {err}"
+                continue
+        if not math.isfinite(r["rel_error_vs_a"]):  # JSON has no inf / nan
+            r["rel_error_vs_a"] = r["max_abs_error_vs_a"] = None
+            r["agrees_with_a"], r["message"] = False, "non-finite entries in H or in the reference"
+            continue
+        r["agrees_with_a"] = bool(r["rel_error_vs_a"] <= tol)
+        r["ratio_to_a"] = ref["median_s"] / r["median_s"] if r["median_s"] else None
+
+
+def benchmark(s: BenchSettings) -> dict:
+    """Run every (width, method); write ``hessian_bench.json`` / ``.md``; return the result.
+
+    The reference of a width is (a); where (a) does not finish (out of memory, timeout) and
+    (a) was requested, (a') -- the same operator applied to blocks of columns -- runs right
+    after it and takes its place. ``rel_error_vs_a`` / ``ratio_to_a`` are relative to the
+    row's ``reference``.
+    """
+    out = Path(s.out_dir)
+    labels = s.labels()
+    result = {
+        "benchmark": "dense Hessian extraction", "settings": asdict(s), "tolerance": s.tolerance,
+        "environment": _environment(s.threads), "complete": False, "rows": [],
+    }
+
+    def write() -> None:
+        public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in result["rows"]]
+        snapshot = {**result, "rows": public}
+        write_json(snapshot, out / "hessian_bench.json")
+        write_text(markdown_table(snapshot), out / "hessian_bench.md")
+
+    def run(label: str, width: int, ref: dict | None, workdir: Path) -> dict:
+        log.info("bench hessian: d=%d (%s) %s ...", width, label, LABELS[label])
+        row = run_case(label, width, s, workdir)
+        is_ref = label in ("a", FALLBACK[0])
+        _finalise_rows([row], row if is_ref else ref, s.tolerance)
+        log.info("bench hessian: d=%d (%s) %s: %s, median %s s, peak RSS %s MiB, rel. error %s%s",
+                 width, label, row["method"], row["status"], _fmt(row["median_s"], ".4g"),
+                 _fmt(row["peak_rss_mib"], ".0f"), _fmt(row["rel_error_vs_a"], ".1e"),
+                 f" ({' '.join(str(row['message']).split())[:200]})" if row["status"] != OK and row["message"] else "")
+        result["rows"].append(row)
+        write()
+        return row
+
+    workdir = Path(tempfile.mkdtemp(prefix="hessian_bench_"))
+    try:
+        for width in s.widths:
+            ref = None
+            for label in labels:
+                row = run(label, width, ref, workdir)
+                if label == "a":
+                    ref = row
+                    if row["status"] != OK:
+                        log.info("bench hessian: d=%d: (a) did not finish; running (a') as the reference", width)
+                        ref = run(FALLBACK[0], width, None, workdir)
+                if row is not ref and row.get("_hessian_path"):
+                    Path(row["_hessian_path"]).unlink(missing_ok=True)
+            if ref is not None and ref.get("_hessian_path"):
+                Path(ref["_hessian_path"]).unlink(missing_ok=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    rows = result["rows"]
+    result["disagreements"] = [
+        f"d={r['width']} ({r['label']}) {r['method']}: {_fmt(r['rel_error_vs_a'], '.3e', 'non-finite')} "
+        f"vs ({r['reference']})"
+        for r in rows if r["agrees_with_a"] is False
+    ]
+    result["errors"] = [f"d={r['width']} ({r['label']}) {r['method']}: {r['message']}" for r in rows if r["status"] == ERROR]
+    result["passed"] = not result["disagreements"] and not result["errors"]
+    result["complete"] = True
+    write()
+    for r in rows:
+        r.pop("_hessian_path", None)
+    return result
+
+
+def settings_from_args(a) -> BenchSettings:
+    return BenchSettings(widths=list(a.widths), batch_size=a.batch_size, repeats=a.repeats,
+                         memory_cap_gib=a.memory_cap_gib, timeout=a.timeout, out_dir=a.out_dir,
+                         threads=getattr(a, "threads", None))
+
+
+def run_bench(a) -> dict:
+    """``transformer-hessian bench hessian``: run, write, print; BenchError if a method failed."""
+    s = settings_from_args(a)
+    if s.repeats < 1 or s.batch_size < 1 or not s.widths or min(s.widths) < 1:
+        raise ValueError("bench hessian: --repeats, --batch-size and --widths must be positive")
+    result = benchmark(s)
+    print(markdown_table(result), end="", flush=True)
+    out = Path(s.out_dir)
+    log.info("bench hessian: wrote %s and %s", out / "hessian_bench.json", out / "hessian_bench.md")
+    problems = result["disagreements"] + result["errors"]
+    if problems:
+        raise BenchError(
+            f"{len(result['disagreements'])} method(s) disagree with (a) beyond {s.tolerance:.0e} and "
+            f"{len(result['errors'])} failed: " + "; ".join(p[:300] for p in problems)
+        )
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(_worker_main(sys.argv[1:]))
