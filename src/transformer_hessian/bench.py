@@ -59,7 +59,7 @@ TOLERANCE = 1e-10
 
 #: (label, method key, description), in the order they run for each width ((a) first).
 METHODS = (
-    ("a", "curvlinops", "curvlinops HessianLinearOperator @ I"),
+    ("a", "curvlinops", "curvlinops HessianLinearOperator @ I (hessian.hessian_curvlinops: 64-column blocks of I)"),
     ("b", "torch_func_hessian", "torch.func.hessian of the flat-vector loss"),
     ("c", "closed_form", "closed form (theory.model_loss_hessian)"),
     ("d", "pipeline", "pipeline: compute_hessian(method='auto')"),
@@ -176,25 +176,9 @@ def build_problem(width: int, batch_size: int, seed: int):
 
 def hessian_curvlinops_chunked(model, block: int, images, labels, chunk: int = CHUNK_COLUMNS):
     """``HessianLinearOperator @ I`` applied to blocks of ``chunk`` columns of I at a time."""
-    import torch
-    from curvlinops import HessianLinearOperator
+    from .hessian import hessian_curvlinops
 
-    params = list(model.group_params(block).values())  # GROUPS order, as hessian_curvlinops
-    for p in model.parameters():
-        p.requires_grad_(False)
-    for p in params:
-        p.requires_grad_(True)
-    op = HessianLinearOperator(
-        model, torch.nn.CrossEntropyLoss(), params, [(images, labels)], check_deterministic=False
-    )
-    P = sum(p.numel() for p in params)
-    H = torch.empty(P, P, dtype=images.dtype, device=images.device)
-    for i in range(0, P, chunk):
-        k = min(chunk, P - i)
-        E = torch.zeros(P, k, dtype=images.dtype, device=images.device)
-        E[i : i + k].copy_(torch.eye(k, dtype=images.dtype, device=images.device))
-        H[:, i : i + k] = op @ E
-    return H
+    return hessian_curvlinops(model, block, images, labels, chunk_size=chunk)
 
 
 def _method_fn(method: str, model, images, labels):
