@@ -113,7 +113,8 @@ def test_save_figure_failure_leaves_old_file_and_no_temp(tmp_path):
     before = (tmp_path / "fig.pdf").read_bytes()
 
     def broken(handle, **kwargs):
-        handle.write(b"half a figure")
+        with open(handle, "wb") as fh:  # save_figure hands savefig a temporary path
+            fh.write(b"half a figure")
         raise RuntimeError("disk full")
 
     fig.savefig = broken

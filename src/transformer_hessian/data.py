@@ -29,7 +29,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import http.client
-import json
 import logging
 import os
 import pickle
@@ -48,6 +47,8 @@ import torch
 from torchvision.datasets import CIFAR100, MNIST
 from torchvision.datasets.mnist import read_image_file, read_label_file
 from torchvision.datasets.utils import USER_AGENT, calculate_md5, check_integrity, extract_archive
+
+from .utils import write_json
 
 __all__ = ["DATASETS", "DataError", "download", "write_manifest", "load_dataset"]
 
@@ -315,18 +316,7 @@ def _digits_manifest() -> dict:
 
 def write_manifest(manifest: dict, path: str | Path) -> None:
     """Write ``manifest`` as JSON to ``path`` atomically (temp file in the same folder, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(manifest, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp_name, path)
-    finally:
-        Path(tmp_name).unlink(missing_ok=True)
+    write_json(manifest, path)
 
 
 # --------------------------------------------------------------------------------------------

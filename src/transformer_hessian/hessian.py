@@ -25,9 +25,6 @@ from torch.func import functional_call, grad, jvp, vmap
 from . import GROUPS
 from .model import ViT
 
-LABELS = {"W_Q": "Q", "W_K": "K", "W_V": "V", "W_1": "W1", "W_2": "W2"}
-
-
 def fixed_batch(train_x: torch.Tensor, train_y: torch.Tensor, batch_size: int, seed: int):
     """The first batch of a seeded shuffle of the training set (same for every stage)."""
     gen = torch.Generator().manual_seed(seed)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 
 from . import GROUPS
+from .utils import atomic_path
 
 __all__ = [
     "GROUP_LABELS",
@@ -95,10 +95,6 @@ def _figure_base(path_without_suffix: str | os.PathLike[str]) -> Path:
     return base
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def save_figure(fig: Figure, path_without_suffix: str | os.PathLike[str]) -> list[Path]:
@@ -110,21 +106,12 @@ def save_figure(fig: Figure, path_without_suffix: str | os.PathLike[str]) -> lis
     carries no creation date, so the same figure gives the same bytes.
     """
     base = _figure_base(path_without_suffix)
-    base.parent.mkdir(parents=True, exist_ok=True)
     written = []
     for fmt in _SAVE_FORMATS:
         target = base.parent / f"{base.name}.{fmt}"
-        fd, tmp = tempfile.mkstemp(dir=base.parent, prefix=f".{base.name}.", suffix=f".{fmt}.tmp")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                metadata = {"CreationDate": None} if fmt == "pdf" else None
-                fig.savefig(handle, format=fmt, metadata=metadata)
-            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; use the usual mode
-            os.replace(tmp, target)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        with atomic_path(target, suffix=f".{fmt}.tmp") as tmp:
+            metadata = {"CreationDate": None} if fmt == "pdf" else None
+            fig.savefig(tmp, format=fmt, metadata=metadata)
         written.append(target)
     return written
 

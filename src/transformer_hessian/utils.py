@@ -19,15 +19,25 @@ import torch
 log = logging.getLogger("transformer_hessian")
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def atomic_path(path: str | Path, suffix: str | None = None):
-    """Yield a temporary path in the same folder; rename it onto ``path`` on success only."""
+    """Yield a temporary path in the same folder; rename it onto ``path`` on success only.
+
+    The file gets the usual permissions (0666 less the umask; mkstemp would leave 0600).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or path.suffix, dir=path.parent)
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
