@@ -91,3 +91,16 @@ def test_per_sample_losses_match_cross_entropy(tmp_path):
     ref = torch.nn.functional.cross_entropy(model(x), y, reduction="none").double()
     assert losses.shape == (7,)
     assert torch.allclose(torch.from_numpy(losses), ref, rtol=1e-6)
+
+
+def test_resume_rebuilds_a_removed_init_checkpoint(tmp_path):
+    """snakemake --forceall deletes init.pt/final.pt but not the epoch checkpoints."""
+    train("tiny", tiny_spec(epochs=2), tmp_path / "data", tmp_path / "run", device="cpu")
+    ck = tmp_path / "run" / "checkpoints"
+    init_before = _state(ck / "init.pt")
+    (ck / "init.pt").unlink()
+    (ck / "final.pt").unlink()
+    train("tiny", tiny_spec(epochs=2), tmp_path / "data", tmp_path / "run", device="cpu")
+    init_after = _state(ck / "init.pt")
+    assert all(torch.equal(init_before[k], init_after[k]) for k in init_before)
+    assert (ck / "final.pt").exists()

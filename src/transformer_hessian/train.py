@@ -115,6 +115,10 @@ def train(name: str, spec: dict, data_root: str | Path, out_dir: str | Path, dev
     latest = _latest_epoch_checkpoint(ckdir)
     ck = torch.load(latest[1], map_location=dev, weights_only=True) if latest else None
     if ck is not None and ck.get("resume_key") == resume_key and latest[0] <= t["epochs"]:
+        if not (ckdir / "init.pt").exists():
+            # e.g. snakemake removed the outputs before a forced re-run: the seeded
+            # initialisation is rebuilt exactly, before the resume point is loaded.
+            torch_save(checkpoint(0), ckdir / "init.pt")
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["optimizer"])
         history = list(ck["history"])
