@@ -322,3 +322,10 @@ def test_thin_indices():
 def test_analyse_landscape_rejects_too_few_samples():
     with pytest.raises(ValueError, match="k_min"):
         analyse_landscape(np.ones(8), n_orderings=2, k_min=10)
+
+
+def test_ci_flag_reports_whether_minus_one_is_inside():
+    rng = np.random.default_rng(0)
+    res = analyse_landscape(rng.exponential(size=3000), n_orderings=20, seed=0, n_bootstrap=50)
+    lo, hi = res["slope_ci95"]
+    assert res["ci95_contains_minus_one"] == (lo <= -1.0 <= hi)

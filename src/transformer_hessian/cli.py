@@ -119,6 +119,8 @@ def cmd_landscape(a) -> None:
     result["experiment"] = L["experiment"]
     write_json(result, a.out)
     log.info("landscape: slope %.3f, 95%% CI [%.3f, %.3f]", result["slope"], *result["slope_ci95"])
+    if not result["ci95_contains_minus_one"]:
+        log.warning("landscape: the 95%% interval of the slope excludes -1, the O(1/k) rate of Theorem 7")
 
 
 def cmd_tables(a) -> None:

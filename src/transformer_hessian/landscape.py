@@ -363,6 +363,8 @@ def analyse_landscape(
         "slope": slope,
         "intercept": intercept,
         "slope_ci95": [lo, hi],
+        # The paper's claim is O(1/k): does the interval contain slope -1?
+        "ci95_contains_minus_one": bool(lo <= -1.0 <= hi),
         "n_bootstrap": int(b),
         "fit_k_min": k_min,
         "fit_k_max": int(fit_k_max),
