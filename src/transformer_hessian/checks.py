@@ -7,8 +7,7 @@ import time
 import numpy as np
 import torch
 
-from . import GROUPS
-from .hessian import group_layout, hessian_curvlinops
+from .hessian import block_pairs, group_layout, hessian_curvlinops
 from .model import ViT
 
 
@@ -35,21 +34,20 @@ def closed_form_check(model: ViT, images, labels, tolerance: float = 1e-8) -> di
     _, _, off = group_layout(model, 0)
     scale = float(H_ref.abs().max())
     rows = []
-    for i, ri in enumerate(GROUPS):
-        for j, cj in enumerate(GROUPS):
-            sl = (slice(off[i], off[i + 1]), slice(off[j], off[j + 1]))
-            ref, cf = H_ref[sl], H_cf[sl]
-            err = float((cf - ref).abs().max())
-            fo = float(torch.linalg.matrix_norm(H_outer[sl], "fro"))
-            ff = float(torch.linalg.matrix_norm(H_func[sl], "fro"))
-            rows.append({
-                "row": ri, "col": cj, "max_abs_error": err,
-                "rel_error": err / scale if scale > 0 else err,
-                "block_rel_error": err / float(ref.abs().max()) if float(ref.abs().max()) > 0 else err,
-                "fro_exact": float(torch.linalg.matrix_norm(ref, "fro")),
-                "fro_outer": fo, "fro_functional": ff,
-                "functional_share": ff / (fo + ff) if fo + ff > 0 else 0.0,
-            })
+    pairs = zip(block_pairs(H_ref, off), block_pairs(H_cf, off), block_pairs(H_outer, off), block_pairs(H_func, off))
+    for (ri, cj, ref), (_, _, cf), (_, _, outer_b), (_, _, func_b) in pairs:
+        err = float((cf - ref).abs().max())
+        ref_max = float(ref.abs().max())
+        fo = float(torch.linalg.matrix_norm(outer_b, "fro"))
+        ff = float(torch.linalg.matrix_norm(func_b, "fro"))
+        rows.append({
+            "row": ri, "col": cj, "max_abs_error": err,
+            "rel_error": err / scale if scale > 0 else err,
+            "block_rel_error": err / ref_max if ref_max > 0 else err,
+            "fro_exact": float(torch.linalg.matrix_norm(ref, "fro")),
+            "fro_outer": fo, "fro_functional": ff,
+            "functional_share": ff / (fo + ff) if fo + ff > 0 else 0.0,
+        })
     max_rel = max(r["rel_error"] for r in rows)
     return {
         "blocks": rows, "max_rel_error": max_rel, "tolerance": tolerance,

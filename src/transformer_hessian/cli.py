@@ -132,23 +132,20 @@ def cmd_tables(a) -> None:
     out = Path(a.out_dir)
     write_table(block_norm_table(read_json(a.norms_init), read_json(a.norms_trained)), out / "block_norms",
                 "Hessian block norms of the loss w.r.t. (W_Q, W_K, W_V, W_1, W_2) at initialisation and after training")
-    metrics = {Path(p).parent.name: read_json(p) for p in a.metrics}
+    metrics = {m["experiment"]: m for m in map(read_json, a.metrics)}
     write_table(run_summary_table(metrics), out / "run_summary", "Runs behind the figures")
-    checks = {read_json(p)["stage"]: read_json(p) for p in a.theory}
+    checks = {c["stage"]: c for c in map(read_json, a.theory)}
     write_table(closed_form_table(checks), out / "closed_form_check",
                 "Closed-form Hessian vs curvlinops: errors and functional share per block pair")
 
 
 def cmd_summary(a) -> None:
-    from .report import build_summary, write_summary
-    from .utils import read_json
+    from .report import build_summary
+    from .utils import write_json
 
-    norms = {read_json(p)["stage"]: p for p in a.norms}
-    theory = {read_json(p)["stage"]: p for p in a.theory}
-    metrics = {Path(p).parent.name: p for p in a.metrics}
     figures = {Path(p).stem: p for p in a.figures}
     tables = {Path(p).stem: p for p in a.tables}
-    write_summary(build_summary(a.config_hash, norms, metrics, a.landscape, theory, figures, tables), a.out)
+    write_json(build_summary(a.config_hash, a.norms, a.metrics, a.landscape, a.theory, figures, tables), a.out)
 
 
 def cmd_bench(a) -> None:

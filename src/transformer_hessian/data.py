@@ -48,7 +48,7 @@ from torchvision.datasets import CIFAR100, MNIST
 from torchvision.datasets.mnist import read_image_file, read_label_file
 from torchvision.datasets.utils import USER_AGENT, calculate_md5, check_integrity, extract_archive
 
-from .utils import write_json
+from .utils import atomic_path, write_json
 
 __all__ = ["DATASETS", "DataError", "download", "write_manifest", "load_dataset"]
 
@@ -164,27 +164,17 @@ def _fetch(url: str, dest: Path, md5: str, timeout: float) -> None:
     Raises ``_FetchError`` (any network problem or a checksum mismatch); nothing is left behind.
     """
     try:
-        fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    except OSError as err:
-        raise _FetchError(f"cannot create a temporary file in {dest.parent}: {err}") from err
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as fh:
+        with atomic_path(dest, suffix=".part") as tmp:
             request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
-            with urllib.request.urlopen(request, timeout=timeout) as response:
+            with urllib.request.urlopen(request, timeout=timeout) as response, open(tmp, "wb") as fh:
                 shutil.copyfileobj(response, fh, 1 << 20)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if not check_integrity(tmp, md5):
-            got = calculate_md5(tmp)
-            raise _FetchError(
-                f"checksum mismatch: expected md5 {md5}, got {got} ({tmp.stat().st_size} bytes); file rejected"
-            )
-        os.replace(tmp, dest)
+            if not check_integrity(tmp, md5):
+                got = calculate_md5(tmp)
+                raise _FetchError(
+                    f"checksum mismatch: expected md5 {md5}, got {got} ({tmp.stat().st_size} bytes); file rejected"
+                )
     except _NETWORK_ERRORS as err:
         raise _FetchError(f"{type(err).__name__}: {err}") from err
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 class _FetchError(Exception):

@@ -71,9 +71,8 @@ def hessian_vmap(model: ViT, block: int, images, labels, chunk_size: int = 64) -
 
     P = w.numel()
     eye = torch.eye(P, dtype=w.dtype, device=w.device)
-    cols = [vmap(hvp)(eye[i : i + chunk_size]) for i in range(0, P, chunk_size)]
-    H = torch.cat(cols, dim=0)
-    return H  # row i is H e_i, i.e. row i of the symmetric H
+    # Row i is H e_i, i.e. row i of the symmetric H.
+    return torch.cat([vmap(hvp)(eye[i : i + chunk_size]) for i in range(0, P, chunk_size)], dim=0)
 
 
 def hessian_curvlinops(model: ViT, block: int, images, labels, chunk_size: int = 64) -> torch.Tensor:
@@ -124,20 +123,22 @@ def compute_hessian(model: ViT, block: int, images, labels, method: str = "auto"
     return H.detach(), method, time.perf_counter() - t0
 
 
-def block_norms(H: np.ndarray, offsets, names=GROUPS) -> list[dict]:
-    """Frobenius, spectral norm and max |entry| of every block pair (row-major over GROUPS)."""
-    H = torch.as_tensor(H)
-    out = []
+def block_pairs(H, offsets, names=GROUPS):
+    """Yield (row name, col name, block) over every block pair of a dense GROUPS-ordered H."""
     for i, ri in enumerate(names):
         for j, cj in enumerate(names):
-            blk = H[offsets[i] : offsets[i + 1], offsets[j] : offsets[j + 1]]
-            out.append({
-                "row": ri, "col": cj,
-                "fro": float(torch.linalg.matrix_norm(blk, "fro")),
-                "spectral": float(torch.linalg.matrix_norm(blk, 2)),
-                "max_abs": float(blk.abs().max()),
-            })
-    return out
+            yield ri, cj, H[offsets[i] : offsets[i + 1], offsets[j] : offsets[j + 1]]
+
+
+def block_norms(H: np.ndarray, offsets, names=GROUPS) -> list[dict]:
+    """Frobenius, spectral norm and max |entry| of every block pair (row-major over GROUPS)."""
+    return [
+        {"row": ri, "col": cj,
+         "fro": float(torch.linalg.matrix_norm(blk, "fro")),
+         "spectral": float(torch.linalg.matrix_norm(blk, 2)),
+         "max_abs": float(blk.abs().max())}
+        for ri, cj, blk in block_pairs(torch.as_tensor(H), offsets, names)
+    ]
 
 
 def weight_norms(model: ViT, block: int) -> dict[str, dict[str, float]]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .utils import atomic_path, device_description, git_commit, package_versions, read_json, write_json, write_text
+from .utils import atomic_path, device_description, git_commit, package_versions, read_json, write_text
 
 
 def _fmt(v) -> str:
@@ -96,29 +96,29 @@ def provenance(config_hash: str) -> dict:
     }
 
 
-def build_summary(config_hash: str, norms: dict[str, str], metrics: dict[str, str], landscape: str,
-                  theory: dict[str, str], figures: dict[str, str], tables: dict[str, str]) -> dict:
-    """Gather every number the figures and tables show, with provenance."""
+def build_summary(config_hash: str, norms: list[str], metrics: list[str], landscape: str,
+                  theory: list[str], figures: dict[str, str], tables: dict[str, str]) -> dict:
+    """Gather every number the figures and tables show, with provenance.
+
+    Each result file is read once and keyed by what it says of itself (stage, experiment).
+    """
     summary = {"provenance": provenance(config_hash), "hessian": {}, "training": {}, "theory": {}}
-    for stage, path in norms.items():
+    for path in norms:
         n = read_json(path)
-        summary["hessian"][stage] = {k: n[k] for k in ("blocks", "weights", "method", "seconds",
-                                                        "batch_size", "n_params", "experiment", "block")}
-    for name, path in metrics.items():
+        summary["hessian"][n["stage"]] = {k: n[k] for k in ("blocks", "weights", "method", "seconds",
+                                                            "batch_size", "n_params", "experiment", "block")}
+    for path in metrics:
         m = read_json(path)
-        summary["training"][name] = {
+        summary["training"][m["experiment"]] = {
             "dataset": m["dataset"], "val_acc": m["final"]["val_acc"], "train_acc": m["final"]["train_acc"],
             "val_loss": m["final"]["val_loss"], "train_loss": m["final"]["train_loss"],
             "epochs": m["epochs"], "n_parameters": m["n_parameters"], "train_seconds": m["train_seconds"],
             "history": m["history"], "model": m["model"],
         }
     summary["landscape"] = read_json(landscape)
-    for stage, path in theory.items():
-        summary["theory"][stage] = read_json(path)
+    for path in theory:
+        t = read_json(path)
+        summary["theory"][t["stage"]] = t
     summary["figures"] = figures
     summary["tables"] = tables
     return summary
-
-
-def write_summary(summary: dict, path: str | Path) -> None:
-    write_json(summary, path)
