@@ -61,3 +61,33 @@ def test_closed_form_check_passes_and_gate_fails_on_tiny_tolerance(tiny_run):
     bad = _cli(*args, "--tolerance", "1e-300", "--out", str(root / "bad.json"))
     assert bad.returncode == 1
     assert "exceeds theory.tolerance=1e-300" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_help_imports_no_heavy_library():
+    # `--help` must answer instantly: the command line defers torch/numpy to the command that runs.
+    code = ("import sys; from transformer_hessian.cli import build_parser; build_parser(); "
+            "print(sorted(m for m in ('torch', 'numpy', 'pandas', 'matplotlib') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_every_option_has_help_and_description_is_plain_text():
+    import argparse
+
+    from transformer_hessian.cli import build_parser
+
+    parser = build_parser()
+    assert "``" not in parser.description
+    missing = []
+
+    def walk(p, path):
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{path} {name}")
+            elif not isinstance(action, argparse._HelpAction) and not action.help:
+                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+
+    walk(parser, "transformer-hessian")
+    assert missing == []

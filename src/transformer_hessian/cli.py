@@ -1,4 +1,4 @@
-"""Command line of the pipeline: ``transformer-hessian <command> --help``.
+"""Command line of the reproduction pipeline; one command per Snakemake rule (see each command's --help).
 
 Each Snakemake rule calls exactly one of these commands. Settings arrive as JSON (the
 validated config section of the rule), so the rule's ``params`` are the single source of truth.
@@ -17,6 +17,9 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from .utils import log, set_threads, setup_logging
+
+
+DATA_ROOT_HELP = "data root (data.root); the data set lies in DATA_ROOT/DATASET/"
 
 
 def _json_arg(text: str) -> dict:
@@ -161,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("download", help="fetch and verify a data set (digits needs no download)")
-    s.add_argument("--dataset", required=True)
+    s.add_argument("--dataset", required=True, help="digits, mnist or cifar100")
     s.add_argument("--root", default=None,
                    help="data root; files go to ROOT/DATASET/ (default: two levels above --manifest)")
     s.add_argument("--mirror", default=None, help="base URL of a mirror to use instead of torchvision's")
@@ -169,9 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_download)
 
     s = sub.add_parser("train", help="train one experiment (resumes from its last epoch checkpoint)")
-    s.add_argument("--experiment", required=True)
+    s.add_argument("--experiment", required=True, help="experiment name (a key under experiments: in the config)")
     s.add_argument("--spec", type=_json_arg, required=True, help="the experiment's config section as JSON")
-    s.add_argument("--data-root", required=True)
+    s.add_argument("--data-root", required=True, help=DATA_ROOT_HELP)
     s.add_argument("--out", required=True, help="output folder of the experiment")
     s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
     s.set_defaults(func=cmd_train)
@@ -179,58 +182,58 @@ def build_parser() -> argparse.ArgumentParser:
     for name, helptext in (("hessian", "exact dense Hessian of one block's five weight groups"),
                            ("theory", "closed-form Hessian vs curvlinops on the same batch")):
         s = sub.add_parser(name, help=helptext)
-        s.add_argument("--checkpoint", required=True)
-        s.add_argument("--stage", required=True, choices=["init", "trained"])
+        s.add_argument("--checkpoint", required=True, help="model checkpoint (init.pt or final.pt)")
+        s.add_argument("--stage", required=True, choices=["init", "trained"], help="which checkpoint this is")
         s.add_argument("--spec", type=_json_arg, required=True, help="the experiment's config section")
         s.add_argument("--hessian", type=_json_arg, required=True, help="the 'hessian' config section")
-        s.add_argument("--data-root", required=True)
+        s.add_argument("--data-root", required=True, help=DATA_ROOT_HELP)
         s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]; float64 throughout")
         if name == "hessian":
-            s.add_argument("--out-npz", required=True)
-            s.add_argument("--out-norms", required=True)
+            s.add_argument("--out-npz", required=True, help="dense Hessian with group names, shapes, offsets")
+            s.add_argument("--out-norms", required=True, help="JSON of block and weight norms")
             s.set_defaults(func=cmd_hessian)
         else:
-            s.add_argument("--tolerance", type=float, default=1e-8)
-            s.add_argument("--out", required=True)
+            s.add_argument("--tolerance", type=float, default=1e-8, help="largest relative error that passes")
+            s.add_argument("--out", required=True, help="JSON of errors per block pair")
             s.set_defaults(func=cmd_theory)
 
     s = sub.add_parser("landscape", help="per-sample losses at w*, |L_{k+1}-L_k| and its log-log slope")
-    s.add_argument("--checkpoint", required=True)
-    s.add_argument("--spec", type=_json_arg, required=True)
+    s.add_argument("--checkpoint", required=True, help="trained checkpoint w* (final.pt)")
+    s.add_argument("--spec", type=_json_arg, required=True, help="the experiment's config section as JSON")
     s.add_argument("--landscape", type=_json_arg, required=True, help="the 'landscape' config section")
-    s.add_argument("--data-root", required=True)
+    s.add_argument("--data-root", required=True, help=DATA_ROOT_HELP)
     s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
-    s.add_argument("--out", required=True)
+    s.add_argument("--out", required=True, help="output JSON (landscape.json)")
     s.set_defaults(func=cmd_landscape)
 
     s = sub.add_parser("tables", help="write paper/tables/*.{csv,tex,md}")
-    s.add_argument("--norms-init", required=True)
-    s.add_argument("--norms-trained", required=True)
-    s.add_argument("--metrics", nargs="+", required=True)
-    s.add_argument("--theory", nargs="+", required=True)
-    s.add_argument("--out-dir", required=True)
+    s.add_argument("--norms-init", required=True, help="block norms at initialisation (hessian rule, *_norms.json)")
+    s.add_argument("--norms-trained", required=True, help="block norms after training (hessian rule, *_norms.json)")
+    s.add_argument("--metrics", nargs="+", required=True, help="metrics.json of each experiment (train rule)")
+    s.add_argument("--theory", nargs="+", required=True, help="closed-form check of each stage (theory rule)")
+    s.add_argument("--out-dir", required=True, help="folder for the tables (paper/tables)")
     s.set_defaults(func=cmd_tables)
 
     s = sub.add_parser("summary", help="write paper/summary.json")
-    s.add_argument("--config-hash", required=True)
-    s.add_argument("--norms", nargs="+", required=True)
-    s.add_argument("--metrics", nargs="+", required=True)
-    s.add_argument("--landscape", required=True)
-    s.add_argument("--theory", nargs="+", required=True)
-    s.add_argument("--figures", nargs="+", default=[])
-    s.add_argument("--tables", nargs="+", default=[])
-    s.add_argument("--out", required=True)
+    s.add_argument("--config-hash", required=True, help="hash of the validated config the results came from")
+    s.add_argument("--norms", nargs="+", required=True, help="block norms of each stage (hessian rule)")
+    s.add_argument("--metrics", nargs="+", required=True, help="metrics.json of each experiment (train rule)")
+    s.add_argument("--landscape", required=True, help="landscape.json (landscape rule)")
+    s.add_argument("--theory", nargs="+", required=True, help="closed-form check of each stage (theory rule)")
+    s.add_argument("--figures", nargs="+", default=[], help="figure files to list with their hashes")
+    s.add_argument("--tables", nargs="+", default=[], help="table files to list with their hashes")
+    s.add_argument("--out", required=True, help="output JSON (paper/summary.json)")
     s.set_defaults(func=cmd_summary)
 
     s = sub.add_parser("bench", help="benchmarks (see `bench hessian --help`)")
     bsub = s.add_subparsers(dest="bench", required=True)
     b = bsub.add_parser("hessian", help="time dense Hessian extraction: curvlinops, torch.func, closed form, pipeline")
-    b.add_argument("--widths", type=int, nargs="+", default=[8, 16, 32])
-    b.add_argument("--batch-size", type=int, default=64)
-    b.add_argument("--repeats", type=int, default=3)
-    b.add_argument("--memory-cap-gib", type=float, default=8.0)
+    b.add_argument("--widths", type=int, nargs="+", default=[8, 16, 32], help="model widths d to time")
+    b.add_argument("--batch-size", type=int, default=64, help="samples in the Hessian batch")
+    b.add_argument("--repeats", type=int, default=3, help="timed runs per method after one warm-up")
+    b.add_argument("--memory-cap-gib", type=float, default=8.0, help="address-space cap of each method's process")
     b.add_argument("--timeout", type=float, default=600.0, help="seconds per method and size")
-    b.add_argument("--out-dir", default="results/bench")
+    b.add_argument("--out-dir", default="results/bench", help="folder for hessian_bench.{json,md}")
     s.set_defaults(func=cmd_bench)
     return p
 

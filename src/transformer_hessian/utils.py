@@ -13,9 +13,6 @@ from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
-import numpy as np
-import torch
-
 log = logging.getLogger("transformer_hessian")
 
 
@@ -46,6 +43,9 @@ def atomic_path(path: str | Path, suffix: str | None = None):
 
 
 def _json_default(obj):
+    import numpy as np
+    import torch
+
     if isinstance(obj, (np.floating, np.integer)):
         return obj.item()
     if isinstance(obj, np.ndarray):
@@ -58,6 +58,7 @@ def _json_default(obj):
 
 
 def write_json(obj, path: str | Path) -> None:
+    """Write ``obj`` as indented JSON atomically; NaN/inf are refused (not valid JSON)."""
     with atomic_path(path) as tmp:
         with open(tmp, "w") as fh:
             json.dump(obj, fh, indent=2, default=_json_default, allow_nan=False)
@@ -65,27 +66,37 @@ def write_json(obj, path: str | Path) -> None:
 
 
 def read_json(path: str | Path):
+    """Parse a JSON file."""
     with open(path) as fh:
         return json.load(fh)
 
 
 def write_text(text: str, path: str | Path) -> None:
+    """Write ``text`` atomically."""
     with atomic_path(path) as tmp:
         Path(tmp).write_text(text)
 
 
 def torch_save(obj, path: str | Path) -> None:
+    """``torch.save`` to a temporary file, then rename into place."""
+    import torch
+
     with atomic_path(path) as tmp:
         torch.save(obj, tmp)
 
 
 def save_npz(path: str | Path, **arrays) -> None:
+    """Write ``arrays`` to a compressed ``.npz`` file atomically."""
+    import numpy as np
+
     with atomic_path(path, suffix=".npz") as tmp:
         np.savez_compressed(tmp, **arrays)
 
 
 def resolve_device(spec: str = "auto") -> torch.device:
     """``auto`` -> CUDA when available, else CPU; otherwise the named device."""
+    import torch
+
     if spec == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(spec)
@@ -95,6 +106,7 @@ def resolve_device(spec: str = "auto") -> torch.device:
 
 
 def git_commit() -> str:
+    """The checkout's commit hash, with ``-dirty`` when tracked files differ; ``unknown`` outside git."""
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
@@ -116,6 +128,7 @@ PROVENANCE_PACKAGES = (
 
 
 def package_versions() -> dict[str, str]:
+    """Installed versions of Python and the packages whose numbers the results depend on."""
     out = {"python": platform.python_version()}
     for name in PROVENANCE_PACKAGES:
         try:
@@ -126,6 +139,9 @@ def package_versions() -> dict[str, str]:
 
 
 def device_description(device: torch.device | None = None) -> str:
+    """One line naming the device the numbers came from (GPU model or CPU and core count)."""
+    import torch
+
     device = device or resolve_device("auto")
     if device.type == "cuda":
         return f"cuda ({torch.cuda.get_device_name(device)})"
@@ -133,6 +149,7 @@ def device_description(device: torch.device | None = None) -> str:
 
 
 def setup_logging(verbose: bool = False) -> None:
+    """Log to stderr (the rule's log file) with timestamps; DEBUG when ``verbose``."""
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -141,5 +158,8 @@ def setup_logging(verbose: bool = False) -> None:
 
 
 def set_threads(n: int | None) -> None:
+    """Limit torch's intra-op threads to ``n`` (the rule's ``threads``); no-op for None."""
     if n:
+        import torch
+
         torch.set_num_threads(int(n))
