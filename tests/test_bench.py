@@ -15,8 +15,8 @@ import statistics
 import numpy as np
 import pytest
 
-from transformer_hessian import bench
-from transformer_hessian.bench import OK, OOM, TIMEOUT, BenchSettings, n_group_params, run_case
+from transformer_hessian.bench import hessian as bench
+from transformer_hessian.bench.hessian import OK, OOM, TIMEOUT, BenchSettings, n_group_params, run_case
 from transformer_hessian.cli import main
 
 WIDTH, BATCH = 4, 8

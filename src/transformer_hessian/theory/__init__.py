@@ -1,5 +1,11 @@
 """Closed-form Jacobians and Hessians of the post-norm Transformer block.
 
+One module per concept: ``vec`` (vec_r, Kronecker and commutation algebra, softmax rows),
+``layernorm`` (Theorems 2-3), ``ffn`` (Lemma 1), ``attention`` (Theorem 1's derivatives),
+``layout`` (parameter-group offsets), ``reference`` (the block's materialised Theorems 4-5),
+``factored`` (the same numbers through the per-token factorisation), ``loss`` (Gauss-Newton
+split for any loss of the block output, MSE) and ``model_loss`` (the pipeline's cross-entropy).
+
 Paper conventions throughout: row-wise vectorisation vec_r (``W.reshape(-1)``), numerator
 layout, stacked second derivatives d^2N/(dW_i dW_j) of shape (n d * p_i q_i) x (p_j q_j),
 parameter groups in the order ``transformer_hessian.GROUPS``. Nothing here uses autograd;
@@ -17,20 +23,6 @@ from .attention import (
     attention_score_jacobians,
     attention_second_derivatives,
 )
-from .block import (
-    HessianResult,
-    block_forward,
-    block_hessian_from_loss_derivatives,
-    block_jacobians,
-    block_loss_hessian,
-    block_loss_hessian_parts,
-    block_output_hessian,
-    blocks_to_dense,
-    dense_to_blocks,
-    group_shapes,
-    model_loss_hessian,
-    model_loss_hessian_parts,
-)
 from .ffn import ffn_forward, ffn_jacobians, ffn_second_derivatives
 from .layernorm import (
     layernorm_forward,
@@ -38,6 +30,10 @@ from .layernorm import (
     layernorm_hessian_contract,
     layernorm_jacobian,
 )
+from .layout import HessianResult, blocks_to_dense, dense_to_blocks, group_offsets, group_shapes
+from .loss import block_hessian_from_loss_derivatives, block_loss_hessian, block_loss_hessian_parts
+from .model_loss import model_loss_hessian, model_loss_hessian_parts
+from .reference import block_forward, block_jacobians, block_output_hessian
 from .vec import (
     commutation_matrix,
     kron,
@@ -70,6 +66,7 @@ __all__ = [
     "ffn_forward",
     "ffn_jacobians",
     "ffn_second_derivatives",
+    "group_offsets",
     "group_shapes",
     "kron",
     "layernorm_forward",

@@ -10,7 +10,7 @@ d_k = d, d_ff = 4 d) on one batch of random float64 inputs and labels, by
 - (d) ``pipeline``: ``hessian.compute_hessian(..., method="auto")`` (records what auto resolved to),
 - (e) ``vmap``: chunked vmapped Hessian-vector products (``hessian.hessian_vmap``).
 
-Every (method, width) runs in its own subprocess (``python -m transformer_hessian.bench``), so
+Every (method, width) runs in its own subprocess (``python -m transformer_hessian.bench.hessian``), so
 its peak resident memory is its own: the child measures its RSS after imports and set-up
 (the baseline), resets the kernel's high-water mark, runs one excluded warm-up and
 ``repeats`` timed runs, and reports the peak. A memory cap is enforced in the child, armed
@@ -45,39 +45,29 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from .utils import log, write_json, write_text
-
-#: Relative agreement with (a) required of every method (float64).
-TOLERANCE = 1e-10
-
-#: (label, method key, description), in the order they run for each width ((a) first).
-METHODS = (
-    ("a", "curvlinops", "curvlinops HessianLinearOperator @ I (hessian.hessian_curvlinops: 64-column blocks of I)"),
-    ("b", "torch_func_hessian", "torch.func.hessian of the flat-vector loss"),
-    ("c", "closed_form", "closed form (theory.model_loss_hessian)"),
-    ("d", "pipeline", "pipeline: compute_hessian(method='auto')"),
-    ("e", "vmap", "chunked vmapped HVPs (hessian_vmap)"),
+from ..utils import log, write_json, write_text
+from .methods import CHUNK_COLUMNS, DESCRIPTIONS, FALLBACK, LABELS, METHODS, TOLERANCE
+from .sandbox import (
+    _MIB,
+    _WATCHDOG_EXIT,
+    ERROR,
+    OK,
+    OOM,
+    TIMEOUT,
+    _is_oom,
+    _MemoryCap,
+    _proc_status,
+    _reset_peak_rss,
+    _rss_bytes,
+    _tail,
 )
-#: Run only where (a) did not finish (out of memory / timeout); it then serves as the width's
-#: reference. Independent of how hessian_curvlinops chunks (curvlinops 3 vmaps its HVP over all
-#: columns of the matrix it is applied to, which needs tens of GiB for I at d = 16).
-FALLBACK = ("a'", "curvlinops_chunked", "curvlinops HessianLinearOperator @ I, 256-column blocks (fallback reference)")
-CHUNK_COLUMNS = 256
-LABELS = {label: key for label, key, _ in (*METHODS, FALLBACK)}
-DESCRIPTIONS = {key: desc for _, key, desc in (*METHODS, FALLBACK)}
-
-OK, OOM, TIMEOUT, ERROR = "ok", "out of memory", "timeout", "error"
-
-#: Exit code of a child whose RSS watchdog fired (it writes its result first).
-_WATCHDOG_EXIT = 86
-_MIB = 2**20
+from .tables import fmt, markdown_table
 
 
 class BenchError(ValueError):
@@ -119,50 +109,11 @@ def n_group_params(width: int) -> int:
     return 2 * d * d_k + d * d + 2 * d * d_ff
 
 
-# --------------------------------------------------------------------------------------------
-# child side
-# --------------------------------------------------------------------------------------------
-
-def _proc_status() -> dict[str, int]:
-    """VmRSS, VmHWM, VmSize, ... of this process in bytes."""
-    out = {}
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            key, _, val = line.partition(":")
-            if key.startswith("Vm") and val.strip().endswith("kB"):
-                out[key] = int(val.split()[0]) * 1024
-    return out
-
-
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _reset_peak_rss() -> bool:
-    """Reset the kernel's resident high-water mark (VmHWM); False where not permitted."""
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def _is_oom(err: BaseException) -> bool:
-    if isinstance(err, MemoryError):
-        return True
-    text = str(err).lower()
-    return isinstance(err, RuntimeError) and any(
-        s in text for s in ("can't allocate memory", "cannot allocate memory", "out of memory", "bad_alloc")
-    )
-
-
 def build_problem(width: int, batch_size: int, seed: int):
     """The default single-block ViT (float64, seeded init) and a seeded random float64 batch."""
     import torch
 
-    from .model import ModelConfig, ViT
+    from ..model import ModelConfig, ViT
 
     cfg = ModelConfig(image_size=8, channels=1, num_classes=10, patch_size=2, width=width, depth=1,
                       d_k=width, d_ff=4 * width)
@@ -176,7 +127,7 @@ def build_problem(width: int, batch_size: int, seed: int):
 
 def hessian_curvlinops_chunked(model, block: int, images, labels, chunk: int = CHUNK_COLUMNS):
     """``HessianLinearOperator @ I`` applied to blocks of ``chunk`` columns of I at a time."""
-    from .hessian import hessian_curvlinops
+    from ..hessian import hessian_curvlinops
 
     return hessian_curvlinops(model, block, images, labels, chunk_size=chunk)
 
@@ -186,7 +137,7 @@ def _method_fn(method: str, model, images, labels):
     so that the imports count towards the baseline, not the method."""
     import torch
 
-    from . import hessian as hs
+    from .. import hessian as hs
 
     if method == "curvlinops":
         import curvlinops  # noqa: F401
@@ -203,60 +154,19 @@ def _method_fn(method: str, model, images, labels):
         hess = torch.func.hessian(f)
         return (lambda: hess(w)), {}
     if method == "closed_form":
-        from .theory import model_loss_hessian  # noqa: F401  (ImportError -> row "error")
+        from ..theory import model_loss_hessian  # noqa: F401  (ImportError -> row "error")
 
         return (lambda: hs.hessian_closed_form(model, 0, images, labels)), {}
     if method == "pipeline":
         resolved = hs.resolve_method("auto", model)
         if resolved == "closed_form":
-            from .theory import model_loss_hessian  # noqa: F401,F811
+            from ..theory import model_loss_hessian  # noqa: F401,F811
         elif resolved == "curvlinops":
             import curvlinops  # noqa: F401
         return (lambda: hs.compute_hessian(model, 0, images, labels, method="auto")[0]), {"resolved_method": resolved}
     if method == "vmap":
         return (lambda: hs.hessian_vmap(model, 0, images, labels)), {}
     raise ValueError(f"unknown method {method!r}")
-
-
-class _MemoryCap:
-    """RLIMIT_AS (address space now + cap) and an RSS watchdog thread (baseline + cap)."""
-
-    def __init__(self, cap_bytes: int, baseline_rss: int, on_fire):
-        self.cap, self.baseline, self.on_fire = cap_bytes, baseline_rss, on_fire
-        self.mechanisms: list[str] = []
-        self._old = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-
-    def _watch(self) -> None:
-        limit = self.baseline + self.cap
-        while not self._stop.wait(0.01):
-            rss = _rss_bytes()
-            if rss > limit and not self._stop.is_set():
-                try:
-                    self.on_fire(rss)
-                finally:
-                    os._exit(_WATCHDOG_EXIT)
-
-    def arm(self) -> None:
-        self._thread.start()  # before the limit: the thread's stack is address space too
-        self.mechanisms.append("rss_watchdog")
-        try:
-            self._old = resource.getrlimit(resource.RLIMIT_AS)
-            limit = _proc_status()["VmSize"] + self.cap
-            hard = self._old[1]
-            if hard != resource.RLIM_INFINITY:
-                limit = min(limit, hard)
-            resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-            self.mechanisms.append("rlimit_as")
-        except (ValueError, OSError, KeyError):
-            self._old = None
-
-    def disarm(self) -> None:
-        if self._old is not None:
-            resource.setrlimit(resource.RLIMIT_AS, self._old)
-            self._old = None
-        self._stop.set()
 
 
 def run_worker(spec: dict) -> dict:
@@ -282,7 +192,7 @@ def run_worker(spec: dict) -> dict:
         res["message"] = f"set-up failed: {type(err).__name__}: {err}"
         save()
         return res
-    from .hessian import group_layout
+    from ..hessian import group_layout
 
     res["n_params"] = int(group_layout(model, 0)[2][-1])
     gc.collect()
@@ -345,24 +255,13 @@ def run_worker(spec: dict) -> dict:
 
 
 def _worker_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m transformer_hessian.bench")
+    p = argparse.ArgumentParser(prog="python -m transformer_hessian.bench.hessian")
     p.add_argument("--worker", required=True, help="JSON spec file of one (method, width) run")
     a = p.parse_args(argv)
     with open(a.worker) as fh:
         spec = json.load(fh)
     run_worker(spec)
     return 0
-
-
-# --------------------------------------------------------------------------------------------
-# parent side
-# --------------------------------------------------------------------------------------------
-
-def _tail(path: Path, n: int = 1500) -> str:
-    try:
-        return path.read_text(errors="replace")[-n:]
-    except OSError:
-        return ""
 
 
 def run_case(label: str, width: int, s: BenchSettings, workdir: Path) -> dict:
@@ -377,7 +276,7 @@ def run_case(label: str, width: int, s: BenchSettings, workdir: Path) -> dict:
     spec_path = workdir / f"{tag}.spec.json"
     write_json(spec, spec_path)
     log_path = workdir / f"{tag}.log"
-    cmd = [sys.executable, "-m", "transformer_hessian.bench", "--worker", str(spec_path)]
+    cmd = [sys.executable, "-m", "transformer_hessian.bench.hessian", "--worker", str(spec_path)]
     t0 = time.perf_counter()
     timed_out = False
     with open(log_path, "w") as logf:
@@ -453,52 +352,10 @@ def relative_error(path_h: str, path_ref: str, chunk_rows: int = 512) -> tuple[f
     return (err / scale if scale > 0 else err), err
 
 
-def _fmt(x, spec: str, none: str = "-") -> str:
-    return none if x is None else format(x, spec)
-
-
-def markdown_table(result: dict) -> str:
-    """The rows of a result as a Markdown table (speed-up = median time of (a) / method's)."""
-    s = result["settings"]
-    lines = [
-        "# Dense Hessian extraction benchmark",
-        "",
-        f"Five-group Hessian ([W_Q, W_K, W_V, W_1, W_2], block 0) of a single-block ViT (8x8 images, "
-        f"patch 2, L=16, 10 classes, d_k=d, d_ff=4d), batch {s['batch_size']} of random float64 data; "
-        f"median of {s['repeats']} runs after one warm-up; memory cap {s['memory_cap_gib']:g} GiB above "
-        f"the baseline, timeout {s['timeout']:g} s per method and width; tolerance vs (a) "
-        f"{result['tolerance']:.0e}. Device: {result['environment'].get('device', '?')}.",
-        "",
-        "Speed-up and relative error max|H - H_ref| / max|H_ref| are against the width's reference "
-        "(ref.): (a), or (a') -- the same curvlinops operator applied to blocks of "
-        f"{CHUNK_COLUMNS} columns of I -- where (a) did not finish.",
-        "",
-        "| d | P | | method | status | median s | speed-up vs ref. | peak RSS MiB (above baseline) | rel. error vs ref. | ref. |",
-        "|---:|---:|:--|:--|:--|---:|---:|---:|---:|:--|",
-    ]
-    for r in result["rows"]:
-        method = r["method"] + (f" (auto -> {r['resolved_method']})" if r.get("resolved_method") else "")
-        mem = "-" if r["peak_rss_mib"] is None else f"{r['peak_rss_mib']:.0f} ({_fmt(r['peak_above_baseline_mib'], '.0f')})"
-        err = _fmt(r["rel_error_vs_a"], ".1e")
-        if r["agrees_with_a"] is False:
-            err += " **DISAGREES**"
-        lines.append(
-            f"| {r['width']} | {r['n_params']} | ({r['label']}) | {method} | {r['status']} | "
-            f"{_fmt(r['median_s'], '.4g')} | {_fmt(r['ratio_to_a'], '.2f', '-')}{'x' if r['ratio_to_a'] else ''} | "
-            f"{mem} | {err} | {'(' + r['reference'] + ')' if r.get('reference') else '-'} |"
-        )
-    notes = [r for r in result["rows"] if r["status"] != OK and r.get("message")]
-    if notes:
-        lines += ["", "Notes:", ""]
-        lines += [f"- d={r['width']} ({r['label']}) {r['method']}: {r['status']}: "
-                  f"{' '.join(str(r['message']).split())[:300]}" for r in notes]
-    return "\n".join(lines) + "\n"
-
-
 def _environment(threads) -> dict:
-    from .utils import device_description, git_commit, package_versions
-
     import torch
+
+    from ..utils import device_description, git_commit, package_versions
 
     return {"packages": package_versions(), "git_commit": git_commit(), "device": device_description(torch.device("cpu")),
             "cpu_count": os.cpu_count(), "threads": threads or torch.get_num_threads()}
@@ -553,8 +410,8 @@ def benchmark(s: BenchSettings) -> dict:
         is_ref = label in ("a", FALLBACK[0])
         _finalise_rows([row], row if is_ref else ref, s.tolerance)
         log.info("bench hessian: d=%d (%s) %s: %s, median %s s, peak RSS %s MiB, rel. error %s%s",
-                 width, label, row["method"], row["status"], _fmt(row["median_s"], ".4g"),
-                 _fmt(row["peak_rss_mib"], ".0f"), _fmt(row["rel_error_vs_a"], ".1e"),
+                 width, label, row["method"], row["status"], fmt(row["median_s"], ".4g"),
+                 fmt(row["peak_rss_mib"], ".0f"), fmt(row["rel_error_vs_a"], ".1e"),
                  f" ({' '.join(str(row['message']).split())[:200]})" if row["status"] != OK and row["message"] else "")
         result["rows"].append(row)
         write()
@@ -579,7 +436,7 @@ def benchmark(s: BenchSettings) -> dict:
         shutil.rmtree(workdir, ignore_errors=True)
     rows = result["rows"]
     result["disagreements"] = [
-        f"d={r['width']} ({r['label']}) {r['method']}: {_fmt(r['rel_error_vs_a'], '.3e', 'non-finite')} "
+        f"d={r['width']} ({r['label']}) {r['method']}: {fmt(r['rel_error_vs_a'], '.3e', 'non-finite')} "
         f"vs ({r['reference']})"
         for r in rows if r["agrees_with_a"] is False
     ]

@@ -1,0 +1,106 @@
+"""Process sandbox of the benchmarks: peak resident memory, a memory cap, OOM detection.
+
+A benchmark child measures its RSS after imports (the baseline), resets the kernel's
+high-water mark, and runs under :class:`_MemoryCap`: ``RLIMIT_AS`` = current address space +
+cap, plus a watchdog thread on the resident set (baseline + cap). Status strings of a row are
+defined here too.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import threading
+from pathlib import Path
+
+OK, OOM, TIMEOUT, ERROR = "ok", "out of memory", "timeout", "error"
+
+
+#: Exit code of a child whose RSS watchdog fired (it writes its result first).
+_WATCHDOG_EXIT = 86
+
+
+_MIB = 2**20
+
+
+def _proc_status() -> dict[str, int]:
+    """VmRSS, VmHWM, VmSize, ... of this process in bytes."""
+    out = {}
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            key, _, val = line.partition(":")
+            if key.startswith("Vm") and val.strip().endswith("kB"):
+                out[key] = int(val.split()[0]) * 1024
+    return out
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _reset_peak_rss() -> bool:
+    """Reset the kernel's resident high-water mark (VmHWM); False where not permitted."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _is_oom(err: BaseException) -> bool:
+    if isinstance(err, MemoryError):
+        return True
+    text = str(err).lower()
+    return isinstance(err, RuntimeError) and any(
+        s in text for s in ("can't allocate memory", "cannot allocate memory", "out of memory", "bad_alloc")
+    )
+
+
+class _MemoryCap:
+    """RLIMIT_AS (address space now + cap) and an RSS watchdog thread (baseline + cap)."""
+
+    def __init__(self, cap_bytes: int, baseline_rss: int, on_fire):
+        self.cap, self.baseline, self.on_fire = cap_bytes, baseline_rss, on_fire
+        self.mechanisms: list[str] = []
+        self._old = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        limit = self.baseline + self.cap
+        while not self._stop.wait(0.01):
+            rss = _rss_bytes()
+            if rss > limit and not self._stop.is_set():
+                try:
+                    self.on_fire(rss)
+                finally:
+                    os._exit(_WATCHDOG_EXIT)
+
+    def arm(self) -> None:
+        self._thread.start()  # before the limit: the thread's stack is address space too
+        self.mechanisms.append("rss_watchdog")
+        try:
+            self._old = resource.getrlimit(resource.RLIMIT_AS)
+            limit = _proc_status()["VmSize"] + self.cap
+            hard = self._old[1]
+            if hard != resource.RLIM_INFINITY:
+                limit = min(limit, hard)
+            resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+            self.mechanisms.append("rlimit_as")
+        except (ValueError, OSError, KeyError):
+            self._old = None
+
+    def disarm(self) -> None:
+        if self._old is not None:
+            resource.setrlimit(resource.RLIMIT_AS, self._old)
+            self._old = None
+        self._stop.set()
+
+
+def _tail(path: Path, n: int = 1500) -> str:
+    try:
+        return path.read_text(errors="replace")[-n:]
+    except OSError:
+        return ""

@@ -1,0 +1,49 @@
+"""Markdown rendering of a Hessian benchmark result (the table the README quotes)."""
+
+from __future__ import annotations
+
+from .methods import CHUNK_COLUMNS
+from .sandbox import OK
+
+
+def fmt(x, spec: str, none: str = "-") -> str:
+    """``format(x, spec)``, or ``none`` for a missing value."""
+    return none if x is None else format(x, spec)
+
+
+def markdown_table(result: dict) -> str:
+    """The rows of a result as a Markdown table (speed-up = median time of (a) / method's)."""
+    s = result["settings"]
+    lines = [
+        "# Dense Hessian extraction benchmark",
+        "",
+        f"Five-group Hessian ([W_Q, W_K, W_V, W_1, W_2], block 0) of a single-block ViT (8x8 images, "
+        f"patch 2, L=16, 10 classes, d_k=d, d_ff=4d), batch {s['batch_size']} of random float64 data; "
+        f"median of {s['repeats']} runs after one warm-up; memory cap {s['memory_cap_gib']:g} GiB above "
+        f"the baseline, timeout {s['timeout']:g} s per method and width; tolerance vs (a) "
+        f"{result['tolerance']:.0e}. Device: {result['environment'].get('device', '?')}.",
+        "",
+        "Speed-up and relative error max|H - H_ref| / max|H_ref| are against the width's reference "
+        "(ref.): (a), or (a') -- the same curvlinops operator applied to blocks of "
+        f"{CHUNK_COLUMNS} columns of I -- where (a) did not finish.",
+        "",
+        "| d | P | | method | status | median s | speed-up vs ref. | peak RSS MiB (above baseline) | rel. error vs ref. | ref. |",
+        "|---:|---:|:--|:--|:--|---:|---:|---:|---:|:--|",
+    ]
+    for r in result["rows"]:
+        method = r["method"] + (f" (auto -> {r['resolved_method']})" if r.get("resolved_method") else "")
+        mem = "-" if r["peak_rss_mib"] is None else f"{r['peak_rss_mib']:.0f} ({fmt(r['peak_above_baseline_mib'], '.0f')})"
+        err = fmt(r["rel_error_vs_a"], ".1e")
+        if r["agrees_with_a"] is False:
+            err += " **DISAGREES**"
+        lines.append(
+            f"| {r['width']} | {r['n_params']} | ({r['label']}) | {method} | {r['status']} | "
+            f"{fmt(r['median_s'], '.4g')} | {fmt(r['ratio_to_a'], '.2f', '-')}{'x' if r['ratio_to_a'] else ''} | "
+            f"{mem} | {err} | {'(' + r['reference'] + ')' if r.get('reference') else '-'} |"
+        )
+    notes = [r for r in result["rows"] if r["status"] != OK and r.get("message")]
+    if notes:
+        lines += ["", "Notes:", ""]
+        lines += [f"- d={r['width']} ({r['label']}) {r['method']}: {r['status']}: "
+                  f"{' '.join(str(r['message']).split())[:300]}" for r in notes]
+    return "\n".join(lines) + "\n"

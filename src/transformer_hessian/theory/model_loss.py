@@ -1,0 +1,107 @@
+"""Exact Hessian of the pipeline's own loss: cross-entropy on the mean-pooled ViT head.
+
+The ViT of :mod:`transformer_hessian.model` feeds its last block's output Z through a mean over
+tokens and a linear head; the loss is the batch mean of cross-entropy on those logits. This
+module turns that loss into the gradient and Hessian w.r.t. Z and assembles the dense Hessian
+over the block's five groups from the factored closed forms.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import GROUPS
+from .factored import _copy_transposed, _functional_upper, _symmetrize, _to_vec_order, _token_factors, _write_sym
+from .layout import HessianResult, _prep, dense_to_blocks, group_offsets, group_shapes
+
+
+def _model_parts(model, images: torch.Tensor, labels: torch.Tensor, block: int, split: bool):
+    depth = len(model.blocks)
+    if block < 0:
+        block += depth
+    if block != depth - 1:
+        raise ValueError(
+            f"model_loss_hessian: block={block} is not the last block of a depth-{depth} model; "
+            "the closed form covers the block that feeds the mean-pool and head directly "
+            "(use a single-block model, model.depth == 1, or the last block)"
+        )
+    with torch.no_grad():
+        blk = model.blocks[block]
+        X = model.block_input(images, block).detach()
+        p = _prep(blk.theory_params())
+        eps = blk.eps
+        Wh = model.head.weight.detach()
+        bh = model.head.bias.detach() if model.head.bias is not None else None
+        Bn, L, d = X.shape
+        f = _token_factors(X, p, eps)
+        logits = f.Z.mean(1) @ Wh.T
+        if bh is not None:
+            logits = logits + bh
+        prob = torch.softmax(logits, -1)
+        onehot = torch.nn.functional.one_hot(labels.to(X.device).long(), Wh.shape[0]).to(X.dtype)
+        # d logits / d vec_r(Z_b) = (1/L) (1_L^T (x) W_h); CE: grad p - e_y, Hessian diag(p) - p p^T.
+        shapes = group_shapes(p)
+        sizes = [shapes[n][0] * shapes[n][1] for n in GROUPS]
+        P = sum(sizes)
+        Jl = torch.cat(
+            [
+                _to_vec_order(
+                    torch.einsum("bli,oc,blcj->boij", f.alpha[n], Wh, f.j2 @ f.phi_s[n]) / L, n
+                ).reshape(Bn, Wh.shape[0], -1)
+                for n in GROUPS
+            ],
+            dim=2,
+        )  # (B, C, P): d logits_b / d w
+        # outer = sum_b J_b^T (diag p_b - p_b p_b^T) J_b / B = Jw^T Jw with Jw_b = V_b^T J_b / sqrt(B),
+        # V_b sqrt-eigen factor of the CE Hessian (rank C - 1: its null vector is the ones vector)
+        Hce = torch.diag_embed(prob) - prob.unsqueeze(-1) * prob.unsqueeze(-2)
+        lam, vec = torch.linalg.eigh(Hce)
+        lam, vec = lam[:, 1:].clamp_min(0.0), vec[:, :, 1:]  # drop the zero eigenvalue
+        Vb = vec * lam.sqrt().unsqueeze(-2)  # (B, C, C-1), Hce_b = V_b V_b^T
+        Jw = torch.einsum("bor,boP->brP", Vb, Jl).reshape(-1, P) / math.sqrt(Bn)
+        g = ((prob - onehot) @ Wh / (Bn * L)).unsqueeze(1).expand(Bn, L, d)
+        off = group_offsets(shapes)
+        H_outer = X.new_empty(P, P)
+        H_fun = X.new_empty(P, P) if split else H_outer
+        for gi, gj, t4 in _functional_upper(f, g):
+            H_outer[off[gi], off[gj]] = Jw[:, off[gi]].T @ Jw[:, off[gj]]
+            _write_sym(H_fun, off, gi, gj, t4, add=not split)
+            if split and gi != gj:
+                _copy_transposed(H_outer[off[gj], off[gi]], H_outer[off[gi], off[gj]])
+            del t4
+        for nm in GROUPS:  # exact symmetry of the diagonal blocks (gemm rounding is not)
+            for H in {id(H_outer): H_outer, id(H_fun): H_fun}.values():
+                _symmetrize(H[off[nm], off[nm]])
+        if split:
+            return (
+                HessianResult(H_outer, dense_to_blocks(H_outer, shapes)),
+                HessianResult(H_fun, dense_to_blocks(H_fun, shapes)),
+            )
+        return HessianResult(H_outer, dense_to_blocks(H_outer, shapes))
+
+
+@torch.no_grad()
+def model_loss_hessian(model, images: torch.Tensor, labels: torch.Tensor, block: int = 0) -> HessianResult:
+    """Exact Hessian of the pipeline's loss, mean over the batch of cross-entropy on
+    logits = W_h mean_t(Z_t) + b_h, w.r.t. the five groups of ``block`` (the model's last block,
+    i.e. a single-block model). Per sample b, with p_b = softmax(logits_b):
+
+        g_b = (1/(B L)) 1_L (x) W_h^T (p_b - e_y),
+        G_b = (1/(B L^2)) (1 1^T) (x) W_h^T (diag p_b - p_b p_b^T) W_h,
+        H = sum_b [ B_b^T G_b B_b + (g_b^T (x) I) d^2Z_b/dW^2 ].
+
+    The outer part is computed through the logit Jacobian (rank C per sample), the functional
+    part by the factored contraction. Returns HessianResult(dense P x P in GROUPS order,
+    blocks dict of views). Runs under torch.no_grad(); dtype follows the model.
+    """
+    return _model_parts(model, images, labels, block, split=False)
+
+
+@torch.no_grad()
+def model_loss_hessian_parts(
+    model, images: torch.Tensor, labels: torch.Tensor, block: int = 0
+) -> tuple[HessianResult, HessianResult]:
+    """(outer, functional) parts of :func:`model_loss_hessian`, each a HessianResult."""
+    return _model_parts(model, images, labels, block, split=True)
