@@ -12,6 +12,10 @@ import tempfile
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger("transformer_hessian")
 

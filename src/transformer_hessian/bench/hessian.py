@@ -76,6 +76,8 @@ class BenchError(ValueError):
 
 @dataclass
 class BenchSettings:
+    """Settings of one ``bench hessian`` run (the command's options plus test hooks)."""
+
     widths: list[int] = field(default_factory=lambda: [8, 16, 32])
     batch_size: int = 64
     repeats: int = 3
@@ -91,6 +93,7 @@ class BenchSettings:
     cap_overrides_mib: dict[str, float] = field(default_factory=dict)
 
     def labels(self) -> list[str]:
+        """The method labels to run, in a-e order; ValueError names unknown ones."""
         chosen = list(LABELS) if self.methods is None else list(self.methods)
         unknown = [m for m in chosen if m not in LABELS]
         if unknown:
@@ -98,6 +101,7 @@ class BenchSettings:
         return [label for label, _, _ in METHODS if label in chosen]
 
     def cap_bytes(self, label: str) -> int:
+        """Memory cap of method ``label`` above its baseline, in bytes."""
         if label in self.cap_overrides_mib:
             return int(self.cap_overrides_mib[label] * _MIB)
         return int(self.memory_cap_gib * 2**30)
@@ -450,6 +454,7 @@ def benchmark(s: BenchSettings) -> dict:
 
 
 def settings_from_args(a) -> BenchSettings:
+    """BenchSettings from the parsed ``bench hessian`` options."""
     return BenchSettings(widths=list(a.widths), batch_size=a.batch_size, repeats=a.repeats,
                          memory_cap_gib=a.memory_cap_gib, timeout=a.timeout, out_dir=a.out_dir,
                          threads=getattr(a, "threads", None))
