@@ -115,7 +115,8 @@ def cmd_landscape(a) -> None:
     losses = per_sample_losses(model, x, y)
     L = a.landscape
     result = analyse_landscape(losses, n_orderings=L["n_orderings"], seed=L["seed"], ema_factor=L["ema_factor"],
-                               k_min=L["k_min"], n_bootstrap=L["n_bootstrap"])
+                               k_min=L["k_min"], n_bootstrap=L["n_bootstrap"],
+                               granularity=L.get("granularity", "sample"), batch_size=L.get("batch_size", 16))
     result["experiment"] = L["experiment"]
     write_json(result, a.out)
     log.info("landscape: slope %.3f, 95%% CI [%.3f, %.3f]", result["slope"], *result["slope_ci95"])
