@@ -32,7 +32,9 @@ LEXP = config["landscape"]["experiment"]
 STAGES = ["init", "trained"]
 CHECKPOINT = {"init": "init.pt", "trained": "final.pt"}
 
-FIGURES = ["fig3", "fig4", "fig5", "fig6"]
+from transformer_hessian.registry import figure_ids  # noqa: E402
+
+FIGURES = figure_ids()  # every figure of the registry (src/transformer_hessian/registry.py)
 TABLES = ["block_norms", "run_summary", "closed_form_check"]
 
 
