@@ -51,6 +51,7 @@ include: "workflow/rules/hessian.smk"
 include: "workflow/rules/theory.smk"
 include: "workflow/rules/landscape.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/claims.smk"
 
 
 rule all:
@@ -59,3 +60,10 @@ rule all:
         expand("paper/figures/{fig}.{ext}", fig=FIGURES, ext=["pdf", "png"]),
         expand("paper/tables/{table}.{ext}", table=TABLES, ext=["csv", "tex", "md"]),
         "paper/summary.json",
+        "paper/claims.md",
+
+
+# The verdict table on the terminal after every successful run, so a failed claim is seen.
+onsuccess:
+    if os.path.exists("paper/claims.md"):
+        print("\n" + open("paper/claims.md").read())

@@ -258,14 +258,19 @@ def file_sha256(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def provenance(config: dict, root: str | Path = ".") -> dict[str, dict[str, Any]]:
+def provenance(config: dict, root: str | Path = ".",
+               notebook_dir: str | Path | None = None) -> dict[str, dict[str, Any]]:
     """Per-figure provenance for ``summary.json``: ``{id: {paper, label, notebook, rule,
     caption, inputs: {path: sha256}, outputs: {path: sha256}}}``; a missing file hashes to None.
+
+    Result paths are relative to ``root`` (the working directory of the run); notebooks are
+    looked up in ``notebook_dir`` (default ``<root>/notebooks``) but listed as ``notebooks/<name>``.
     """
     root = Path(root)
+    nb_dir = Path(notebook_dir) if notebook_dir is not None else root / "notebooks"
 
     def digest(path: str) -> str | None:
-        p = root / path
+        p = nb_dir / Path(path).name if path.startswith("notebooks/") else root / path
         return file_sha256(p) if p.is_file() else None
 
     out = {}

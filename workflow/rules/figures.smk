@@ -79,10 +79,13 @@ rule summary:
         theory=expand("results/{exp}/theory/{stage}.json", exp=HEXP, stage=STAGES),
         figures=expand("paper/figures/{fig}.pdf", fig=FIGURES),
         tables=expand("paper/tables/{table}.csv", table=TABLES),
+        claims="paper/claims.json",
     output:
         "paper/summary.json",
     params:
         config_hash=CONFIG_HASH,
+        registry_config=json.dumps(config),
+        notebook_dir=NB,
     conda:
         "../../environment.yml"
     log:
@@ -96,4 +99,5 @@ rule summary:
     shell:
         "transformer-hessian summary --config-hash {params.config_hash} --norms {input.norms:q} "
         "--metrics {input.metrics:q} --landscape {input.landscape:q} --theory {input.theory:q} "
-        "--figures {input.figures:q} --tables {input.tables:q} --out {output:q} 2> {log:q}"
+        "--figures {input.figures:q} --tables {input.tables:q} --registry-config {params.registry_config:q} "
+        "--notebook-dir {params.notebook_dir:q} --claims {input.claims:q} --out {output:q} 2> {log:q}"
