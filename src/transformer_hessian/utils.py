@@ -14,7 +14,9 @@ from importlib import metadata
 from pathlib import Path
 
 import numpy as np
-import torch
+
+# torch is imported inside the functions that need it, so that light users (the plotting
+# notebooks, the registry and claims commands) do not pay for importing it.
 
 log = logging.getLogger("transformer_hessian")
 
@@ -50,7 +52,8 @@ def _json_default(obj):
         return obj.item()
     if isinstance(obj, np.ndarray):
         return obj.tolist()
-    if isinstance(obj, torch.Tensor):
+    torch = sys.modules.get("torch")  # a tensor can only exist once torch is imported
+    if torch is not None and isinstance(obj, torch.Tensor):
         return obj.tolist()
     if isinstance(obj, Path):
         return str(obj)
@@ -75,6 +78,8 @@ def write_text(text: str, path: str | Path) -> None:
 
 
 def torch_save(obj, path: str | Path) -> None:
+    import torch
+
     with atomic_path(path) as tmp:
         torch.save(obj, tmp)
 
@@ -86,6 +91,8 @@ def save_npz(path: str | Path, **arrays) -> None:
 
 def resolve_device(spec: str = "auto") -> torch.device:
     """``auto`` -> CUDA when available, else CPU; otherwise the named device."""
+    import torch
+
     if spec == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(spec)
@@ -126,6 +133,8 @@ def package_versions() -> dict[str, str]:
 
 
 def device_description(device: torch.device | None = None) -> str:
+    import torch
+
     device = device or resolve_device("auto")
     if device.type == "cuda":
         return f"cuda ({torch.cuda.get_device_name(device)})"
@@ -142,4 +151,6 @@ def setup_logging(verbose: bool = False) -> None:
 
 def set_threads(n: int | None) -> None:
     if n:
+        import torch
+
         torch.set_num_threads(int(n))
