@@ -22,7 +22,8 @@ and the quantity the paper plots is ``D_k = |L_{k+1} - L_k|`` for ``k = 1 .. n-1
   Adam-style correction ``/(1 - f^k)`` is only right for a zero-initialised average). Note that
   an EMA over the index ``k`` lags a steeply falling curve: for ``k`` below roughly
   ``1/(1-f)`` (100 for ``f = 0.99``) it is dominated by the first values and sits above the
-  raw mean. The EMA is for display only; the fit uses the raw mean.
+  raw mean. The EMA is stored (``D_ema``) but Figure 6 no longer draws it (see
+  :func:`log_binned_median`); the fit uses the raw mean.
 * The rate is a least-squares fit of ``log D_mean`` against ``log k`` (natural logarithms)
   over ``k_min <= k <= k_max`` (default ``k >= 10``: the first few points are dominated by the
   first samples' individual losses). Points where ``D_mean`` is 0 are left out of the fit.
