@@ -66,4 +66,5 @@ rule all:
 # The verdict table on the terminal after every successful run, so a failed claim is seen.
 onsuccess:
     if os.path.exists("paper/claims.md"):
-        print("\n" + open("paper/claims.md").read())
+        with open("paper/claims.md") as handle:
+            print(f"\n{handle.read()}")

@@ -22,7 +22,7 @@ for _spec in registry_rule_specs(config):
                 f"-p {name} {shlex.quote(path)}" for name, path in input.items() if name != "notebook"
             ),
             literal=_spec["literal"],
-            out=_spec["out"],
+            out=lambda w, output: os.path.splitext(output.pdf)[0],
         conda:
             "../../environment.yml"
         log:
