@@ -345,13 +345,17 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
     set_threads(args.threads)
-    from .config import ConfigError
-    from .data import DataError
-    from .train import TrainingError
-
     try:
         args.func(args)
-    except (DataError, ConfigError, TrainingError, ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError, RuntimeError) as err:
+        # The package's own errors (ConfigError is a ValueError; DataError, TrainingError are
+        # RuntimeErrors) get one line; other RuntimeErrors propagate. Their modules are looked
+        # up only if loaded, so light commands (claims, registry) do not import torch.
+        own = tuple(getattr(sys.modules[m], n) for m, n in (("transformer_hessian.data", "DataError"),
+                                                             ("transformer_hessian.train", "TrainingError"))
+                    if m in sys.modules)
+        if isinstance(err, RuntimeError) and not isinstance(err, own):
+            raise
         print(f"transformer-hessian {args.command}: error: {err}", file=sys.stderr)
         return 1
     return 0
