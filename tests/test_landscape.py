@@ -417,3 +417,11 @@ def test_log_binned_median_matches_loop():
     # on an exact power law the binned medians lie on it (within the bin's spread)
     c, m = log_binned_median(k, 1.0 / k, bins_per_decade=8)
     assert np.all(np.abs(np.log10(m * c)) < np.log10(10 ** (1 / 8)))
+
+
+def test_batch_entry_is_skipped_when_two_batches_do_not_fit():
+    losses = np.random.default_rng(1).exponential(size=30)
+    res = analyse_landscape(losses, n_orderings=3, n_bootstrap=10, k_min=2, batch_size=16)
+    assert res["batch"] is None and res["granularity"] == "sample"
+    with pytest.raises(ValueError, match="2 full batches"):
+        analyse_landscape(losses, n_orderings=3, n_bootstrap=10, k_min=2, batch_size=16, granularity="batch")

@@ -395,7 +395,8 @@ def analyse_landscape(
     ``D_binned_k`` / ``D_binned`` (:func:`log_binned_median` of the full ``D_mean``, the
     display smoother), ``granularity`` (``"sample"`` or ``"batch"``: which curve Figure 6
     draws and the claims use) and, when ``batch_size`` is given, ``batch``: the batch-wise
-    curve of :func:`batch_loss_differences` on the same orderings, with ``batch_size``,
+    curve of :func:`batch_loss_differences` on the same orderings (None when fewer than two
+    full batches fit and the per-sample curve is the one drawn), with ``batch_size``,
     ``n_batches``, ``j`` (batches seen), ``k`` (= ``j b`` samples), ``D_mean``, ``D_binned_k``,
     ``D_binned``, ``slope``, ``intercept`` (fitted against ``k`` over ``k >= k_min``),
     ``slope_ci95``, ``ci95_contains_minus_one``, ``fit_n_points``, ``theorem7_bound_2L``
@@ -440,7 +441,7 @@ def analyse_landscape(
     keep = thin_indices(n - 1, include=(k_min - 1, fit_k_max - 1))
     binned_k, binned = log_binned_median(k, d_mean, bins_per_decade)
     batch = None
-    if batch_size is not None:
+    if batch_size is not None and (granularity == "batch" or n // int(batch_size) >= 2):
         batch = _analyse_batches(x, r, seed, int(batch_size), k_min, b, bins_per_decade, loss_max)
     return {
         "granularity": granularity,
