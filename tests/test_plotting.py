@@ -81,12 +81,17 @@ def check_saved(base: Path) -> None:
 # ----------------------------------------------------------------------------- theme, saving
 
 
-def test_set_theme_sets_shared_style():
+def test_theme_gives_300_dpi_png_and_embedded_truetype_pdf(tmp_path):
     plotting.set_theme()
-    assert plt.rcParams["savefig.dpi"] == 300
-    assert plt.rcParams["figure.dpi"] == 150
-    assert plt.rcParams["pdf.fonttype"] == 42
-    assert "DejaVu Sans" in plt.rcParams["font.sans-serif"]
+    fig = plt.figure(figsize=(2.0, 1.0))
+    fig.text(0.5, 0.5, "W_V")  # some text, so that a font is embedded
+    plotting.save_figure(fig, tmp_path / "theme")
+    from PIL import Image
+
+    with Image.open(tmp_path / "theme.png") as png:
+        assert png.info["dpi"] == pytest.approx((300, 300), abs=0.1)
+    pdf = (tmp_path / "theme.pdf").read_bytes()
+    assert b"/FontFile2" in pdf and b"DejaVuSans" in pdf  # TrueType (type 42), editable text
 
 
 def test_save_figure_writes_pdf_and_png(tmp_path):
