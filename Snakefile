@@ -32,7 +32,9 @@ LEXP = config["landscape"]["experiment"]
 STAGES = ["init", "trained"]
 CHECKPOINT = {"init": "init.pt", "trained": "final.pt"}
 
-FIGURES = ["fig3", "fig4", "fig5", "fig6"]
+from transformer_hessian.registry import figure_ids  # noqa: E402
+
+FIGURES = figure_ids()  # every figure of the registry (src/transformer_hessian/registry.py)
 TABLES = ["block_norms", "run_summary", "closed_form_check"]
 
 
@@ -49,6 +51,7 @@ include: "workflow/rules/hessian.smk"
 include: "workflow/rules/theory.smk"
 include: "workflow/rules/landscape.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/claims.smk"
 
 
 rule all:
@@ -57,3 +60,11 @@ rule all:
         expand("paper/figures/{fig}.{ext}", fig=FIGURES, ext=["pdf", "png"]),
         expand("paper/tables/{table}.{ext}", table=TABLES, ext=["csv", "tex", "md"]),
         "paper/summary.json",
+        "paper/claims.md",
+
+
+# The verdict table on the terminal after every successful run, so a failed claim is seen.
+onsuccess:
+    if os.path.exists("paper/claims.md"):
+        with open("paper/claims.md") as handle:
+            print(f"\n{handle.read()}")

@@ -18,7 +18,9 @@ from hypothesis.extra import numpy as hnp
 from transformer_hessian.landscape import (
     MAX_JSON_POINTS,
     analyse_landscape,
+    batch_loss_differences,
     bootstrap_slope_ci,
+    log_binned_median,
     ema,
     fit_loglog_slope,
     loss_differences,
@@ -329,3 +331,97 @@ def test_ci_flag_reports_whether_minus_one_is_inside():
     res = analyse_landscape(rng.exponential(size=3000), n_orderings=20, seed=0, n_bootstrap=50)
     lo, hi = res["slope_ci95"]
     assert res["ci95_contains_minus_one"] == (lo <= -1.0 <= hi)
+
+
+# ----------------------------------------------------------------------------- batch granularity
+
+
+def brute_force_batch_differences(losses, perm, b):
+    """|L_((j+1)b) - L_(jb)| with L the explicit mean over the first j whole batches."""
+    seq = [float(losses[i]) for i in perm]
+    m = len(seq) // b
+    means = [sum(seq[: j * b]) / (j * b) for j in range(1, m + 1)]
+    return np.array([abs(means[j] - means[j - 1]) for j in range(1, m)])
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(min_value=6, max_value=80),
+    b=st.integers(min_value=1, max_value=9),
+    r=st.integers(min_value=1, max_value=4),
+    seed=st.integers(min_value=0, max_value=2**16),
+)
+def test_batch_differences_match_brute_force_loop(n, b, r, seed):
+    if n // b < 2:
+        with pytest.raises(ValueError, match="2 full batches"):
+            batch_loss_differences(np.ones(n), r, seed, b)
+        return
+    losses = np.random.default_rng(seed).gamma(1.5, 2.0, size=n) + 3.0
+    d = batch_loss_differences(losses, r, seed, b)
+    assert d.shape == (r, n // b - 1)
+    for row, perm in enumerate(orderings(n, r, seed)):
+        np.testing.assert_allclose(d[row], brute_force_batch_differences(losses, perm, b),
+                                   rtol=1e-10, atol=1e-13)
+
+
+def test_batch_size_one_is_the_per_sample_curve():
+    losses = np.random.default_rng(5).exponential(size=50)
+    np.testing.assert_allclose(batch_loss_differences(losses, 3, 9, 1),
+                               loss_differences(losses, 3, 9), rtol=1e-12, atol=1e-15)
+
+
+def test_analyse_landscape_batch_entry():
+    rng = np.random.default_rng(21)
+    losses = rng.exponential(size=1003)
+    res = analyse_landscape(losses, n_orderings=6, seed=2, n_bootstrap=30, k_min=10,
+                            granularity="batch", batch_size=16)
+    bt = res["batch"]
+    assert res["granularity"] == "batch"
+    assert bt["n_batches"] == 1003 // 16 and len(bt["k"]) == bt["n_batches"] - 1
+    assert bt["k"] == [16 * j for j in bt["j"]]
+    loops = np.mean([brute_force_batch_differences(losses, p, 16) for p in orderings(1003, 6, 2)],
+                    axis=0)
+    np.testing.assert_allclose(bt["D_mean"], loops, rtol=1e-10)
+    k = np.array(bt["k"], dtype=float)
+    slope, _ = fit_loglog_slope(k, loops, k_min=16)
+    assert bt["slope"] == pytest.approx(slope)
+    assert bt["slope_ci95"][0] <= bt["slope"] <= bt["slope_ci95"][1]
+    bound = 2 * losses.max() / (np.array(bt["j"]) + 1.0)
+    np.testing.assert_allclose(bt["theorem7_bound_2L"], bound)
+    assert bt["bound_holds"] and bt["bound_max_ratio"] <= 0.5 + 1e-12
+    # the per-sample curve is unchanged by asking for the batch one
+    plain = analyse_landscape(losses, n_orderings=6, seed=2, n_bootstrap=30, k_min=10)
+    assert plain["batch"] is None and plain["granularity"] == "sample"
+    assert plain["D_mean"] == res["D_mean"] and plain["slope"] == res["slope"]
+    with pytest.raises(ValueError, match="batch_size"):
+        analyse_landscape(losses, granularity="batch")
+    with pytest.raises(ValueError, match="granularity"):
+        analyse_landscape(losses, granularity="epoch")
+
+
+def test_log_binned_median_matches_loop():
+    rng = np.random.default_rng(4)
+    k = np.arange(1, 3000, dtype=float)
+    d = rng.exponential(size=k.size) / k
+    d[::7] = 0.0  # zeros are left out
+    centres, medians = log_binned_median(k, d, bins_per_decade=5)
+    expected_c, expected_m = [], []
+    for i in range(0, 30):
+        lo, hi = 10 ** (i / 5), 10 ** ((i + 1) / 5)
+        sel = (k >= lo * (1 - 1e-12)) & (k < hi * (1 - 1e-12)) & (d > 0)
+        if sel.any():
+            expected_c.append(np.exp(np.log(k[sel]).mean()))
+            expected_m.append(np.median(d[sel]))
+    np.testing.assert_allclose(centres, expected_c)
+    np.testing.assert_allclose(medians, expected_m)
+    # on an exact power law the binned medians lie on it (within the bin's spread)
+    c, m = log_binned_median(k, 1.0 / k, bins_per_decade=8)
+    assert np.all(np.abs(np.log10(m * c)) < np.log10(10 ** (1 / 8)))
+
+
+def test_batch_entry_is_skipped_when_two_batches_do_not_fit():
+    losses = np.random.default_rng(1).exponential(size=30)
+    res = analyse_landscape(losses, n_orderings=3, n_bootstrap=10, k_min=2, batch_size=16)
+    assert res["batch"] is None and res["granularity"] == "sample"
+    with pytest.raises(ValueError, match="2 full batches"):
+        analyse_landscape(losses, n_orderings=3, n_bootstrap=10, k_min=2, batch_size=16, granularity="batch")

@@ -16,7 +16,7 @@ import nbformat  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from transformer_hessian import GROUPS, plotting  # noqa: E402
+from transformer_hessian import GROUPS, plotting, registry  # noqa: E402
 from transformer_hessian.landscape import analyse_landscape  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,12 +81,17 @@ def check_saved(base: Path) -> None:
 # ----------------------------------------------------------------------------- theme, saving
 
 
-def test_set_theme_sets_shared_style():
+def test_theme_gives_300_dpi_png_and_embedded_truetype_pdf(tmp_path):
     plotting.set_theme()
-    assert plt.rcParams["savefig.dpi"] == 300
-    assert plt.rcParams["figure.dpi"] == 150
-    assert plt.rcParams["pdf.fonttype"] == 42
-    assert "DejaVu Sans" in plt.rcParams["font.sans-serif"]
+    fig = plt.figure(figsize=(2.0, 1.0))
+    fig.text(0.5, 0.5, "W_V")  # some text, so that a font is embedded
+    plotting.save_figure(fig, tmp_path / "theme")
+    from PIL import Image
+
+    with Image.open(tmp_path / "theme.png") as png:
+        assert png.info["dpi"] == pytest.approx((300, 300), abs=0.1)
+    pdf = (tmp_path / "theme.pdf").read_bytes()
+    assert b"/FontFile2" in pdf and b"DejaVuSans" in pdf  # TrueType (type 42), editable text
 
 
 def test_save_figure_writes_pdf_and_png(tmp_path):
@@ -140,33 +145,79 @@ def test_shared_log_range():
     assert lo < hi == pytest.approx(-1.0)
 
 
-def test_hessian_heatmap_scale_ticks_and_zeros(tmp_path):
+def test_robust_log_range_is_the_chosen_quantiles():
     h_init, h_trained = synthetic_hessian(0), synthetic_hessian(1, scale=50.0)
-    vmin, vmax = plotting.shared_log_range(h_init, h_trained)
+    h_init[5, 7] = h_init[7, 5] = 1e-30  # one tiny entry must not set the range
+    for q in [(0.01, 0.99), (0.005, 0.9995), (0.2, 0.8)]:
+        vmin, vmax = plotting.robust_log_range(h_init, h_trained, quantiles=q)
+        pooled = np.concatenate([np.abs(h[h != 0]) for h in (h_init, h_trained)])
+        lo, hi = np.percentile(np.log10(pooled), [100 * q[0], 100 * q[1]])
+        assert vmin == pytest.approx(lo) and vmax == pytest.approx(hi)
+    assert plotting.robust_log_range(h_init)[0] > -20  # not the 1e-30 entry
+    assert plotting.robust_log_range(np.zeros((3, 3))) == (-12.0, -11.0)
+    with pytest.raises(ValueError, match="quantiles"):
+        plotting.robust_log_range(h_init, quantiles=(0.9, 0.1))
+
+
+def test_hessian_heatmap_zeros_ticks_separators(tmp_path):
+    h_init, h_trained = synthetic_hessian(0), synthetic_hessian(1, scale=50.0)
+    vmin, vmax = plotting.robust_log_range(h_init, h_trained)
     fig, ax = plt.subplots()
     image = plotting.hessian_heatmap(ax, h_init, OFFSETS, list(GROUPS), vmin, vmax, "init")
     assert image.get_clim() == (vmin, vmax)
-    shown = np.asarray(image.get_array())
+    shown = image.get_array()
     assert shown.shape == (P, P)
-    np.testing.assert_allclose(shown[:3, :], vmin)  # zeros take the colour of vmin
+    # exact zeros are masked (drawn in the colour of their own), nothing else is
+    mask = np.ma.getmaskarray(shown)
+    assert mask.sum() == np.count_nonzero(h_init == 0)
+    np.testing.assert_array_equal(mask, h_init == 0)
+    from matplotlib.colors import to_rgba
+
+    cmap = image.get_cmap()
+    assert cmap.get_bad() == pytest.approx(to_rgba(plotting.ZERO_COLOUR))
+    ramp = cmap(np.linspace(0, 1, 256))
+    assert np.min(np.abs(ramp[:, :3] - np.array(to_rgba(plotting.ZERO_COLOUR))[:3]).sum(axis=1)) > 0.15
     nz = h_init != 0
     expected = np.clip(np.log10(np.abs(h_init[nz])), vmin, vmax)
-    np.testing.assert_allclose(shown[nz], expected)
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["Q", "K", "V", "W1", "W2"]
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["Q", "K", "V", "W1", "W2"]
+    np.testing.assert_allclose(shown.data[nz], expected)
+    # the legend states the share of zeros
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == [f"exact 0 ({100 * np.mean(h_init == 0):.1f}% of entries)"]
+    labels = ["$W_Q$", "$W_K$", "$W_V$", "$W_1$", "$W_2$"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == labels
+    assert [t.get_text() for t in ax.get_yticklabels()] == labels
+    assert ax.get_xticklabels()[2].get_color() == plotting.VALUES_COLOUR
     np.testing.assert_allclose(ax.get_xticks(), (OFFSETS[:-1] + OFFSETS[1:]) / 2 - 0.5)
     assert ax.get_title() == "init"
+    # separators: one per inner boundary and direction, black on a white halo, so that they
+    # keep a contrast ratio >= 3 against both ends of the colour map
+    assert len(ax.lines) == 2 * (len(GROUPS) - 1)
+    for line in ax.lines:
+        halo = line.get_path_effects()[0]._gc["foreground"]
+        darkest, brightest = cmap(0.0), cmap(1.0)
+        assert plotting.contrast_ratio(line.get_color(), brightest) >= 3
+        assert plotting.contrast_ratio(halo, darkest) >= 3
     cbar_axes = [a for a in fig.axes if a is not ax]
-    assert len(cbar_axes) == 1 and cbar_axes[0].get_ylabel() == "log10 |H|"
-    assert len(ax.lines) == 2 * (len(GROUPS) - 1)  # block boundaries, both directions
+    assert len(cbar_axes) == 1 and "log_{10}" in cbar_axes[0].get_ylabel()
     plotting.save_figure(fig, tmp_path / "fig3")
     check_saved(tmp_path / "fig3")
 
-    # the trained figure uses the same range
+    # the trained figure uses the same range; without zeros there is no zero legend
     fig4 = plotting.hessian_figure(
-        {"H": h_trained, "offsets": OFFSETS, "names": np.array(GROUPS)}, vmin, vmax
+        {"H": h_trained + (h_trained == 0), "offsets": OFFSETS, "names": np.array(GROUPS)}, vmin, vmax
     )
     assert fig4.axes[0].images[0].get_clim() == (vmin, vmax)
+    assert fig4.axes[0].get_legend() is None
+
+
+def test_dataset_model_label_names_data_and_sizes():
+    m = {"dataset": "digits", "model": {"image_size": 8, "patch_size": 2, "depth": 1, "width": 16,
+                                        "d_k": 16, "d_ff": 64}}
+    text = plotting.dataset_model_label(m, "MNIST")
+    assert text.startswith("8x8 digits (scikit-learn; stand-in for MNIST)")
+    assert "1 block," in text and "16 tokens" in text and "d_ff=64" in text
+    m2 = {"dataset": "cifar100", "model": {**m["model"], "image_size": 32, "patch_size": 4, "depth": 8}}
+    assert plotting.dataset_model_label(m2, "CIFAR-100").startswith("CIFAR-100; ViT, 8 blocks, 64 tokens")
 
 
 def test_hessian_heatmap_rejects_bad_offsets():
@@ -207,6 +258,22 @@ def test_norms_figure(tmp_path):
     np.testing.assert_allclose(heights, expected)
     plotting.save_figure(fig, tmp_path / "fig5")
     check_saved(tmp_path / "fig5")
+    # the legend of (a) and (b) covers no bar
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    legends = [a.get_legend() for a in fig.axes if a.get_legend() is not None]
+    assert len(legends) == 1
+    box = legends[0].get_window_extent(renderer)
+    for ax in fig.axes:
+        for bar in ax.patches:
+            if bar.get_height() > 0:
+                assert not box.overlaps(bar.get_window_extent(renderer))
+    # (c) and (d): one colour bar, labelled, shared limits
+    panel_c = next(ax for ax in fig.axes if ax.get_title().startswith("(c)"))
+    panel_d = next(ax for ax in fig.axes if ax.get_title().startswith("(d)"))
+    assert panel_c.collections[0].get_clim() == panel_d.collections[0].get_clim()
+    cbars = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+    assert len(cbars) == 1 and "H_{ij}" in cbars[0].get_ylabel()
 
     # paths work too, and a malformed document names the missing key
     p_init, p_trained = tmp_path / "i.json", tmp_path / "t.json"
@@ -219,17 +286,44 @@ def test_norms_figure(tmp_path):
 # ----------------------------------------------------------------------------- Figure 6
 
 
-def test_landscape_figure_legend_shows_slope(tmp_path):
+def test_landscape_figure_legend_smoother_and_bound(tmp_path):
     res = landscape_result()
-    fig = plotting.landscape_figure(res)
+    fig = plotting.landscape_figure(res, title="digits; ViT")
     ax = fig.axes[0]
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert ax.get_title() == "digits; ViT"
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     label = plotting.slope_label(res)
     assert label in legend
     assert label.startswith(f"fitted slope = {res['slope']:.2f}"[:17])
     assert "(95% CI)" in label
     assert any("2L/(k+1)" in t for t in legend) and any("1/k" in t for t in legend)
+    assert not any("EMA" in t for t in legend)  # the EMA over k is not drawn
+    # the smoother is the median of D_mean in log-spaced bins of k, on the data
+    from transformer_hessian.landscape import loss_differences
+
+    binned = next(line for line in ax.lines if "median" in line.get_label())
+    losses = np.random.default_rng(0).exponential(size=3000)  # as in landscape_result()
+    d_full = loss_differences(losses, 10, 0).mean(axis=0)
+    k = np.arange(1, 3000, dtype=float)
+    edges = 10 ** (np.arange(0, 5 * 8) / 8)
+    centres, medians = [], []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        sel = (k >= lo * (1 - 1e-9)) & (k < hi * (1 - 1e-9))
+        if sel.any():
+            centres.append(np.exp(np.log(k[sel]).mean()))
+            medians.append(np.median(d_full[sel]))
+    np.testing.assert_allclose(binned.get_xdata(), centres)
+    np.testing.assert_allclose(binned.get_ydata(), medians, rtol=1e-10)
+    # ... so each point lies within the data of its bin (an EMA over k does not)
+    for ck, cm in zip(centres, medians):
+        sel = (k >= ck / 10 ** (1 / 8)) & (k <= ck * 10 ** (1 / 8))
+        assert d_full[sel].min() <= cm <= d_full[sel].max()
+    # the legend lies inside the axes
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    lbox, abox = ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer)
+    assert abox.x0 <= lbox.x0 and lbox.x1 <= abox.x1 and abox.y0 <= lbox.y0 and lbox.y1 <= abox.y1
     plotting.save_figure(fig, tmp_path / "fig6")
     check_saved(tmp_path / "fig6")
 
@@ -238,6 +332,25 @@ def test_landscape_figure_legend_shows_slope(tmp_path):
     fig = plotting.landscape_figure(path, show_bound=False)
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert not any("2L/(k+1)" in t for t in legend)
+
+
+def test_landscape_figure_draws_the_batch_curve_when_asked():
+    losses = np.random.default_rng(3).exponential(size=2000)
+    res = analyse_landscape(losses, n_orderings=6, seed=0, n_bootstrap=30, granularity="batch",
+                            batch_size=20)
+    cur = plotting.landscape_curve(res)
+    assert cur["granularity"] == "batch" and cur["label"] == "data added batch-by-batch (b = 20)"
+    fig = plotting.landscape_figure(res)
+    ax = fig.axes[0]
+    mean_line = next(line for line in ax.lines if line.get_label().startswith("mean over"))
+    np.testing.assert_allclose(mean_line.get_xdata(), res["batch"]["k"])
+    np.testing.assert_allclose(mean_line.get_ydata(), res["batch"]["D_mean"])
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert plotting.slope_label(res["batch"]) in legend
+    assert any("2L/(j+1)" in t for t in legend)
+    res["batch"] = None
+    with pytest.raises(KeyError, match="batch"):
+        plotting.landscape_curve(res)
 
 
 def test_slope_label_format():
@@ -250,11 +363,8 @@ def test_slope_label_format():
 # ----------------------------------------------------------------------------- notebooks
 
 
-NOTEBOOK_NAMES = [
-    "fig3_fig4_hessian_heatmaps.ipynb",
-    "fig5_norms.ipynb",
-    "fig6_landscape.ipynb",
-]
+NOTEBOOK_NAMES = sorted({fig.notebook for fig in registry.FIGURES})
+SYNTHETIC_CONFIG = {"hessian": {"experiment": "exp"}, "landscape": {"experiment": "exp"}}
 
 
 @pytest.mark.parametrize("name", NOTEBOOK_NAMES)
@@ -272,7 +382,8 @@ def test_notebook_is_committed_clean(name):
     assert "def " not in source  # no logic in notebooks, only helper calls
 
 
-def write_results(root: Path) -> dict[str, dict[str, str]]:
+def write_results(root: Path) -> None:
+    """Synthetic result files at the registry's paths for experiment 'exp' under ``root``."""
     hdir = root / "results" / "exp" / "hessian"
     hdir.mkdir(parents=True)
     h_init, h_trained = synthetic_hessian(0), synthetic_hessian(1, scale=30.0)
@@ -283,45 +394,79 @@ def write_results(root: Path) -> dict[str, dict[str, str]]:
     ldir = root / "results" / "exp" / "landscape"
     ldir.mkdir(parents=True)
     (ldir / "landscape.json").write_text(json.dumps(landscape_result()))
-    figs = root / "paper" / "figures"
-    return {
-        "fig3_fig4_hessian_heatmaps.ipynb": {
-            "hessian_init": str(hdir / "init.npz"),
-            "hessian_trained": str(hdir / "trained.npz"),
-            "out_fig3": str(figs / "fig3"),
-            "out_fig4": str(figs / "fig4"),
-        },
-        "fig5_norms.ipynb": {
-            "norms_init": str(hdir / "init_norms.json"),
-            "norms_trained": str(hdir / "trained_norms.json"),
-            "out_fig5": str(figs / "fig5"),
-        },
-        "fig6_landscape.ipynb": {
-            "landscape": str(ldir / "landscape.json"),
-            "out_fig6": str(figs / "fig6"),
-        },
-    }
+    metrics = {"dataset": "digits", "epochs": 2, "final": {"val_acc": 0.8},
+               "model": {"image_size": 8, "channels": 1, "num_classes": 10, "patch_size": 4, "width": 4,
+                         "depth": 1, "d_k": 2, "d_ff": 6}}
+    (root / "results" / "exp" / "metrics.json").write_text(json.dumps(metrics))
 
 
-@pytest.mark.parametrize("name", NOTEBOOK_NAMES)
-def test_notebook_executes_with_papermill(name, tmp_path, monkeypatch):
+@pytest.mark.parametrize("fig", registry.FIGURES, ids=lambda f: f.id)
+def test_notebook_executes_with_papermill(fig, tmp_path, monkeypatch):
     papermill = pytest.importorskip("papermill")
-    params = write_results(tmp_path)[name]
+    write_results(tmp_path)
+    params = {**registry.resolve_inputs(fig, SYNTHETIC_CONFIG), **fig.params, "out": fig.out}
     # The kernel is a subprocess: make the package importable there however pytest found it.
     src = str(REPO / "src")
     paths = [src, os.environ.get("PYTHONPATH")]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
     monkeypatch.delenv("MPLBACKEND", raising=False)  # let the kernel use its inline backend
-    out = tmp_path / "executed" / name
+    out = tmp_path / "executed" / f"{fig.id}.ipynb"
     out.parent.mkdir()
     papermill.execute_notebook(
-        str(NOTEBOOKS / name), str(out), parameters=params, kernel_name="python3",
+        str(NOTEBOOKS / fig.notebook), str(out), parameters=params, kernel_name="python3",
         cwd=str(tmp_path), progress_bar=False,
     )
     executed = nbformat.read(out, as_version=4)
     outputs = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     assert sum("image/png" in o.get("data", {}) for o in outputs) >= 1  # figures displayed
-    for key, value in params.items():
-        if key.startswith("out_"):
-            check_saved(Path(value))
+    check_saved(tmp_path / fig.out)
+
+
+# ----------------------------------------------------------------------------- Figure 2
+
+
+def test_architecture_diagram_shows_the_model_sizes(tmp_path):
+    from transformer_hessian.architecture_diagram import architecture_figure, draw_architecture
+
+    rng = np.random.default_rng(8)
+    for _ in range(3):
+        p = int(rng.choice([1, 2, 4, 7]))
+        model = {"image_size": p * int(rng.integers(1, 8)), "channels": int(rng.integers(1, 4)),
+                 "num_classes": int(rng.integers(2, 101)), "patch_size": p,
+                 "width": int(rng.integers(2, 200)), "depth": int(rng.integers(1, 13)),
+                 "d_k": int(rng.integers(1, 200)), "d_ff": int(rng.integers(1, 900))}
+        fig, ax = plt.subplots()
+        drawn = draw_architecture(ax, model, title="t")
+        text = " ".join(t.get_text() for t in ax.texts)
+        tokens = (model["image_size"] // p) ** 2
+        d = model["width"]
+        assert drawn["sizes"]["tokens"] == tokens
+        for needle in (f"{p}x{p} patches", f"L={tokens} tokens", f"d={d}", f"{model['depth']} x",
+                       f"W_Q, W_K: {d}x{model['d_k']}", f"W_V: {d}x{d}", f"W_1: {d}x{model['d_ff']}",
+                       f"W_2: {model['d_ff']}x{d}", f"{model['num_classes']} class logits",
+                       f"image {model['channels']}x{model['image_size']}x{model['image_size']}"):
+            assert needle in text, needle
+        # post-norm order, bottom to top, and two residual arrows into the two Add boxes
+        order = ["input", "embed", "attention", "add1", "norm1", "ffn", "add2", "norm2", "pool", "head"]
+        assert list(drawn["boxes"]) == order
+        ys = [drawn["boxes"][n].get_y() for n in order]
+        assert ys == sorted(ys)
+        assert len(drawn["residuals"]) == 2
+        for arrow, add in zip(drawn["residuals"], ("add1", "add2")):
+            box = drawn["boxes"][add]
+            end = arrow._posA_posB[1]
+            assert box.get_y() <= end[1] <= box.get_y() + box.get_height()
+        # the repeated block frames exactly the six block boxes
+        frame = drawn["frame"]
+        inside = [n for n in order if frame.get_y() < drawn["boxes"][n].get_y() < frame.get_y() + frame.get_height()]
+        assert inside == order[2:8]
+        plt.close(fig)
+    with pytest.raises(KeyError, match="d_ff"):
+        draw_architecture(plt.subplots()[1], {k: v for k, v in model.items() if k != "d_ff"})
+    with pytest.raises(ValueError, match="divide"):
+        draw_architecture(plt.subplots()[1], {**model, "image_size": 9, "patch_size": 2})
+    fig = architecture_figure([("a", model), ("b", model)])
+    assert len(fig.axes) == 2 and [a.get_title() for a in fig.axes] == ["a", "b"]
+    plotting.save_figure(fig, tmp_path / "fig2")
+    check_saved(tmp_path / "fig2")

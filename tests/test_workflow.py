@@ -25,7 +25,8 @@ TINY = {
         },
     },
     "hessian": {"experiment": "hessian_tiny", "batch_size": 16},
-    "landscape": {"experiment": "landscape_tiny", "n_orderings": 5, "n_bootstrap": 20, "k_min": 5},
+    "landscape": {"experiment": "landscape_tiny", "n_orderings": 5, "n_bootstrap": 20, "k_min": 5,
+                  "granularity": "batch", "batch_size": 20},
 }
 
 
@@ -56,11 +57,14 @@ def run(root, env, tmp_path_factory):
     (work / "tiny.yaml").write_text(yaml.safe_dump(TINY))
     proc = _snakemake(root, work, env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    (work / "run_output.txt").write_text(proc.stdout + proc.stderr)
     return work
 
 
 def test_every_declared_output_is_valid(run):
-    for fig in ("fig3", "fig4", "fig5", "fig6"):
+    from transformer_hessian.registry import figure_ids
+
+    for fig in figure_ids():
         png = mpimg.imread(run / f"paper/figures/{fig}.png")
         assert png.ndim == 3 and png.shape[0] > 100 and png.shape[1] > 100
         pdf = (run / f"paper/figures/{fig}.pdf").read_bytes()
@@ -95,12 +99,59 @@ def test_summary_has_required_keys_and_finite_numbers(run):
 
 
 def test_executed_notebooks_have_no_errors(run):
+    from transformer_hessian.registry import figure_ids
+
     nbs = list(run.glob("results/notebooks/*.ipynb"))
-    assert len(nbs) == 3
+    assert sorted(nb.stem for nb in nbs) == sorted(figure_ids())
     for nb in nbs:
         cells = json.loads(nb.read_text())["cells"]
         outputs = [o for c in cells if c["cell_type"] == "code" for o in c.get("outputs", [])]
         assert outputs and not [o for o in outputs if o.get("output_type") == "error"], nb.name
+
+
+def test_claims_verdicts_printed_and_in_summary(run):
+    from transformer_hessian.claims import VERDICTS
+
+    doc = json.loads((run / "paper/claims.json").read_text())
+    rows = {r["id"]: r for r in doc["claims"]}
+    assert {"hessian_heterogeneity", "values_larger_at_init", "every_block_grows", "vv_largest_trained",
+            "keys_values_highest", "accuracy_hessian_model", "accuracy_landscape_model", "fig6_slope",
+            "theorem7_bound_at_wstar"} <= set(rows)
+    assert all(r["verdict"] in VERDICTS and r["measured"] and r["evidence"] for r in rows.values())
+    s = json.loads((run / "paper/summary.json").read_text())
+    assert s["claims"] == doc["claims"]
+    # the verdicts follow the numbers in the results
+    acc = s["training"]["hessian_tiny"]["val_acc"]
+    assert rows["accuracy_hessian_model"]["verdict"] == ("reproduced" if acc > 0.5 else "not reproduced")
+    batch = s["landscape"]["batch"]
+    assert batch["batch_size"] == 20 and s["landscape"]["granularity"] == "batch"
+    lo, hi = batch["slope_ci95"]
+    assert rows["fig6_slope"]["verdict"] == ("reproduced" if lo <= -1 <= hi else "not reproduced")
+    assert "batch-by-batch (b = 20)" in rows["fig6_slope"]["measured"]
+    assert rows["theorem7_bound_at_wstar"]["verdict"] == "reproduced"
+    # onsuccess printed the table at the end of the run
+    out = (run / "run_output.txt").read_text()
+    table = (run / "paper/claims.md").read_text()
+    assert "| claim | paper | verdict | measured | rule |" in out
+    assert all(f"`{key}`" in out for key in rows) and table.splitlines()[0] in out
+
+
+def test_figure_provenance_hashes_the_inputs(run):
+    import hashlib
+
+    from transformer_hessian.registry import figure_ids
+
+    prov = json.loads((run / "paper/summary.json").read_text())["figure_provenance"]
+    assert sorted(prov) == sorted(figure_ids())
+    for fig, entry in prov.items():
+        assert entry["rule"] == fig and entry["notebook"].startswith("notebooks/")
+        for path, digest in entry["inputs"].items():
+            if not path.startswith("notebooks/"):
+                assert digest == hashlib.sha256((run / path).read_bytes()).hexdigest(), (fig, path)
+            else:
+                assert digest and len(digest) == 64
+        for path, digest in entry["outputs"].items():
+            assert digest == hashlib.sha256((run / path).read_bytes()).hexdigest(), (fig, path)
 
 
 def test_rerun_does_nothing_and_report_builds(run, root, env):

@@ -118,7 +118,8 @@ def cmd_landscape(a) -> None:
     losses = per_sample_losses(model, x, y)
     L = a.landscape
     result = analyse_landscape(losses, n_orderings=L["n_orderings"], seed=L["seed"], ema_factor=L["ema_factor"],
-                               k_min=L["k_min"], n_bootstrap=L["n_bootstrap"])
+                               k_min=L["k_min"], n_bootstrap=L["n_bootstrap"],
+                               granularity=L.get("granularity", "sample"), batch_size=L.get("batch_size", 16))
     result["experiment"] = L["experiment"]
     write_json(result, a.out)
     log.info("landscape: slope %.3f, 95%% CI [%.3f, %.3f]", result["slope"], *result["slope_ci95"])
@@ -148,7 +149,80 @@ def cmd_summary(a) -> None:
 
     figures = {Path(p).stem: p for p in a.figures}
     tables = {Path(p).stem: p for p in a.tables}
-    write_json(build_summary(a.config_hash, a.norms, a.metrics, a.landscape, a.theory, figures, tables), a.out)
+    summary = build_summary(a.config_hash, a.norms, a.metrics, a.landscape, a.theory, figures, tables)
+    if a.registry_config:
+        from .registry import provenance
+
+        summary["figure_provenance"] = provenance(a.registry_config, notebook_dir=a.notebook_dir)
+    if a.claims:
+        from .utils import read_json
+
+        summary["claims"] = read_json(a.claims)["claims"]
+    write_json(summary, a.out)
+
+
+def cmd_claims(a) -> None:
+    from . import claims
+    from .utils import read_json, write_json, write_text
+
+    mh, ml = read_json(a.metrics_hessian), read_json(a.metrics_landscape)
+    spread = None
+    if a.hessian_init:
+        import numpy as np
+
+        with np.load(a.hessian_init) as data:
+            spread = claims.entry_spread(data["H"])
+    rows = claims.hessian_claim_rows(
+        read_json(a.norms_init), read_json(a.norms_trained), mh,
+        evidence=", ".join(p for p in (a.hessian_init, a.norms_init, a.norms_trained, a.metrics_hessian) if p),
+        spread=spread)
+    rows += claims.training_claim_rows(mh, ml, a.metrics_hessian, a.metrics_landscape)
+    rows += claims.landscape_claim_rows(read_json(a.landscape), ml, evidence=a.landscape)
+    extra = {}
+    for item in a.extra:
+        name, _, path = item.partition("=")
+        extra[name] = read_json(path)
+    extra_rows = [r for path in a.rows for r in read_json(path)]
+    rows = claims.collect_claims(rows, extra_rows, extra=extra)
+    write_json({"config_hash": a.config_hash, "claims": rows}, a.out_json)
+    write_text(claims.claims_document(rows, a.config_hash), a.out_md)
+    failed = [r["id"] for r in rows if r["verdict"] == claims.NOT_REPRODUCED]
+    log.info("claims: %d rows, not reproduced: %s", len(rows), ", ".join(failed) or "none")
+
+
+def cmd_claims_readme(a) -> None:
+    from . import claims
+    from .utils import read_json, write_text
+
+    doc = read_json(a.claims)
+    rows = doc["claims"] if isinstance(doc, dict) else doc
+    text = Path(a.readme).read_text()
+    new = claims.update_readme(text, rows)
+    if a.check:
+        if new != text:
+            raise ValueError(f"{a.readme}: the claims section differs from {a.claims}; run "
+                             f"`transformer-hessian claims-readme --claims {a.claims} --readme {a.readme}`")
+        log.info("%s: claims section up to date", a.readme)
+    else:
+        write_text(new, a.readme)
+        log.info("%s: claims section refreshed from %s", a.readme, a.claims)
+
+
+def cmd_registry(a) -> None:
+    from . import registry
+    from .utils import write_text
+
+    text = registry.render_paper_readme()
+    if a.write_readme:
+        write_text(text, a.path)
+        log.info("wrote %s from the figure registry", a.path)
+    elif a.check:
+        if Path(a.path).read_text() != text:
+            raise ValueError(f"{a.path} differs from the registry; run `transformer-hessian registry --write-readme`")
+        log.info("%s matches the registry", a.path)
+    else:
+        for fig in registry.FIGURES:
+            print(f"{fig.id}\t{fig.paper}\t{fig.label}\tnotebooks/{fig.notebook}")
 
 
 def cmd_bench(a) -> None:
@@ -222,8 +296,40 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--theory", nargs="+", required=True, help="closed-form check of each stage (theory rule)")
     s.add_argument("--figures", nargs="+", default=[], help="figure files to list with their hashes")
     s.add_argument("--tables", nargs="+", default=[], help="table files to list with their hashes")
+    s.add_argument("--registry-config", type=_json_arg, default=None,
+                   help="the config as JSON: adds figure_provenance (notebook, rule, sha256 of inputs)")
+    s.add_argument("--notebook-dir", default=None, help="folder of the figure notebooks (default ./notebooks)")
+    s.add_argument("--claims", default=None, help="paper/claims.json: adds the key 'claims'")
     s.add_argument("--out", required=True, help="output JSON (paper/summary.json)")
     s.set_defaults(func=cmd_summary)
+
+    s = sub.add_parser("claims", help="a verdict on each empirical claim of the paper -> claims.{md,json}")
+    s.add_argument("--norms-init", required=True)
+    s.add_argument("--norms-trained", required=True)
+    s.add_argument("--hessian-init", default=None, help="init.npz: spread of the entries at initialisation")
+    s.add_argument("--metrics-hessian", required=True)
+    s.add_argument("--metrics-landscape", required=True)
+    s.add_argument("--landscape", required=True)
+    s.add_argument("--extra", action="append", default=[], metavar="NAME=PATH",
+                   help="result of another module; rows from claims.PROVIDERS[NAME](result)")
+    s.add_argument("--rows", action="append", default=[], metavar="PATH",
+                   help="JSON list of finished claim rows to append")
+    s.add_argument("--config-hash", default=None)
+    s.add_argument("--out-md", required=True)
+    s.add_argument("--out-json", required=True)
+    s.set_defaults(func=cmd_claims)
+
+    s = sub.add_parser("claims-readme", help="refresh (or --check) the README's generated claims section")
+    s.add_argument("--claims", required=True, help="claims JSON (paper/claims.json or docs/claims_default.json)")
+    s.add_argument("--readme", default="README.md")
+    s.add_argument("--check", action="store_true", help="fail if the section differs instead of writing")
+    s.set_defaults(func=cmd_claims_readme)
+
+    s = sub.add_parser("registry", help="list the figure registry, or write/check paper/README.md from it")
+    s.add_argument("--write-readme", action="store_true", help="write paper/README.md from the registry")
+    s.add_argument("--check", action="store_true", help="fail if paper/README.md differs from the registry")
+    s.add_argument("--path", default="paper/README.md")
+    s.set_defaults(func=cmd_registry)
 
     s = sub.add_parser("bench", help="benchmarks (see `bench hessian --help`)")
     bsub = s.add_subparsers(dest="bench", required=True)
@@ -242,13 +348,17 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
     set_threads(args.threads)
-    from .config import ConfigError
-    from .data import DataError
-    from .train import TrainingError
-
     try:
         args.func(args)
-    except (DataError, ConfigError, TrainingError, ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError, RuntimeError) as err:
+        # The package's own errors (ConfigError is a ValueError; DataError, TrainingError are
+        # RuntimeErrors) get one line; other RuntimeErrors propagate. Their modules are looked
+        # up only if loaded, so light commands (claims, registry) do not import torch.
+        own = tuple(getattr(sys.modules[m], n) for m, n in (("transformer_hessian.data", "DataError"),
+                                                             ("transformer_hessian.train", "TrainingError"))
+                    if m in sys.modules)
+        if isinstance(err, RuntimeError) and not isinstance(err, own):
+            raise
         print(f"transformer-hessian {args.command}: error: {err}", file=sys.stderr)
         return 1
     return 0

@@ -22,7 +22,8 @@ and the quantity the paper plots is ``D_k = |L_{k+1} - L_k|`` for ``k = 1 .. n-1
   Adam-style correction ``/(1 - f^k)`` is only right for a zero-initialised average). Note that
   an EMA over the index ``k`` lags a steeply falling curve: for ``k`` below roughly
   ``1/(1-f)`` (100 for ``f = 0.99``) it is dominated by the first values and sits above the
-  raw mean. The EMA is for display only; the fit uses the raw mean.
+  raw mean. The EMA is stored (``D_ema``) but Figure 6 no longer draws it (see
+  :func:`log_binned_median`); the fit uses the raw mean.
 * The rate is a least-squares fit of ``log D_mean`` against ``log k`` (natural logarithms)
   over ``k_min <= k <= k_max`` (default ``k >= 10``: the first few points are dominated by the
   first samples' individual losses). Points where ``D_mean`` is 0 are left out of the fit.
@@ -37,6 +38,20 @@ and the quantity the paper plots is ``D_k = |L_{k+1} - L_k|`` for ``k = 1 .. n-1
   ordering and every ``k``. (From the identity above, nonnegative losses even give
   ``D_k <= L/(k+1)``: ``bound_max_ratio``, the largest ``D_k (k+1) / (2L)``, is at most 1/2.)
 
+* Batch granularity (the paper's "add data batch-by-batch"): with batch size ``b`` the
+  same orderings are cut into ``m = n // b`` consecutive batches (a last partial batch is
+  dropped); after ``j`` batches the empirical loss is the mean over the first ``j b`` samples,
+  ``L_(jb)``, and the batch-wise curve is ``D^b_j = |L_((j+1)b) - L_(jb)|`` for
+  ``j = 1 .. m-1``, drawn against the number of samples ``k = j b``.
+  :func:`batch_loss_differences` computes it; :func:`analyse_landscape` stores it under
+  ``"batch"`` next to the per-sample curve, with its own fit and bootstrap interval (fit
+  over ``j b >= k_min``). The identity above becomes
+  ``L_((j+1)b) - L_(jb) = (mean of batch j+1 - L_(jb)) / (j + 1)``, so at ``w*`` the
+  Theorem 7 bound reads ``D^b_j <= 2L/(j+1)`` in the number of batches ``j``.
+* Display smoother: :func:`log_binned_median`, the median of ``D_mean`` in log-spaced bins of
+  ``k``. It is honest on log axes (every decade gets the same number of bins, and a median
+  inside a bin cannot lag the curve), unlike the EMA over the index ``k``.
+
 All functions are pure NumPy/SciPy; nothing here needs PyTorch.
 """
 
@@ -49,7 +64,9 @@ from scipy import signal
 
 __all__ = [
     "analyse_landscape",
+    "batch_loss_differences",
     "bootstrap_slope_ci",
+    "log_binned_median",
     "ema",
     "fit_loglog_slope",
     "loss_differences",
@@ -134,6 +151,61 @@ def loss_differences(losses: Any, n_orderings: int, seed: int) -> np.ndarray:
     np.abs(diff, out=diff)
     diff /= k + 1.0
     return diff
+
+
+def batch_loss_differences(losses: Any, n_orderings: int, seed: int, batch_size: int) -> np.ndarray:
+    """Batch-wise ``D^b_j = |L_((j+1)b) - L_(jb)|`` for ``j = 1 .. m-1``, ``m = n // b``.
+
+    The orderings are those of :func:`orderings` for ``seed`` (the same as
+    :func:`loss_differences`); batch ``j`` of an ordering holds its samples ``(j-1)b+1 .. jb``
+    and ``L_(jb)`` is the mean loss over the first ``j`` batches. Samples past ``m b`` are not
+    used. Returns an ``(n_orderings, m - 1)`` array; column ``j - 1`` holds ``D^b_j``, whose
+    abscissa in samples is ``k = j b``. Needs ``m >= 2``.
+    """
+    x = _as_losses(losses)
+    r = _check_positive_int(n_orderings, "n_orderings")
+    b = _check_positive_int(batch_size, "batch_size")
+    n = x.size
+    m = n // b
+    if m < 2:
+        raise ValueError(
+            f"batch granularity needs at least 2 full batches: n = {n} samples, batch_size = {b}"
+        )
+    centred = x - x.mean()  # D is shift-invariant; centring keeps the sums well conditioned
+    ordered = centred[orderings(n, r, seed)][:, : m * b]
+    batch_means = ordered.reshape(r, m, b).mean(axis=2)  # (R, m)
+    running = np.cumsum(batch_means, axis=1) / np.arange(1, m + 1, dtype=np.float64)
+    j = np.arange(1, m, dtype=np.float64)
+    # L_((j+1)b) - L_(jb) = (batch mean_(j+1) - L_(jb)) / (j + 1)
+    diff = np.abs(batch_means[:, 1:] - running[:, :-1]) / (j + 1.0)
+    return diff
+
+
+def log_binned_median(
+    k: Any, d: Any, bins_per_decade: int = 8, min_points: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    """Median of ``d`` in log-spaced bins of ``k`` (a smoother for log-log plots).
+
+    Bin edges are ``10**(i / bins_per_decade)``; bins with fewer than ``min_points`` points
+    with ``d > 0`` are skipped. Returns ``(k_centre, median)``: for each kept bin the geometric
+    mean of its ``k`` and the median of its positive ``d``.
+    """
+    k_arr = np.asarray(k, dtype=np.float64)
+    d_arr = np.asarray(d, dtype=np.float64)
+    if k_arr.shape != d_arr.shape or k_arr.ndim != 1:
+        raise ValueError("k and d must be 1-D arrays of the same length")
+    if np.any(k_arr <= 0):
+        raise ValueError("k must be positive for log-spaced bins")
+    per = _check_positive_int(bins_per_decade, "bins_per_decade")
+    ok = np.isfinite(d_arr) & (d_arr > 0)
+    idx = np.floor(np.log10(k_arr) * per + 1e-9).astype(np.int64)
+    centres, medians = [], []
+    for b in np.unique(idx[ok]):
+        sel = ok & (idx == b)
+        if sel.sum() >= min_points:
+            centres.append(float(np.exp(np.mean(np.log(k_arr[sel])))))
+            medians.append(float(np.median(d_arr[sel])))
+    return np.asarray(centres), np.asarray(medians)
 
 
 def ema(x: Any, factor: float = 0.99) -> np.ndarray:
@@ -304,6 +376,9 @@ def analyse_landscape(
     k_min: int = 10,
     n_bootstrap: int = 200,
     k_max: int | None = None,
+    granularity: str = "sample",
+    batch_size: int | None = None,
+    bins_per_decade: int = 8,
 ) -> dict[str, Any]:
     """Full Figure 6 analysis of per-sample losses at ``w*``; returns a JSON-ready dict.
 
@@ -316,8 +391,21 @@ def analyse_landscape(
     ``fit_k_max``, ``fit_n_points``, ``loss_mean``, ``loss_min``, ``loss_max``,
     ``theorem7_bound_2L`` (``2 max(l)/(k+1)`` at ``k``), ``bound_holds`` (``D_k <= 2L/(k+1)``
     for every ordering and every k, to a relative tolerance of 1e-12) and
-    ``bound_max_ratio`` (largest ``D_k (k+1)/(2L)``; None when ``L = 0``).
+    ``bound_max_ratio`` (largest ``D_k (k+1)/(2L)``; None when ``L = 0``),
+    ``D_binned_k`` / ``D_binned`` (:func:`log_binned_median` of the full ``D_mean``, the
+    display smoother), ``granularity`` (``"sample"`` or ``"batch"``: which curve Figure 6
+    draws and the claims use) and, when ``batch_size`` is given, ``batch``: the batch-wise
+    curve of :func:`batch_loss_differences` on the same orderings (None when fewer than two
+    full batches fit and the per-sample curve is the one drawn), with ``batch_size``,
+    ``n_batches``, ``j`` (batches seen), ``k`` (= ``j b`` samples), ``D_mean``, ``D_binned_k``,
+    ``D_binned``, ``slope``, ``intercept`` (fitted against ``k`` over ``k >= k_min``),
+    ``slope_ci95``, ``ci95_contains_minus_one``, ``fit_n_points``, ``theorem7_bound_2L``
+    (``2L/(j+1)``), ``bound_holds`` and ``bound_max_ratio``.
     """
+    if granularity not in ("sample", "batch"):
+        raise ValueError(f"granularity must be 'sample' or 'batch', got {granularity!r}")
+    if granularity == "batch" and batch_size is None:
+        raise ValueError("granularity 'batch' needs a batch_size")
     x = _as_losses(losses)
     n = x.size
     r = _check_positive_int(n_orderings, "n_orderings")
@@ -351,7 +439,16 @@ def analyse_landscape(
     fit_n_points = int(np.count_nonzero(_fit_mask(k, d_mean, k_min, fit_k_max)))
 
     keep = thin_indices(n - 1, include=(k_min - 1, fit_k_max - 1))
+    binned_k, binned = log_binned_median(k, d_mean, bins_per_decade)
+    batch = None
+    if batch_size is not None and (granularity == "batch" or n // int(batch_size) >= 2):
+        batch = _analyse_batches(x, r, seed, int(batch_size), k_min, b, bins_per_decade, loss_max)
     return {
+        "granularity": granularity,
+        "D_binned_k": binned_k.tolist(),
+        "D_binned": binned.tolist(),
+        "bins_per_decade": int(bins_per_decade),
+        "batch": batch,
         "n_samples": int(n),
         "n_orderings": int(r),
         "seed": int(seed),
@@ -375,4 +472,42 @@ def analyse_landscape(
         "theorem7_bound_2L": bound_full[keep].tolist(),
         "bound_holds": bound_holds,
         "bound_max_ratio": bound_max_ratio,
+    }
+
+
+def _analyse_batches(
+    x: np.ndarray, r: int, seed: int, batch_size: int, k_min: int, n_boot: int,
+    bins_per_decade: int, loss_max: float,
+) -> dict[str, Any]:
+    """The ``batch`` entry of :func:`analyse_landscape` (see there)."""
+    diffs = batch_loss_differences(x, r, seed, batch_size)  # (R, m-1)
+    m = x.size // batch_size
+    j = np.arange(1, m, dtype=np.float64)
+    k = j * batch_size
+    d_mean = diffs.mean(axis=0)
+    k_lo = float(max(k_min, batch_size))  # at least the first batch boundary
+    if np.count_nonzero(k >= k_lo) < 2:
+        k_lo = float(k[0])
+    slope, intercept = fit_loglog_slope(k, d_mean, k_min=k_lo)
+    lo, hi, _ = bootstrap_slope_ci(diffs, k, k_min=k_lo, n_bootstrap=n_boot, seed=seed)
+    bound = 2.0 * loss_max / (j + 1.0)
+    binned_k, binned = log_binned_median(k, d_mean, bins_per_decade)
+    return {
+        "batch_size": int(batch_size),
+        "n_batches": int(m),
+        "j": [int(v) for v in j],
+        "k": [int(v) for v in k],
+        "D_mean": d_mean.tolist(),
+        "D_binned_k": binned_k.tolist(),
+        "D_binned": binned.tolist(),
+        "slope": slope,
+        "intercept": intercept,
+        "slope_ci95": [lo, hi],
+        "ci95_contains_minus_one": bool(lo <= -1.0 <= hi),
+        "fit_k_min": k_lo,
+        "fit_k_max": float(k[-1]),
+        "fit_n_points": int(np.count_nonzero(_fit_mask(k, d_mean, k_lo, None))),
+        "theorem7_bound_2L": bound.tolist(),
+        "bound_holds": bool(np.all(diffs <= bound * (1.0 + 1e-12))),
+        "bound_max_ratio": float(np.max(diffs.max(axis=0) / bound)) if loss_max > 0 else None,
     }

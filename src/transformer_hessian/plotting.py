@@ -37,6 +37,7 @@ __all__ = [
     "GROUP_LABELS",
     "hessian_figure",
     "hessian_heatmap",
+    "landscape_curve",
     "landscape_figure",
     "load_hessian",
     "load_json",
@@ -44,11 +45,27 @@ __all__ = [
     "save_figure",
     "set_theme",
     "shared_log_range",
+    "robust_log_range",
+    "zero_fraction",
+    "contrast_ratio",
+    "dataset_model_label",
     "slope_label",
 ]
 
-#: Short labels of the parameter groups on the axes of every figure.
-GROUP_LABELS = {"W_Q": "Q", "W_K": "K", "W_V": "V", "W_1": "W1", "W_2": "W2"}
+#: Labels of the parameter groups on the axes of every figure (the paper's notation).
+GROUP_LABELS = {"W_Q": "$W_Q$", "W_K": "$W_K$", "W_V": "$W_V$", "W_1": "$W_1$", "W_2": "$W_2$"}
+
+#: The paper marks the Values in olive (Figures 3, 4 captions); so do the tick labels here.
+VALUES_COLOUR = "olive"
+
+#: Colour of exact zeros in the Hessian heatmaps (outside the colour map "rocket").
+ZERO_COLOUR = "#5fa8d3"
+
+#: Default quantiles of the nonzero log10 |H_ij| that set the heatmap colour range.
+HEATMAP_QUANTILES = (0.005, 0.9995)
+
+#: Names of the data sets in titles; digits is the offline stand-in.
+DATASET_NAMES = {"digits": "8x8 digits (scikit-learn)", "mnist": "MNIST", "cifar100": "CIFAR-100"}
 
 #: Colour map of the log-magnitude heatmaps.
 HEATMAP_CMAP = "rocket"
@@ -207,6 +224,77 @@ def shared_log_range(*Hs: Any, floor: float = -12) -> tuple[float, float]:
     return float(vmin), float(vmax)
 
 
+def robust_log_range(
+    *Hs: Any, quantiles: tuple[float, float] = HEATMAP_QUANTILES
+) -> tuple[float, float]:
+    """Colour range ``(vmin, vmax)``: quantiles of log10 |H_ij| over the nonzero entries.
+
+    The entries of all the given matrices are pooled (so Figures 3 and 4 share one scale) and
+    ``vmin, vmax = quantile(log10 |H_ij|, quantiles)`` over ``H_ij != 0``; exact zeros are
+    excluded (the heatmap shows them in a colour of their own). Unlike the extreme entries,
+    the quantiles are not set by a single tiny or huge entry. With no nonzero entry the range
+    is ``(-12, -11)``; with a single magnitude it is widened to one decade below it.
+    """
+    if not Hs:
+        raise ValueError("robust_log_range needs at least one matrix")
+    lo_q, hi_q = (float(q) for q in quantiles)
+    if not 0.0 <= lo_q < hi_q <= 1.0:
+        raise ValueError(f"quantiles must satisfy 0 <= lo < hi <= 1, got {quantiles}")
+    logs = []
+    for H in Hs:
+        a = np.abs(np.asarray(H, dtype=np.float64)).ravel()
+        if not np.all(np.isfinite(a)):
+            raise ValueError("a Hessian passed to robust_log_range has non-finite entries")
+        logs.append(np.log10(a[a > 0]))
+    pooled = np.concatenate(logs)
+    if pooled.size == 0:
+        return -12.0, -11.0
+    vmin, vmax = (float(v) for v in np.quantile(pooled, [lo_q, hi_q]))
+    if vmax <= vmin:
+        vmin = vmax - 1.0
+    return vmin, vmax
+
+
+def zero_fraction(H: Any) -> float:
+    """Share of the entries of ``H`` that are exactly 0 (e.g. rows of dead ReLU units)."""
+    a = np.asarray(H)
+    return float(np.count_nonzero(a == 0) / a.size) if a.size else 0.0
+
+
+def _relative_luminance(colour: Any) -> float:
+    from matplotlib.colors import to_rgb
+
+    rgb = np.array(to_rgb(colour))
+    lin = np.where(rgb <= 0.03928, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    return float(lin @ np.array([0.2126, 0.7152, 0.0722]))
+
+
+def contrast_ratio(c1: Any, c2: Any) -> float:
+    """WCAG contrast ratio ``(L1 + 0.05) / (L2 + 0.05)`` of two colours (>= 1)."""
+    l1, l2 = sorted((_relative_luminance(c1), _relative_luminance(c2)), reverse=True)
+    return (l1 + 0.05) / (l2 + 0.05)
+
+
+def dataset_model_label(
+    metrics: Mapping[str, Any], stands_in_for: str | None = None, sep: str = "; "
+) -> str:
+    """``"8x8 digits (scikit-learn; stand-in for MNIST), ViT: 1 block, 16 tokens, d=16, ..."``.
+
+    ``metrics`` is a training ``metrics.json`` (keys ``dataset`` and ``model``); the text names
+    the data set the model ran on and its sizes, so every figure says what it shows.
+    """
+    m = metrics["model"]
+    name = DATASET_NAMES.get(metrics["dataset"], str(metrics["dataset"]))
+    if metrics["dataset"] == "digits" and stands_in_for:
+        name = name.replace(")", f"; stand-in for {stands_in_for})")
+    tokens = (int(m["image_size"]) // int(m["patch_size"])) ** 2
+    blocks = f"{m['depth']} block" + ("s" if int(m["depth"]) != 1 else "")
+    return (
+        f"{name}{sep}ViT, {blocks}, {tokens} tokens, d={m['width']}, "
+        f"d_K={m['d_k']}, d_ff={m['d_ff']}"
+    )
+
+
 def _check_blocks(H: np.ndarray, offsets: Any, names: Sequence[str]) -> np.ndarray:
     if H.ndim != 2 or H.shape[0] != H.shape[1]:
         raise ValueError(f"H must be a square matrix, got shape {H.shape}")
@@ -234,38 +322,62 @@ def hessian_heatmap(
     title: str | None = None,
     cmap: str = HEATMAP_CMAP,
     colorbar: bool = True,
+    zero_colour: str = ZERO_COLOUR,
 ) -> AxesImage:
-    """Draw log10 |H| on ``ax``: block lines at ``offsets``, block labels, a colour bar.
+    """Draw log10 |H| on ``ax``: block separators, the paper's block labels, a colour bar.
 
-    Entries equal to 0 (log10 = -inf) and entries below ``vmin`` take the colour of ``vmin``;
-    entries above ``vmax`` that of ``vmax``. Tick labels are the short group names (Q, K, V,
-    W1, W2) centred on each block. Returns the image, whose colour limits are
-    ``(vmin, vmax)``.
+    * Exact zeros are masked and drawn in ``zero_colour``, which is not in the colour map;
+      the colour bar carries a swatch "exact 0" with their share of the entries.
+    * Entries below ``vmin`` / above ``vmax`` take the end colours (the colour bar shows
+      arrows at both ends); the image's colour limits are ``(vmin, vmax)``.
+    * Block separators are black lines on a white halo, visible on the darkest and on the
+      brightest block.
+    * Tick labels ``W_Q, W_K, W_V, W_1, W_2`` centred on each block, ``W_V`` in olive as in
+      the paper.
+    Returns the image; its array is a masked array whose mask is exactly ``H == 0``.
     """
+    from matplotlib import patheffects
+
     H = np.asarray(H, dtype=np.float64)
     names = [str(n) for n in names]
     off = _check_blocks(H, offsets, names)
     if not vmin < vmax:
         raise ValueError(f"need vmin < vmax, got vmin={vmin}, vmax={vmax}")
-    img = np.clip(_log_abs(H), vmin, vmax)
+    zeros = H == 0
+    img = np.ma.masked_array(np.clip(_log_abs(H), vmin, vmax), mask=zeros)
+    colour_map = plt.get_cmap(cmap).with_extremes(bad=zero_colour)
     image = ax.imshow(
-        img, cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest", aspect="equal"
+        img, cmap=colour_map, vmin=vmin, vmax=vmax, interpolation="nearest", aspect="equal"
     )
+    halo = [patheffects.Stroke(linewidth=1.8, foreground="white"), patheffects.Normal()]
     for b in off[1:-1]:
-        ax.axhline(b - 0.5, color="white", linewidth=0.6)
-        ax.axvline(b - 0.5, color="white", linewidth=0.6)
+        for line in (ax.axhline(b - 0.5), ax.axvline(b - 0.5)):
+            line.set(color="black", linewidth=0.7, path_effects=halo)
     centres = (off[:-1] + off[1:]) / 2.0 - 0.5
     labels = [GROUP_LABELS.get(n, n) for n in names]
     ax.set_xticks(centres, labels)
     ax.set_yticks(centres, labels)
+    for tick_labels in (ax.get_xticklabels(), ax.get_yticklabels()):
+        for name, text in zip(names, tick_labels):
+            if name == "W_V":
+                text.set_color(VALUES_COLOUR)
     ax.tick_params(length=0)
     for spine in ax.spines.values():
         spine.set_visible(True)
     if title:
         ax.set_title(title)
     if colorbar:
-        cbar = ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.03)
-        cbar.set_label("log10 |H|")
+        cbar = ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.03, extend="both")
+        cbar.set_label(r"$\log_{10} |H_{ij}|$ (clipped to the colour range)")
+        if zeros.any():
+            from matplotlib.patches import Patch
+
+            ax.legend(
+                handles=[Patch(facecolor=zero_colour, edgecolor="0.3",
+                               label=f"exact 0 ({100 * zero_fraction(H):.1f}% of entries)")],
+                loc="upper center", bbox_to_anchor=(0.5, -0.06), frameon=False,
+                handlelength=1.2, borderaxespad=0.0,
+            )
     return image
 
 
@@ -274,7 +386,7 @@ def hessian_figure(
     vmin: float,
     vmax: float,
     title: str | None = None,
-    size: float = 4.2,
+    size: float = 4.6,
 ) -> Figure:
     """One-panel figure of a Hessian as returned by :func:`load_hessian`."""
     fig, ax = plt.subplots(figsize=(size * 1.15, size), layout="constrained")
@@ -335,6 +447,7 @@ def _grouped_bars(
 def norms_figure(
     norms_init: Mapping[str, Any] | str | os.PathLike[str],
     norms_trained: Mapping[str, Any] | str | os.PathLike[str],
+    title: str | None = None,
 ) -> Figure:
     """Figure 5: weight norms and Hessian block norms, at initialisation and after training.
 
@@ -350,8 +463,12 @@ def norms_figure(
     _check_norms(trained, "trained")
     stages = {"init": init, "trained": trained}
 
-    fig = plt.figure(figsize=(10.0, 7.6), layout="constrained")
-    axd = fig.subplot_mosaic([["a", "b"], ["c", "d"]])
+    fig = plt.figure(figsize=(10.0, 8.0), layout="constrained")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    axd = fig.subplot_mosaic(
+        [["legend", "legend"], ["a", "b"], ["c", "d"]], height_ratios=[0.07, 1.0, 1.0]
+    )
     colours, hatches, weight_series, block_series = {}, {}, {}, {}
     for norm, hatch in (("spectral", ""), ("fro", "//")):
         for stage, doc in stages.items():
@@ -364,14 +481,16 @@ def norms_figure(
     ax = axd["a"]
     _grouped_bars(ax, weight_series, hatches, colours)
     ax.set_title("(a) weight matrices")
-    ax.set_ylabel("norm")
-    ax.legend(ncols=2, loc="best")
+    ax.set_ylabel("matrix norm")
 
     ax = axd["b"]
     _grouped_bars(ax, block_series, hatches, colours)
     ax.set_title(r"(b) diagonal Hessian blocks $H_{ii}$")
-    ax.set_ylabel("norm")
-    ax.legend(ncols=2, loc="best")
+    ax.set_ylabel("block norm")
+    # One legend for (a) and (b), in its own row above the panels: it cannot cover a bar.
+    handles, labels_ab = axd["a"].get_legend_handles_labels()
+    axd["legend"].axis("off")
+    axd["legend"].legend(handles, labels_ab, loc="center", ncols=4, frameon=False)
 
     spec = {stage: _block_matrix(doc, "spectral") for stage, doc in stages.items()}
     vmin, vmax = shared_log_range(*spec.values(), floor=-300)
@@ -392,13 +511,17 @@ def norms_figure(
             square=True,
             xticklabels=labels,
             yticklabels=labels,
-            cbar=key == "d",
-            cbar_kws={"label": "log10 ||H_ij||_2"} if key == "d" else None,
+            cbar=False,
             linewidths=0.5,
             linecolor="white",
         )
         ax.tick_params(length=0)
+        ax.set_yticklabels(labels, rotation=0)
         ax.set_title(f"({key}) Hessian block spectral norms, {stage}")
+    # One colour bar for (c) and (d): both panels use the same (vmin, vmax).
+    mappable = axd["d"].collections[0]
+    cbar = fig.colorbar(mappable, ax=[axd["c"], axd["d"]], shrink=0.9, pad=0.02)
+    cbar.set_label(r"$\log_{10} \|H_{ij}\|_2$ (panels c, d)")
     return fig
 
 
@@ -429,41 +552,66 @@ def slope_label(result: Mapping[str, Any]) -> str:
     return text
 
 
+def landscape_curve(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The curve Figure 6 draws: the per-sample one, or ``result["batch"]`` when the result's
+    ``granularity`` is ``"batch"``. Returns a dict with ``k``, ``D_mean``, ``D_binned_k``,
+    ``D_binned``, ``slope``, ``intercept``, ``slope_ci95``, ``fit_k_min``, ``fit_k_max``,
+    ``theorem7_bound_2L``, ``bound_holds``, ``granularity`` and ``label`` (a phrase for the
+    legend and caption)."""
+    res = _as_mapping(result)
+    granularity = res.get("granularity", "sample")
+    if granularity == "batch":
+        if not res.get("batch"):
+            raise KeyError("landscape result has granularity 'batch' but no 'batch' entry; rerun the landscape rule")
+        out = dict(res["batch"])
+        out["label"] = f"data added batch-by-batch (b = {out['batch_size']})"
+    else:
+        out = {key: res[key] for key in res if key != "batch"}
+        out["label"] = "data added sample-by-sample"
+    out["granularity"] = granularity
+    return out
+
+
 def landscape_figure(
     result: Mapping[str, Any] | str | os.PathLike[str],
     show_bound: bool = True,
-    size: tuple[float, float] = (8.8, 3.8),
+    size: tuple[float, float] = (6.4, 4.4),
+    title: str | None = None,
 ) -> Figure:
-    """Figure 6: ``|L_{k+1} - L_k|`` against ``k`` on log-log axes.
+    """Figure 6: ``|L_{k+1} - L_k|`` against the number of samples ``k`` on log-log axes.
 
     ``result`` is the output of :func:`transformer_hessian.landscape.analyse_landscape`
-    (or a path to the landscape JSON). Draws the mean over orderings, its EMA, a 1/k reference
-    through the mean curve at the start of the fit range, the fitted power law over the fit
-    range (the legend, right of the axes, gives the slope and its bootstrap 95% interval) and, with
-    ``show_bound``, Theorem 7's bound 2L/(k+1) at w = w*.
+    (or a path to the landscape JSON); the curve drawn is :func:`landscape_curve` (per-sample
+    or batch-by-batch, as the result's ``granularity`` says). Draws the mean over orderings,
+    its median in log-spaced bins of ``k`` (the smoother: the paper's EMA over the index ``k``
+    is not drawn, because on log axes it stays at its first values up to ``k ~ 1/(1-f)`` and
+    lies far above the data), a 1/k reference through the start of the fit range, the fitted
+    power law (slope and bootstrap 95% interval in the legend) and, with ``show_bound``,
+    Theorem 7's bound 2L/(k+1) at w = w* (2L/(j+1) in batches for the batch curve). The legend
+    is inside the axes (lower left, below the curves' start); ``title`` names data and model.
     """
     res = _as_mapping(result)
     for key in ("k", "D_mean", "slope", "intercept", "fit_k_min", "fit_k_max"):
         if key not in res:
             raise KeyError(f"landscape result lacks the key {key!r}; rerun the landscape rule")
-    k = np.asarray(res["k"], dtype=np.float64)
-    d_mean = _positive(res["D_mean"])
-    k_lo, k_hi = float(res["fit_k_min"]), float(res["fit_k_max"])
+    cur = landscape_curve(res)
+    k = np.asarray(cur["k"], dtype=np.float64)
+    d_mean = _positive(cur["D_mean"])
+    k_lo, k_hi = float(cur["fit_k_min"]), float(cur["fit_k_max"])
     palette = sns.color_palette("deep")
 
     fig, ax = plt.subplots(figsize=size, layout="constrained")
     n_ord = res.get("n_orderings")
     mean_label = f"mean over {n_ord} orderings" if n_ord else "mean over orderings"
-    ax.plot(k, d_mean, color=palette[0], linewidth=0.9, label=mean_label, zorder=2)
-    if "D_ema" in res:
+    ax.plot(k, d_mean, color=palette[0], linewidth=0.8, alpha=0.8, label=mean_label, zorder=2)
+    if cur.get("D_binned_k"):
+        per = res.get("bins_per_decade", 8)
         ax.plot(
-            k,
-            _positive(res["D_ema"]),
-            color=palette[2],
-            linewidth=1.2,
-            alpha=0.85,
-            label=f"EMA over k (factor {float(res.get('ema_factor', 0.99)):g})",
-            zorder=2,
+            np.asarray(cur["D_binned_k"], dtype=np.float64),
+            _positive(cur["D_binned"]),
+            color=palette[2], linewidth=0, marker="o", markersize=3.5,
+            markeredgecolor="black", markeredgewidth=0.4,
+            label=f"median in log-spaced bins of k ({per} per decade)", zorder=5,
         )
     in_fit = (k >= k_lo) & (k <= k_hi)
     # 1/k reference c/k through the mean curve at the start of the fit range: c is the
@@ -472,32 +620,25 @@ def landscape_figure(
     first_decade = in_fit & (k <= 10 * k_lo) & np.isfinite(d_mean)
     if first_decade.any():
         c = float(np.exp(np.mean(np.log(k[first_decade] * d_mean[first_decade]))))
-        ax.plot(
-            k, c / k, color="0.3", linestyle=":", linewidth=1.3,
-            label="1/k reference", zorder=4,
-        )
+        ax.plot(k, c / k, color="0.3", linestyle=":", linewidth=1.3, label="1/k reference", zorder=4)
     k_fit = k[in_fit]
     if k_fit.size:
-        fitted = np.exp(float(res["intercept"])) * k_fit ** float(res["slope"])
-        ax.plot(
-            k_fit, fitted, color=palette[3], linewidth=1.6, alpha=0.9,
-            label=slope_label(res), zorder=3,
-        )
-    if show_bound and "theorem7_bound_2L" in res:
-        ax.plot(
-            k,
-            _positive(res["theorem7_bound_2L"]),
-            color="0.1",
-            linestyle="--",
-            linewidth=1.0,
-            label="Theorem 7 bound 2L/(k+1)",
-            zorder=2,
-        )
+        fitted = np.exp(float(cur["intercept"])) * k_fit ** float(cur["slope"])
+        ax.plot(k_fit, fitted, color=palette[3], linewidth=1.6, alpha=0.9,
+                label=slope_label(cur), zorder=3)
+    if show_bound and "theorem7_bound_2L" in cur:
+        bound_label = ("Theorem 7 bound 2L/(j+1), j = k/b batches" if cur["granularity"] == "batch"
+                       else "Theorem 7 bound 2L/(k+1)")
+        ax.plot(k, _positive(cur["theorem7_bound_2L"]), color="0.1", linestyle="--",
+                linewidth=1.0, label=bound_label, zorder=2)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("number of samples k")
-    ax.set_ylabel(r"$|L_{k+1}(w^*) - L_k(w^*)|$")
-    if res.get("experiment"):
-        ax.set_title(str(res["experiment"]))
-    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    ax.set_xlabel("number of training samples k")
+    if cur["granularity"] == "batch":
+        ax.set_ylabel(r"$|L_{(j+1)b}(w^*) - L_{jb}(w^*)|$, k = jb (cross-entropy, nats)")
+    else:
+        ax.set_ylabel(r"$|L_{k+1}(w^*) - L_k(w^*)|$ (cross-entropy, nats)")
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.legend(loc="lower left", fontsize=7, frameon=True, framealpha=0.85, edgecolor="0.8")
     return fig

@@ -54,7 +54,8 @@ def _json_default(obj):
         return obj.item()
     if isinstance(obj, np.ndarray):
         return obj.tolist()
-    if isinstance(obj, torch.Tensor):
+    torch = sys.modules.get("torch")  # a tensor can only exist once torch is imported
+    if torch is not None and isinstance(obj, torch.Tensor):
         return obj.tolist()
     if isinstance(obj, Path):
         return str(obj)

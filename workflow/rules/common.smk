@@ -17,3 +17,8 @@ def figure(name, caption):
 def data_root_of(wildcards, input):
     """The data root, derived from the manifest input (ROOT/DATASET/manifest.json)."""
     return os.path.dirname(os.path.dirname(input.manifest))
+
+
+import shlex  # noqa: E402
+
+from transformer_hessian.registry import rule_specs as registry_rule_specs  # noqa: E402

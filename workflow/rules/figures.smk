@@ -1,78 +1,41 @@
 # Figures (papermill-executed notebooks), tables and the machine-readable summary.
 
-rule fig3_fig4:
-    input:
-        notebook=f"{NB}/fig3_fig4_hessian_heatmaps.ipynb",
-        init=f"{HDIR}/init.npz",
-        trained=f"{HDIR}/trained.npz",
-    output:
-        fig3=figure("fig3", "fig3.rst"),
-        fig3_png="paper/figures/fig3.png",
-        fig4=figure("fig4", "fig4.rst"),
-        fig4_png="paper/figures/fig4.png",
-        executed="results/notebooks/fig3_fig4_hessian_heatmaps.ipynb",
-    conda:
-        "../../environment.yml"
-    log:
-        "logs/figures/fig3_fig4.log",
-    benchmark:
-        "benchmarks/figures/fig3_fig4.tsv"
-    threads: 1
-    resources:
-        mem_mb=2000,
-        runtime=20,
-    shell:
-        "papermill {input.notebook:q} {output.executed:q} -k python3 --log-output "
-        "-p hessian_init {input.init:q} -p hessian_trained {input.trained:q} "
-        "-p out_fig3 paper/figures/fig3 -p out_fig4 paper/figures/fig4 > {log:q} 2>&1"
+# One rule per entry of the figure registry (src/transformer_hessian/registry.py): each runs
+# its notebook with papermill; inputs, caption and outputs come from the registry entry.
+# To add a figure, add a registry entry and its notebook (see the registry's docstring).
+for _spec in registry_rule_specs(config):
 
-
-rule fig5:
-    input:
-        notebook=f"{NB}/fig5_norms.ipynb",
-        init=f"{HDIR}/init_norms.json",
-        trained=f"{HDIR}/trained_norms.json",
-    output:
-        fig5=figure("fig5", "fig5.rst"),
-        fig5_png="paper/figures/fig5.png",
-        executed="results/notebooks/fig5_norms.ipynb",
-    conda:
-        "../../environment.yml"
-    log:
-        "logs/figures/fig5.log",
-    benchmark:
-        "benchmarks/figures/fig5.tsv"
-    threads: 1
-    resources:
-        mem_mb=2000,
-        runtime=20,
-    shell:
-        "papermill {input.notebook:q} {output.executed:q} -k python3 --log-output "
-        "-p norms_init {input.init:q} -p norms_trained {input.trained:q} "
-        "-p out_fig5 paper/figures/fig5 > {log:q} 2>&1"
-
-
-rule fig6:
-    input:
-        notebook=f"{NB}/fig6_landscape.ipynb",
-        landscape=f"results/{LEXP}/landscape/landscape.json",
-    output:
-        fig6=figure("fig6", "fig6.rst"),
-        fig6_png="paper/figures/fig6.png",
-        executed="results/notebooks/fig6_landscape.ipynb",
-    conda:
-        "../../environment.yml"
-    log:
-        "logs/figures/fig6.log",
-    benchmark:
-        "benchmarks/figures/fig6.tsv"
-    threads: 1
-    resources:
-        mem_mb=2000,
-        runtime=20,
-    shell:
-        "papermill {input.notebook:q} {output.executed:q} -k python3 --log-output "
-        "-p landscape {input.landscape:q} -p out_fig6 paper/figures/fig6 > {log:q} 2>&1"
+    rule:
+        name:
+            _spec["name"]
+        input:
+            notebook=f"{NB}/{_spec['notebook']}",
+            **_spec["inputs"],
+        output:
+            pdf=report(_spec["pdf"], caption="../report/figure.rst", category="Figures"),
+            png=_spec["png"],
+            executed=_spec["executed"],
+        params:
+            caption=_spec["caption"],
+            # every input but the notebook becomes a notebook parameter of the same name
+            inputs=lambda w, input: " ".join(
+                f"-p {name} {shlex.quote(path)}" for name, path in input.items() if name != "notebook"
+            ),
+            literal=_spec["literal"],
+            out=lambda w, output: os.path.splitext(output.pdf)[0],
+        conda:
+            "../../environment.yml"
+        log:
+            f"logs/figures/{_spec['name']}.log",
+        benchmark:
+            f"benchmarks/figures/{_spec['name']}.tsv"
+        threads: 1
+        resources:
+            mem_mb=2000,
+            runtime=20,
+        shell:
+            "papermill {input.notebook:q} {output.executed:q} -k python3 --log-output "
+            "{params.inputs} {params.literal} -p out {params.out:q} > {log:q} 2>&1"
 
 
 rule tables:
@@ -116,10 +79,13 @@ rule summary:
         theory=expand("results/{exp}/theory/{stage}.json", exp=HEXP, stage=STAGES),
         figures=expand("paper/figures/{fig}.pdf", fig=FIGURES),
         tables=expand("paper/tables/{table}.csv", table=TABLES),
+        claims="paper/claims.json",
     output:
         "paper/summary.json",
     params:
         config_hash=CONFIG_HASH,
+        registry_config=json.dumps(config),
+        notebook_dir=NB,
     conda:
         "../../environment.yml"
     log:
@@ -133,4 +99,5 @@ rule summary:
     shell:
         "transformer-hessian summary --config-hash {params.config_hash} --norms {input.norms:q} "
         "--metrics {input.metrics:q} --landscape {input.landscape:q} --theory {input.theory:q} "
-        "--figures {input.figures:q} --tables {input.tables:q} --out {output:q} 2> {log:q}"
+        "--figures {input.figures:q} --tables {input.tables:q} --registry-config {params.registry_config:q} "
+        "--notebook-dir {params.notebook_dir:q} --claims {input.claims:q} --out {output:q} 2> {log:q}"

@@ -1,0 +1,323 @@
+"""The one registry of the paper's figures: id -> notebook, inputs, caption, paper label.
+
+Everything else is generated from :data:`FIGURES`:
+
+* the Snakemake rules: ``workflow/rules/figures.smk`` loops over :func:`rule_specs` and
+  defines one rule per entry (``name:`` inside ``rule:``), which runs the entry's notebook with
+  papermill, passing each input path as a notebook parameter of the same name, the entry's
+  literal ``params`` and ``out`` (``paper/figures/<id>`` without suffix);
+* ``paper/README.md`` (committed): :func:`render_paper_readme`, written by
+  ``transformer-hessian registry --write-readme`` and compared by the tests;
+* the per-figure provenance in ``paper/summary.json`` (``figure_provenance``): notebook,
+  rule, paper label and the sha256 of every input and output file (:func:`provenance`).
+
+A test fails when the registry, the generated rules, ``paper/README.md`` and the notebooks'
+``parameters`` cells disagree (``tests/test_registry.py``).
+
+How to add a figure
+-------------------
+1. Write ``notebooks/<id>_<topic>.ipynb``: a cell tagged ``parameters`` that defines one
+   variable per input (the names of ``inputs`` below), one per literal ``params`` key, and
+   ``out``; the other cells only load results and call helpers from the package, then
+   ``plotting.save_figure(fig, out)``. Commit it without outputs.
+2. Append a :class:`Figure` to :data:`FIGURES`. Input paths are templates: ``{hexp}`` is
+   ``config["hessian"]["experiment"]``, ``{lexp}`` is ``config["landscape"]["experiment"]``;
+   ``{cfg[section][key]}`` reads any other config value.
+3. Run ``transformer-hessian registry --write-readme`` and commit ``paper/README.md``.
+Nothing else changes: the rule, the ``all`` target, the report entry (caption from here,
+through ``workflow/report/figure.rst``) and the summary's provenance follow from the entry.
+Figures that other rule files build today (fig1, fig7-fig12, bound and Theorem 7 figures)
+move here the same way: their rule's inputs become ``inputs``, the notebook's output
+parameter is renamed ``out``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "FIGURES",
+    "OTHER_ARTEFACTS",
+    "Figure",
+    "by_id",
+    "file_sha256",
+    "figure_ids",
+    "provenance",
+    "render_paper_readme",
+    "resolve_inputs",
+    "rule_specs",
+]
+
+#: Data set names in captions, and what the embedded default's digits stand in for.
+_DATASET = {"digits": "scikit-learn's 8x8 digits", "mnist": "MNIST", "cifar100": "CIFAR-100"}
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure of the paper as the pipeline regenerates it.
+
+    ``id`` is the public file name (``paper/figures/<id>.{pdf,png}``) and the rule name;
+    ``paper`` the paper's number ("Figure 3") and ``label`` its LaTeX label; ``notebook`` the
+    file under ``notebooks/``; ``inputs`` maps notebook parameter -> path template (see the
+    module docstring); ``params`` are literal notebook parameters; ``caption`` is a format
+    string with ``{hessian_data}``, ``{landscape_data}`` (data set names of the two
+    experiments, with what they stand in for), ``{granularity}``; ``shows`` is the one-line
+    description in ``paper/README.md`` and ``functions`` the package functions behind it.
+    """
+
+    id: str
+    paper: str
+    label: str
+    notebook: str
+    inputs: dict[str, str]
+    caption: str
+    shows: str
+    functions: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rule(self) -> str:
+        """Name of the Snakemake rule that draws the figure (= ``id``)."""
+        return self.id
+
+    @property
+    def out(self) -> str:
+        """Output path without suffix (the notebook parameter ``out``)."""
+        return f"paper/figures/{self.id}"
+
+    @property
+    def executed(self) -> str:
+        """Where papermill writes the executed notebook."""
+        return f"results/notebooks/{self.id}.ipynb"
+
+
+_H = "results/{hexp}/hessian"
+
+FIGURES: list[Figure] = [
+    Figure(
+        id="fig2",
+        paper="Figure 2",
+        label="fig:transformer",
+        notebook="fig2_architecture.ipynb",
+        inputs={"metrics_hessian": "results/{hexp}/metrics.json",
+                "metrics_landscape": "results/{lexp}/metrics.json"},
+        caption="Figure 2. Transformer architecture of the experiments, drawn from the sizes of the "
+                "models that ran: a post-norm ViT (patch embedding, N x [Self-Attention, Add, "
+                "LayerNorm, FeedForward, Add, LayerNorm], mean over tokens, linear head). Left: the "
+                "model of Figures 3-5 ({hessian_data}); right: the model of Figure 6 ({landscape_data}).",
+        shows="the post-norm ViT of both experiments with the sizes that ran",
+        functions="`architecture_diagram.architecture_figure`, `architecture_diagram.draw_architecture`",
+    ),
+    Figure(
+        id="fig3",
+        paper="Figure 3",
+        label="fig:hessian_entries",
+        notebook="fig3_fig4_hessian_heatmaps.ipynb",
+        inputs={"hessian_init": _H + "/init.npz", "hessian_trained": _H + "/trained.npz",
+                "metrics": "results/{hexp}/metrics.json"},
+        params={"stage": "init"},
+        caption="Figure 3. log10 |H_ij| of the exact loss Hessian w.r.t. W_Q, W_K, W_V, W_1, W_2 of "
+                "the one-block ViT at initialisation, on one fixed training batch of {hessian_data}. "
+                "Colour range: the 0.5% and 99.95% quantiles of the nonzero entries of Figures 3 and 4 "
+                "together (arrows: clipped). Exact zeros (rows and columns of ReLU units inactive on the "
+                "whole batch) have a colour of their own; their share is given below the map.",
+        shows="log10 \\|H\\| at initialisation, blocks W_Q, W_K, W_V, W_1, W_2; exact zeros in their own colour",
+        functions="`plotting.hessian_heatmap`, `plotting.robust_log_range`; Hessian from `hessian.compute_hessian`",
+    ),
+    Figure(
+        id="fig4",
+        paper="Figure 4",
+        label="fig:hessian_entries_trained",
+        notebook="fig3_fig4_hessian_heatmaps.ipynb",
+        inputs={"hessian_init": _H + "/init.npz", "hessian_trained": _H + "/trained.npz",
+                "metrics": "results/{hexp}/metrics.json"},
+        params={"stage": "trained"},
+        caption="Figure 4. The same as Figure 3 after training, on Figure 3's colour scale "
+                "({hessian_data}). Exact zeros, if any, have a colour of their own.",
+        shows="the same after training, on fig3's colour scale",
+        functions="same as fig3",
+    ),
+    Figure(
+        id="fig5",
+        paper="Figure 5",
+        label="fig:norm",
+        notebook="fig5_norms.ipynb",
+        inputs={"norms_init": _H + "/init_norms.json", "norms_trained": _H + "/trained_norms.json",
+                "metrics": "results/{hexp}/metrics.json"},
+        caption="Figure 5. Parameter block norms and Hessian block norms on one fixed training batch of "
+                "{hessian_data}, at initialisation and after training: (a) spectral and Frobenius norms "
+                "of W_Q, W_K, W_V, W_1, W_2; (b) of the diagonal Hessian blocks H_ii; (c, d) log10 of "
+                "the spectral norm of every block H_ij, one colour scale for both panels.",
+        shows="weight-matrix norms and Hessian block norms, init vs trained",
+        functions="`plotting.norms_figure`; `hessian.block_norms`, `hessian.weight_norms`",
+    ),
+    Figure(
+        id="fig6",
+        paper="Figure 6",
+        label="fig:loss_landscape_convergence",
+        notebook="fig6_landscape.ipynb",
+        inputs={"landscape": "results/{lexp}/landscape/landscape.json",
+                "metrics": "results/{lexp}/metrics.json"},
+        caption="Figure 6. |L_(k+1)(w*) - L_k(w*)| against the number of training samples k, log-log, "
+                "for the trained model on {landscape_data}, data added {granularity}, mean over random "
+                "orderings; dots: median in log-spaced bins of k; red: fitted power law with its "
+                "bootstrap 95% interval; dotted: 1/k; dashed: Theorem 7's bound at w*. The paper's EMA "
+                "over k is not drawn: on log axes it lags (flat up to k ~ 100) and lies above the data.",
+        shows="\\|L_{k+1}(w*) - L_k(w*)\\| vs k (per sample or per batch), binned medians, 1/k line, fitted slope (95% CI), Theorem 7 bound",
+        functions="`plotting.landscape_figure`; `landscape.analyse_landscape`, `train.per_sample_losses`",
+    ),
+]
+
+#: Artefacts that are not notebook figures (for ``paper/README.md`` only): (path, what it
+#: shows, command, rule, package function).
+OTHER_ARTEFACTS: list[tuple[str, str, str, str, str]] = [
+    ("tables/block_norms.{csv,tex,md}", "Frobenius, spectral, max \\|entry\\| of all 25 block pairs, init and trained",
+     "`transformer-hessian tables`", "`tables`", "`report.block_norm_table`"),
+    ("tables/run_summary.{csv,tex,md}", "data set, sizes, parameter counts, epochs, accuracies, wall times",
+     "`transformer-hessian tables`", "`tables`", "`report.run_summary_table`"),
+    ("tables/closed_form_check.{csv,tex,md}", "closed form vs curvlinops per block pair; functional vs outer-product share",
+     "`transformer-hessian tables`", "`tables` (after `theory`)", "`checks.closed_form_check`, `report.closed_form_table`"),
+    ("claims.{md,json}", "one verdict per empirical claim of the paper, computed from the results",
+     "`transformer-hessian claims`", "`claims`", "`claims.collect_claims`"),
+    ("summary.json", "every number above, the claims, per-figure provenance (notebook, rule, sha256 of inputs), config hash, git commit, package versions, device",
+     "`transformer-hessian summary`", "`summary`", "`report.build_summary`, `registry.provenance`"),
+    ("report.html", "Snakemake report with the registry's captions", "`snakemake --report paper/report.html`", "-",
+     "captions from `registry.FIGURES`"),
+]
+
+
+def by_id(fig_id: str) -> Figure:
+    """The registry entry of ``fig_id``; ``KeyError`` naming the known ids otherwise."""
+    for fig in FIGURES:
+        if fig.id == fig_id:
+            return fig
+    raise KeyError(f"no figure {fig_id!r} in the registry; known: {figure_ids()}")
+
+
+def figure_ids() -> list[str]:
+    """The ids of :data:`FIGURES`, in order."""
+    return [fig.id for fig in FIGURES]
+
+
+def resolve_inputs(fig: Figure, config: dict) -> dict[str, str]:
+    """The input paths of ``fig`` for ``config`` (templates filled in; see the module doc)."""
+    values = {"hexp": config["hessian"]["experiment"], "lexp": config["landscape"]["experiment"],
+              "cfg": config}
+    return {name: template.format(**values) for name, template in fig.inputs.items()}
+
+
+def _data_name(config: dict, exp: str, stands_in_for: str) -> str:
+    dataset = config["experiments"][exp]["dataset"]
+    name = _DATASET.get(dataset, dataset)
+    return f"{name}, stand-in for {stands_in_for}" if dataset == "digits" else name
+
+
+def caption(fig: Figure, config: dict) -> str:
+    """The caption of ``fig`` for ``config`` (data set names and granularity filled in)."""
+    land = config["landscape"]
+    granularity = ("batch-by-batch (batch size {})".format(land.get("batch_size", 16))
+                   if land.get("granularity", "sample") == "batch" else "sample-by-sample")
+    return fig.caption.format(
+        hessian_data=_data_name(config, config["hessian"]["experiment"], "MNIST"),
+        landscape_data=_data_name(config, land["experiment"], "CIFAR-100"),
+        granularity=granularity,
+    )
+
+
+def rule_specs(config: dict) -> list[dict[str, Any]]:
+    """What ``figures.smk`` needs to define each figure's rule, one dict per entry.
+
+    Keys: ``name`` (rule), ``notebook`` (file name under notebooks/), ``inputs`` (resolved),
+    ``pdf``, ``png``, ``executed``, ``out``, ``caption``, ``literal`` (``-p key value`` of the
+    literal params, shell-quoted), ``paper`` and ``label``.
+    """
+    import shlex
+
+    specs = []
+    for fig in FIGURES:
+        literal = " ".join(f"-p {k} {shlex.quote(str(v))}" for k, v in fig.params.items())
+        specs.append({
+            "name": fig.rule, "notebook": fig.notebook, "inputs": resolve_inputs(fig, config),
+            "pdf": f"{fig.out}.pdf", "png": f"{fig.out}.png", "executed": fig.executed,
+            "out": fig.out, "caption": caption(fig, config), "literal": literal,
+            "paper": fig.paper, "label": fig.label,
+        })
+    return specs
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex sha256 of the bytes of ``path``."""
+    h = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def provenance(config: dict, root: str | Path = ".",
+               notebook_dir: str | Path | None = None) -> dict[str, dict[str, Any]]:
+    """Per-figure provenance for ``summary.json``: ``{id: {paper, label, notebook, rule,
+    caption, inputs: {path: sha256}, outputs: {path: sha256}}}``; a missing file hashes to None.
+
+    Result paths are relative to ``root`` (the working directory of the run); notebooks are
+    looked up in ``notebook_dir`` (default ``<root>/notebooks``) but listed as ``notebooks/<name>``.
+    """
+    root = Path(root)
+    nb_dir = Path(notebook_dir) if notebook_dir is not None else root / "notebooks"
+
+    def digest(path: str) -> str | None:
+        p = nb_dir / Path(path).name if path.startswith("notebooks/") else root / path
+        return file_sha256(p) if p.is_file() else None
+
+    out = {}
+    for spec in rule_specs(config):
+        out[spec["name"]] = {
+            "paper": spec["paper"], "label": spec["label"], "notebook": f"notebooks/{spec['notebook']}",
+            "rule": spec["name"], "caption": spec["caption"],
+            "inputs": {p: digest(p) for p in [f"notebooks/{spec['notebook']}", *spec["inputs"].values()]},
+            "outputs": {p: digest(p) for p in (spec["pdf"], spec["png"])},
+        }
+    return out
+
+
+README_HEADER = """# Generated paper artefacts
+
+<!-- generated by `transformer-hessian registry --write-readme` from
+src/transformer_hessian/registry.py; edit the registry, not this file -->
+
+Everything in `figures/`, `tables/`, `claims.{md,json}`, `summary.json` and `report.html` is
+generated by `make reproduce` (or `snakemake --cores all`) and is not committed. This page maps
+each artefact to the notebook or command, the Snakemake rule and the package function behind
+it. Figures come from one registry (`transformer_hessian.registry.FIGURES`), which also defines
+their rules, captions and the per-figure provenance in `summary.json` (`figure_provenance`:
+notebook, rule and sha256 of every input and output).
+"""
+
+
+def render_paper_readme() -> str:
+    """The text of ``paper/README.md``, generated from :data:`FIGURES` and :data:`OTHER_ARTEFACTS`."""
+    lines = [README_HEADER, "## Figures", "",
+             "| artefact | paper | what it shows | notebook | rule | inputs | package function |",
+             "|---|---|---|---|---|---|---|"]
+    for fig in FIGURES:
+        inputs = ", ".join(f"`{t}`" for t in fig.inputs.values())
+        lines.append(
+            f"| `figures/{fig.id}.{{pdf,png}}` | {fig.paper} (`{fig.label}`) | {fig.shows} | "
+            f"`notebooks/{fig.notebook}` | `{fig.rule}` | {inputs} | {fig.functions} |"
+        )
+    lines += ["", "`{hexp}` / `{lexp}`: the experiments named by `hessian.experiment` and "
+              "`landscape.experiment` in the config.", "", "## Other artefacts", "",
+              "| artefact | what it shows | command | rule | package function |", "|---|---|---|---|---|"]
+    for path, shows, command, rule, function in OTHER_ARTEFACTS:
+        lines.append(f"| `{path}` | {shows} | {command} | {rule} | {function} |")
+    lines += ["", "Executed notebooks (with outputs) are kept in `results/notebooks/<id>.ipynb`.", ""]
+    return "\n".join(lines)
+
+
+def provenance_json(config: dict, root: str | Path = ".") -> str:
+    """:func:`provenance` as indented JSON text."""
+    return json.dumps(provenance(config, root), indent=2, sort_keys=True)

@@ -1,0 +1,190 @@
+"""Tests of transformer_hessian.claims: verdicts computed from (synthetic) results.
+
+The numbers each verdict rests on are checked against direct NumPy computations on a dense
+matrix (RMS entries as sqrt(mean(H_block^2)), quantiles of |H|), not against the module's
+own formulas.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from transformer_hessian import GROUPS, claims
+from transformer_hessian.landscape import analyse_landscape
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL = {"width": 3, "d_k": 2, "d_ff": 5}
+SIZES = {"W_Q": 6, "W_K": 6, "W_V": 9, "W_1": 15, "W_2": 15}
+OFF = np.concatenate([[0], np.cumsum([SIZES[g] for g in GROUPS])])
+
+
+def dense(seed: int, scales: dict[tuple[str, str], float]) -> np.ndarray:
+    """A symmetric Hessian-shaped matrix whose block (i, j) has entries of size scales[i, j]."""
+    rng = np.random.default_rng(seed)
+    P = int(OFF[-1])
+    H = np.zeros((P, P))
+    for i, a in enumerate(GROUPS):
+        for j, b in enumerate(GROUPS[: i + 1]):
+            s = scales.get((a, b), scales.get((b, a), 1.0))
+            blk = s * rng.uniform(0.5, 1.5, size=(SIZES[a], SIZES[b]))
+            H[OFF[i]:OFF[i + 1], OFF[j]:OFF[j + 1]] = blk
+            H[OFF[j]:OFF[j + 1], OFF[i]:OFF[i + 1]] = blk.T
+    return H
+
+
+def norms_of(H: np.ndarray, stage: str) -> dict:
+    blocks = []
+    for i, a in enumerate(GROUPS):
+        for j, b in enumerate(GROUPS):
+            blk = H[OFF[i]:OFF[i + 1], OFF[j]:OFF[j + 1]]
+            blocks.append({"row": a, "col": b, "fro": float(np.linalg.norm(blk)),
+                           "spectral": float(np.linalg.norm(blk, 2)), "max_abs": float(np.abs(blk).max())})
+    return {"stage": stage, "blocks": blocks}
+
+
+def metrics(acc: float = 0.9, dataset: str = "digits") -> dict:
+    return {"dataset": dataset, "model": MODEL, "epochs": 3, "final": {"val_acc": acc}}
+
+
+def by_id(rows):
+    return {r["id"]: r for r in rows}
+
+
+def test_block_sizes_match_the_model_shapes():
+    assert claims.block_sizes(MODEL) == SIZES
+
+
+def test_hessian_rows_reproduced_when_structure_as_in_paper():
+    init = dense(0, {("W_V", g): 3.0 for g in GROUPS})  # the V row dominates at init
+    trained = 20 * dense(1, {("W_V", "W_V"): 40.0, ("W_K", "W_K"): 30.0})
+    rows = by_id(claims.hessian_claim_rows(norms_of(init, "init"), norms_of(trained, "trained"),
+                                           metrics(), "files", spread=claims.entry_spread(init)))
+    for key in ("values_larger_at_init", "every_block_grows", "vv_largest_trained", "keys_values_highest"):
+        assert rows[key]["verdict"] == claims.REPRODUCED, rows[key]
+    # the measured block-row RMS entry is sqrt(mean(H_row^2)), computed here directly
+    v = slice(OFF[2], OFF[3])
+    assert f"V {np.sqrt(np.mean(init[v, :] ** 2)):.2e}" in rows["values_larger_at_init"]["measured"]
+    vv = trained[v, v]
+    assert f"V-V {np.sqrt(np.mean(vv ** 2)):.2e}" in rows["vv_largest_trained"]["measured"]
+    # entries span less than 2 decades here: heterogeneity not reproduced
+    assert rows["hessian_heterogeneity"]["verdict"] == claims.NOT_REPRODUCED
+    for r in rows.values():
+        claims.validate_row(r)
+        assert "stand-in for MNIST" in r["measured"]
+
+
+def test_hessian_rows_not_reproduced_when_structure_differs():
+    init = dense(2, {("W_1", g): 5.0 for g in GROUPS})  # W_1 row dominates
+    trained = dense(3, {("W_2", "W_2"): 50.0, ("W_1", "W_1"): 40.0})
+    trained[OFF[0]:OFF[1], OFF[0]:OFF[1]] = init[OFF[0]:OFF[1], OFF[0]:OFF[1]] * 0.5  # Q-Q shrinks
+    rows = by_id(claims.hessian_claim_rows(norms_of(init, "init"), norms_of(trained, "trained"),
+                                           metrics(), "files"))
+    for key in ("values_larger_at_init", "every_block_grows", "vv_largest_trained", "keys_values_highest"):
+        assert rows[key]["verdict"] == claims.NOT_REPRODUCED, rows[key]
+    grew = sum(
+        np.linalg.norm(trained[OFF[i]:OFF[i + 1], OFF[j]:OFF[j + 1]])
+        > np.linalg.norm(init[OFF[i]:OFF[i + 1], OFF[j]:OFF[j + 1]])
+        for i in range(5) for j in range(5)
+    )
+    assert grew < 25 and f"{grew}/25 blocks grew" in rows["every_block_grows"]["measured"]
+    assert rows["hessian_heterogeneity"]["verdict"] == claims.NOT_TESTABLE  # no spread given
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**16), decades=st.floats(0.5, 6.0), zeros=st.integers(0, 30))
+def test_entry_spread_and_heterogeneity_rule(seed, decades, zeros):
+    rng = np.random.default_rng(seed)
+    H = 10.0 ** rng.uniform(-decades, 0, size=(17, 13)) * rng.choice([-1, 1], size=(17, 13))
+    H.ravel()[rng.choice(H.size, size=zeros, replace=False)] = 0.0
+    spread = claims.entry_spread(H)
+    nz = np.sort(np.abs(H[H != 0]))
+    assert spread["q01"] == pytest.approx(np.percentile(nz, 1))
+    assert spread["q99"] == pytest.approx(np.percentile(nz, 99))
+    assert spread["zero_fraction"] == pytest.approx(zeros / H.size)
+    init = dense(seed, {})
+    rows = by_id(claims.hessian_claim_rows(norms_of(init, "init"), norms_of(2 * init, "trained"),
+                                           metrics(), "f", spread=spread))
+    expected = np.log10(spread["q99"] / spread["q01"]) >= 2
+    assert rows["hessian_heterogeneity"]["verdict"] == claims.verdict(bool(expected))
+
+
+@pytest.mark.parametrize("acc, verdict", [(0.49, claims.NOT_REPRODUCED), (0.5, claims.NOT_REPRODUCED),
+                                          (0.51, claims.REPRODUCED)])
+def test_training_rows(acc, verdict):
+    rows = claims.training_claim_rows(metrics(acc), metrics(0.9, "cifar100"), "a.json", "b.json")
+    assert rows[0]["verdict"] == verdict and rows[1]["verdict"] == claims.REPRODUCED
+    assert f"{acc:.3f}" in rows[0]["measured"] and rows[1]["measured"].startswith("CIFAR-100")
+
+
+@pytest.mark.parametrize("granularity", ["sample", "batch"])
+def test_landscape_rows_follow_the_result(granularity):
+    losses = np.random.default_rng(7).exponential(size=800)
+    res = analyse_landscape(losses, n_orderings=8, seed=1, n_bootstrap=40, granularity=granularity,
+                            batch_size=10)
+    cur = res["batch"] if granularity == "batch" else res
+    rows = by_id(claims.landscape_claim_rows(res, metrics(), "landscape.json"))
+    lo, hi = cur["slope_ci95"]
+    assert rows["fig6_slope"]["verdict"] == claims.verdict(lo <= -1 <= hi)
+    assert f"slope {cur['slope']:.3f} [{lo:.3f}, {hi:.3f}]" in rows["fig6_slope"]["measured"]
+    assert rows["theorem7_bound_at_wstar"]["verdict"] == claims.REPRODUCED  # losses >= 0
+    drawn = rows["fig6_slope"]["measured"].split(":")[0]
+    assert drawn.endswith("batch-by-batch (b = 10)" if granularity == "batch" else "sample-by-sample")
+    # a CI that excludes -1 and a violated bound give "not reproduced"
+    broken = json.loads(json.dumps(res))
+    target = broken["batch"] if granularity == "batch" else broken
+    target["slope_ci95"] = [-0.8, -0.7]
+    target["bound_holds"] = False
+    rows = by_id(claims.landscape_claim_rows(broken, metrics(), "landscape.json"))
+    assert rows["fig6_slope"]["verdict"] == claims.NOT_REPRODUCED
+    assert rows["theorem7_bound_at_wstar"]["verdict"] == claims.NOT_REPRODUCED
+
+
+def _dummy_provider(result):
+    return [{"id": "dummy", "claim": "q", "source": "App. A.2", "measured": str(result["x"]),
+             "verdict": claims.verdict(result["x"] > 0), "evidence": "dummy.json"}]
+
+
+def test_collect_validates_and_takes_provider_rows(monkeypatch):
+    base = claims.training_claim_rows(metrics(), metrics(), "a", "b")
+    monkeypatch.setitem(claims.PROVIDERS, "dummy", f"{__name__}:_dummy_provider")
+    rows = claims.collect_claims(base, extra={"dummy": {"x": 2}})
+    assert [r["id"] for r in rows][-1] == "dummy" and rows[-1]["verdict"] == claims.REPRODUCED
+    with pytest.raises(ValueError, match="duplicate"):
+        claims.collect_claims(base, base)
+    with pytest.raises(ValueError, match="verdict"):
+        claims.collect_claims([{**base[0], "verdict": "probably"}])
+    with pytest.raises(ValueError, match="measured"):
+        claims.collect_claims([{k: v for k, v in base[0].items() if k != "measured"}])
+    with pytest.raises(ValueError, match="no claim provider"):
+        claims.collect_claims(base, extra={"nothing": {}})
+
+
+def test_markdown_lists_every_row_and_counts():
+    rows = claims.training_claim_rows(metrics(0.2), metrics(0.9), "a", "b")
+    text = claims.render_markdown(rows)
+    assert all(f"`{r['id']}`" in text for r in rows)
+    assert "1 reproduced, 1 not reproduced, 0 not testable on this data set (of 2 claims)." in text
+    assert "**NOT reproduced**" in text
+
+
+def test_readme_section_matches_the_committed_snapshot():
+    doc = json.loads((REPO / "docs" / "claims_default.json").read_text())
+    readme = (REPO / "README.md").read_text()
+    assert claims.update_readme(readme, doc["claims"]) == readme, (
+        "README's claims section is stale: run `transformer-hessian claims-readme --claims docs/claims_default.json`"
+    )
+    ids = [r["id"] for r in doc["claims"]]
+    assert {"values_larger_at_init", "every_block_grows", "vv_largest_trained", "keys_values_highest",
+            "accuracy_hessian_model", "accuracy_landscape_model", "fig6_slope",
+            "theorem7_bound_at_wstar"} <= set(ids)
+    # the section changes with the rows, and a README without markers is refused
+    changed = claims.update_readme(readme, doc["claims"][:1])
+    assert changed != readme and ids[1] not in changed.split(claims.README_START)[1].split(claims.README_END)[0]
+    with pytest.raises(ValueError, match="markers"):
+        claims.update_readme("# no markers\n", doc["claims"])

@@ -1,0 +1,122 @@
+"""The figure registry agrees with the generated rules, paper/README.md and the notebooks."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+from transformer_hessian import registry
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+
+
+def parameter_names(notebook: Path) -> set[str]:
+    """Names assigned in the cell tagged ``parameters``."""
+    nb = nbformat.read(notebook, as_version=4)
+    cells = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(cells) == 1, f"{notebook.name}: needs exactly one cell tagged 'parameters'"
+    tree = ast.parse(cells[0].source)
+    return {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets}
+
+
+def test_ids_unique_and_paths_public():
+    ids = registry.figure_ids()
+    assert len(ids) == len(set(ids))
+    assert {"fig2", "fig3", "fig4", "fig5", "fig6"} <= set(ids)
+    for fig in registry.FIGURES:
+        assert re.fullmatch(r"fig\d+", fig.id)
+        assert fig.out == f"paper/figures/{fig.id}"
+        assert fig.paper == f"Figure {fig.id[3:]}"
+        assert fig.label.startswith("fig:")
+
+
+@pytest.mark.parametrize("fig", registry.FIGURES, ids=lambda f: f.id)
+def test_notebook_parameters_match_registry(fig):
+    path = REPO / "notebooks" / fig.notebook
+    assert path.is_file(), f"{fig.id}: notebook {fig.notebook} missing"
+    assert parameter_names(path) == set(fig.inputs) | set(fig.params) | {"out"}
+
+
+def test_every_figure_notebook_is_registered():
+    registered = {fig.notebook for fig in registry.FIGURES}
+    on_disk = {p.name for p in (REPO / "notebooks").glob("fig*.ipynb")}
+    assert on_disk <= registered, (
+        f"notebooks not in the registry: {sorted(on_disk - registered)}; add an entry to "
+        "transformer_hessian.registry.FIGURES (see its docstring)"
+    )
+
+
+def test_paper_readme_is_generated_from_registry():
+    text = (REPO / "paper" / "README.md").read_text()
+    assert text == registry.render_paper_readme(), (
+        "paper/README.md is out of date; run `transformer-hessian registry --write-readme`"
+    )
+    for fig in registry.FIGURES:
+        assert f"`figures/{fig.id}.{{pdf,png}}`" in text and f"`notebooks/{fig.notebook}`" in text
+
+
+def test_resolve_inputs_and_captions_follow_config():
+    cfg = {**CONFIG, "hessian": {**CONFIG["hessian"], "experiment": "hx"},
+           "landscape": {**CONFIG["landscape"], "experiment": "lx", "granularity": "batch", "batch_size": 7},
+           "experiments": {"hx": {"dataset": "mnist"}, "lx": {"dataset": "cifar100"}}}
+    specs = {s["name"]: s for s in registry.rule_specs(cfg)}
+    assert specs["fig3"]["inputs"]["hessian_init"] == "results/hx/hessian/init.npz"
+    assert specs["fig6"]["inputs"]["landscape"] == "results/lx/landscape/landscape.json"
+    assert "batch-by-batch (batch size 7)" in specs["fig6"]["caption"]
+    assert "CIFAR-100" in specs["fig6"]["caption"] and "stand-in" not in specs["fig6"]["caption"]
+    assert "MNIST" in specs["fig3"]["caption"]
+    assert specs["fig4"]["literal"] == "-p stage trained"
+    default = {s["name"]: s for s in registry.rule_specs(CONFIG)}
+    assert "stand-in for MNIST" in default["fig3"]["caption"]
+    assert "sample-by-sample" in default["fig6"]["caption"]
+    for spec in default.values():
+        assert "{" not in spec["caption"]  # every placeholder filled
+
+
+def test_provenance_hashes_files(tmp_path):
+    fig = registry.by_id("fig6")
+    paths = registry.resolve_inputs(fig, CONFIG)
+    for i, p in enumerate(paths.values()):
+        (tmp_path / p).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / p).write_bytes(f"content {i}".encode())
+    prov = registry.provenance(CONFIG, root=tmp_path, notebook_dir=REPO / "notebooks")
+    entry = prov["fig6"]
+    assert entry["rule"] == "fig6" and entry["notebook"] == f"notebooks/{fig.notebook}"
+    for i, p in enumerate(paths.values()):
+        assert entry["inputs"][p] == hashlib.sha256(f"content {i}".encode()).hexdigest()
+    nb_bytes = (REPO / "notebooks" / fig.notebook).read_bytes()
+    assert entry["inputs"][f"notebooks/{fig.notebook}"] == hashlib.sha256(nb_bytes).hexdigest()
+    assert entry["outputs"] == {"paper/figures/fig6.pdf": None, "paper/figures/fig6.png": None}
+    with pytest.raises(KeyError, match="fig99"):
+        registry.by_id("fig99")
+
+
+def test_generated_rules_run_the_registered_notebooks(env):
+    """Dry-run of the workflow: one rule per entry, each calling papermill on its notebook with
+    every registry input as a parameter and `out`."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "--cores", "1",
+         "--snakefile", str(REPO / "Snakefile"), "--directory", str(REPO),
+         *[f"paper/figures/{i}.pdf" for i in registry.figure_ids()]],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    commands = [line.strip() for line in (proc.stdout + proc.stderr).splitlines() if "papermill" in line]
+    for spec in registry.rule_specs(CONFIG):
+        mine = [c for c in commands if f"-p out paper/figures/{spec['name']} " in c + " "]
+        assert len(mine) == 1, f"{spec['name']}: expected one papermill command, got {mine}"
+        cmd = mine[0]
+        assert f"notebooks/{spec['notebook']}" in cmd
+        assert f"results/notebooks/{spec['name']}.ipynb" in cmd
+        for name, path in spec["inputs"].items():
+            assert f"-p {name} {path}" in cmd
+        assert spec["literal"] in cmd
