@@ -9,8 +9,12 @@
 #
 # Everything lives under STATE_DIR (an absolute path, traversable by the munge user): its own
 # slurm.conf (used through SLURM_CONF / -f), its own munge key and socket, non-default ports
-# 16817/16818. /etc/slurm and /etc/munge are never written, so a real cluster configured on the
-# same machine is left alone, and a second `up` after `down` starts from a clean state.
+# 16817/16818; a second `up` after `down` starts from a clean state. One file lies outside it:
+# snakemake's jobstep plugin removes every SLURM_* variable (SLURM_CONF too) before its `srun`
+# inside a job, so that srun only finds the cluster through the default /etc/slurm/slurm.conf.
+# `up` writes a copy there, marked on its first line, only where none exists or it is such a copy,
+# and `down` removes it again. A slurm.conf that this script did not write is never touched:
+# `up` skips instead. /etc/munge is never written.
 #
 # Exit status of `up`: 0 cluster ready; 77 cannot run here (the reason is the last line on stderr,
 # starting with "SKIP:"); anything else is a bug in this script. `up` stops whatever it started
@@ -37,6 +41,8 @@ CMD=$1
 S=$2
 case "$S" in /*) ;; *) usage ;; esac
 CONF=$S/slurm.conf
+ETC_CONF=/etc/slurm/slurm.conf
+MARK="# Written by .ci/slurm_cluster.sh for"
 MUNGE_DIR=$S/munge
 SOCK=$MUNGE_DIR/munge.socket
 export SLURM_CONF=$CONF
@@ -81,6 +87,9 @@ down() {
     stop_pid slurmd "$S/run/slurmd.pid" /usr/sbin/slurmd
     stop_pid slurmctld "$S/run/slurmctld.pid" /usr/sbin/slurmctld
     stop_pid munged "$MUNGE_DIR/munged.pid" /usr/sbin/munged
+    if [ -f "$ETC_CONF" ] && [ "$(head -n 1 "$ETC_CONF")" = "$MARK $S" ]; then
+        rm -f "$ETC_CONF"
+    fi
 }
 
 if [ "$CMD" = down ]; then
@@ -130,6 +139,11 @@ if ! have_binaries; then
     have_binaries || die_skip "apt-get installed slurm-wlm and munge but their daemons are missing"
 fi
 
+first_line=$(head -n 1 "$ETC_CONF" 2>/dev/null || true)
+if [ -e "$ETC_CONF" ] && [ "${first_line#"$MARK"}" = "$first_line" ]; then
+    die_skip "$ETC_CONF exists and was not written by this script: not touching a real cluster's configuration (jobs' nested srun would read it instead of this private cluster's)"
+fi
+
 # ---------------------------------------------------------------- private configuration
 # Leftovers of an earlier run of this script (same STATE_DIR) are stopped first.
 down
@@ -152,7 +166,8 @@ case "$NODE_HW" in CPUs=*) ;; *) die_skip "'slurmd -C' printed no CPU line: $NOD
 MEM_MIB=$(awk '/^MemTotal:/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
 
 cat >"$CONF" <<EOF
-# Written by .ci/slurm_cluster.sh: a private one-node cluster for the integration test.
+$MARK $S
+# A private one-node cluster for the integration test (tests/test_slurm.py).
 ClusterName=thci
 SlurmctldHost=$HOST(127.0.0.1)
 SlurmctldPort=$CTLD_PORT
@@ -187,6 +202,9 @@ MinJobAge=300
 NodeName=$HOST NodeAddr=127.0.0.1 $NODE_HW RealMemory=$MEM_MIB State=UNKNOWN
 PartitionName=main Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
 EOF
+
+mkdir -p "$(dirname "$ETC_CONF")"
+cp "$CONF" "$ETC_CONF"
 
 # ---------------------------------------------------------------- start the daemons
 show_logs() {

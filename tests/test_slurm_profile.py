@@ -20,8 +20,21 @@ GPU_RULES = {"train", "hessian", "theory", "landscape"}
 
 def _dry_run(root, workdir, env, *args):
     proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "--snakefile", str(root / "Snakefile"), "--directory", str(workdir),
-         *args], capture_output=True, text=True, env=env, timeout=180,
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "--snakefile",
+            str(root / "Snakefile"),
+            "--directory",
+            str(workdir),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout + proc.stderr
@@ -47,8 +60,15 @@ def paper(root):
 
 
 def test_slurm_profile_dry_run_builds_the_default_dag(root, tmp_path, env):
-    out = _dry_run(root, tmp_path, env, "--profile", str(root / "workflow/profiles/slurm"),
-                   "--configfile", str(root / "config/config.yaml"))
+    out = _dry_run(
+        root,
+        tmp_path,
+        env,
+        "--profile",
+        str(root / "workflow/profiles/slurm"),
+        "--configfile",
+        str(root / "config/config.yaml"),
+    )
     jobs = _job_resources(out)
     rules = {r for r, _ in jobs}
     assert {"download", "train", "hessian", "theory", "landscape", "tables", "summary"} <= rules
@@ -71,23 +91,44 @@ def test_paper_config_asks_every_gpu_rule_for_a_gpu_and_the_override_removes_it(
     assert len(off_gpu) == 7
     for _, res in off_gpu:
         assert res["gpu"] == "0"
-        assert res["mem_mb"] == str(paper["resources"]["mem_mb"]) and res["runtime"] == str(paper["resources"]["runtime"])
+        assert res["mem_mb"] == str(paper["resources"]["mem_mb"]) and res["runtime"] == str(
+            paper["resources"]["runtime"]
+        )
 
 
 def test_dotted_config_key_is_refused_by_snakemake_itself(root, tmp_path, env):
     # Why the README documents the nested form: snakemake rejects `resources.gpu=0` before the
     # Snakefile is read.
     proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "--snakefile", str(root / "Snakefile"), "--directory", str(tmp_path),
-         "--config", "resources.gpu=0"], capture_output=True, text=True, env=env, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "--snakefile",
+            str(root / "Snakefile"),
+            "--directory",
+            str(tmp_path),
+            "--config",
+            "resources.gpu=0",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert proc.returncode != 0
     assert "valid identifier" in proc.stdout + proc.stderr
 
 
 @settings(max_examples=40, deadline=None)
-@given(gpu=st.integers(0, 64), mem=st.integers(100, 10**7), runtime=st.integers(1, 10**5),
-       ema=st.floats(0, 1, exclude_max=True), seed=st.integers(0, 2**31))
+@given(
+    gpu=st.integers(0, 64),
+    mem=st.integers(100, 10**7),
+    runtime=st.integers(1, 10**5),
+    ema=st.floats(0, 1, exclude_max=True),
+    seed=st.integers(0, 2**31),
+)
 def test_cli_strings_become_the_schema_types(gpu, mem, runtime, ema, seed):
     # what snakemake's --config hands over for resources={gpu: .., ...}: every scalar a string
     schema = load_schema()
