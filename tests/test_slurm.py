@@ -28,9 +28,8 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
-
 import test_workflow
+import yaml
 
 STATE_DIR = Path("/var/tmp/transformer-hessian-slurm-ci")
 LOCK = Path("/var/tmp/transformer-hessian-slurm-ci.lock")
