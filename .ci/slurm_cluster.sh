@@ -126,9 +126,9 @@ if ! have_binaries; then
     fi
     apt_opts=(-o Acquire::Retries=1 -o Acquire::http::Timeout=20 -o Acquire::https::Timeout=20)
     rc=0
-    out=$(timeout 180 apt-get "${apt_opts[@]}" update -q 2>&1) || rc=$?
+    out=$(timeout 120 apt-get "${apt_opts[@]}" update -q 2>&1) || rc=$?
     if [ $rc -eq 0 ]; then
-        out=$(DEBIAN_FRONTEND=noninteractive timeout 420 apt-get "${apt_opts[@]}" install -y -q \
+        out=$(DEBIAN_FRONTEND=noninteractive timeout 300 apt-get "${apt_opts[@]}" install -y -q \
             --no-install-recommends slurm-wlm munge 2>&1) || rc=$?
     fi
     [ -n "$policy_added" ] && rm -f /usr/sbin/policy-rc.d

@@ -82,7 +82,7 @@ def cluster(root, env):
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         t0 = time.monotonic()
-        proc = _script(root, "up", 900)
+        proc = _script(root, "up", 600)
         up_s = time.monotonic() - t0
         if proc.returncode == SKIP:
             reason = [ln for ln in proc.stderr.splitlines() if ln.startswith("SKIP:")] or [proc.stderr[-500:]]
@@ -127,7 +127,7 @@ def run(root, cluster, tmp_path_factory):
         capture_output=True,
         text=True,
         env=cluster,
-        timeout=900,
+        timeout=600,
     )
     (work / "snakemake.out").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
