@@ -129,7 +129,8 @@ def run(root, cluster, tmp_path_factory):
         env=cluster,
         timeout=600,
     )
-    (work / "snakemake.out").write_text(proc.stdout + proc.stderr)
+    # the same file as test_workflow.py's `run` writes: its reused tests read it
+    (work / "run_output.txt").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     print(f"\nworkflow on SLURM: {time.monotonic() - t0:.1f} s")
     return work
@@ -151,7 +152,7 @@ def slurm_jobs(run):
 
 
 def test_every_job_ran_on_slurm_and_completed(run, slurm_jobs):
-    out = (run / "snakemake.out").read_text()
+    out = (run / "run_output.txt").read_text()
     # every job snakemake started, by rule: "rule X:" is submitted, "localrule X:" runs here
     remote = collections.Counter(re.findall(r"^rule (\w+):$", out, flags=re.M))
     local = collections.Counter(re.findall(r"^localrule (\w+):$", out, flags=re.M))
