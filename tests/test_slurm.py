@@ -36,6 +36,10 @@ LOCK = Path("/var/tmp/transformer-hessian-slurm-ci.lock")
 SKIP = 77
 # Rules that run on the submit host (localrules, or rules without a shell command).
 LOCAL_RULES = {"download", "all"}
+# Bounds, not expectations: from nothing (apt-get install included) the run takes about 5-8 min
+# on a loaded 2-core machine; the first test's limit also covers the cluster and workflow setup.
+pytestmark = pytest.mark.timeout(1800)
+WORKFLOW_TIMEOUT_S = 1200
 TINY_SLURM = copy.deepcopy(test_workflow.TINY)
 TINY_SLURM["resources"] = {"gpu": 1, "mem_mb": 2000, "runtime": 15}
 
@@ -127,7 +131,7 @@ def run(root, cluster, tmp_path_factory):
         capture_output=True,
         text=True,
         env=cluster,
-        timeout=600,
+        timeout=WORKFLOW_TIMEOUT_S,
     )
     # the same file as test_workflow.py's `run` writes: its reused tests read it
     (work / "run_output.txt").write_text(proc.stdout + proc.stderr)
