@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 UV_VERSION := 0.13.9
 
-.PHONY: setup reproduce test lint report clean lock
+.PHONY: setup reproduce test test-slurm lint report clean lock
 
 setup: $(STAMP)
 
@@ -29,6 +29,11 @@ reproduce: setup
 
 test: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest
+
+# Only the SLURM integration test (part of `make test`): as root, installs slurm-wlm + munge with
+# apt-get where missing, runs the tiny workflow on a private one-node cluster, stops it by PID.
+test-slurm: setup
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -v tests/test_slurm.py
 
 lint: setup
 	$(BIN)/ruff check src tests notebooks

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
 from pathlib import Path
 
 import jsonschema
@@ -48,12 +50,71 @@ def load_schema(path: str | Path = SCHEMA_PATH) -> dict:
         return yaml.safe_load(fh)
 
 
+_INT = re.compile(r"[+-]?[0-9]+")
+_NULL = {"null", "Null", "NULL", "~"}
+_BOOL = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
+
+
+def _from_text(text: str, types: list[str]):
+    """``text`` as the first of the JSON-schema ``types`` it spells exactly; ``text`` otherwise."""
+    for t in types:
+        if t == "integer" and _INT.fullmatch(text.strip()):
+            return int(text)
+        if t == "number":
+            try:
+                value = float(text)
+            except ValueError:
+                continue
+            if math.isfinite(value):
+                return int(text) if _INT.fullmatch(text.strip()) else value
+        if t == "boolean" and text in _BOOL:
+            return _BOOL[text]
+        if t == "null" and text in _NULL:
+            return None
+    return text
+
+
+def coerce_cli_strings(config, schema: dict, node: dict | None = None):
+    """Convert strings to the integer / number / boolean / null that ``schema`` asks for, in place.
+
+    ``snakemake --config 'resources={gpu: 0}'`` reads nested values with YAML's BaseLoader, so
+    every scalar arrives as a string ('0'), which the schema then rejects ("'0' is not of type
+    'integer'"). A string is converted only where the schema node does not allow a string and the
+    text spells a value of an allowed type exactly, and "null" / "~" become None where the schema
+    allows null; anything else is left for the validator to report. Returns the (possibly
+    replaced) value.
+    """
+    node = schema if node is None else node
+    while "$ref" in node:  # local references "#/definitions/<name>" only
+        node = schema["definitions"][node["$ref"].rsplit("/", 1)[-1]]
+    if isinstance(config, dict):
+        props = node.get("properties", {})
+        extra = node.get("additionalProperties")
+        for key, value in config.items():
+            sub = props.get(key, extra if isinstance(extra, dict) else None)
+            if sub is not None:
+                config[key] = coerce_cli_strings(value, schema, sub)
+        return config
+    if isinstance(config, list) and isinstance(node.get("items"), dict):
+        return [coerce_cli_strings(v, schema, node["items"]) for v in config]
+    types = node.get("type", [])
+    types = [types] if isinstance(types, str) else list(types)
+    if isinstance(config, str) and "null" in types and config in _NULL:
+        return None  # `data={mirror: null}` means no mirror, not a mirror called "null"
+    if isinstance(config, str) and types and "string" not in types:
+        return _from_text(config, types)
+    return config
+
+
 def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH) -> dict:
     """Validate ``config`` in place (defaults filled in) and return it.
 
-    Raises :class:`ConfigError` whose message starts with the dotted key that is wrong.
+    Strings from ``--config`` overrides are first converted to the schema's types
+    (:func:`coerce_cli_strings`). Raises :class:`ConfigError` whose message starts with the
+    dotted key that is wrong.
     """
     schema = load_schema(schema_path)
+    coerce_cli_strings(config, schema)
     validator = _with_defaults(jsonschema.validators.validator_for(schema))(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:

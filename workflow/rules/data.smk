@@ -1,4 +1,9 @@
 # Download (or locate) a data set and verify its checksums. digits is bundled with scikit-learn.
+# A local rule: on a cluster it runs on the submit host (compute nodes often have no internet).
+
+
+localrules:
+    download,
 
 
 rule download:

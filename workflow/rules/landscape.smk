@@ -20,6 +20,8 @@ rule landscape:
         "benchmarks/landscape/{exp}.tsv"
     threads: 1
     resources:
+        cpus_per_task=lambda wildcards, threads: threads,
+        gpu=config["resources"]["gpu"],
         mem_mb=config["resources"]["mem_mb"],
         runtime=config["resources"]["runtime"],
     shell:

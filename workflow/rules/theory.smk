@@ -22,6 +22,7 @@ rule theory:
         "benchmarks/theory/{exp}_{stage}.tsv"
     threads: 1
     resources:
+        cpus_per_task=lambda wildcards, threads: threads,
         gpu=config["resources"]["gpu"],
         mem_mb=config["resources"]["mem_mb"],
         runtime=config["resources"]["runtime"],
