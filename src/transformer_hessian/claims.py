@@ -330,6 +330,8 @@ def collect_claims(*row_lists: Iterable[Mapping[str, Any]],
 
 
 def _cell(text: str) -> str:
+    """Table-cell text: pipes escaped as ``\\|`` (GitHub tables treat every backslash-pipe as
+    cell text, also after another backslash as in LaTeX ``\\|``), newlines as spaces."""
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 

@@ -269,9 +269,13 @@ def provenance(config: dict, root: str | Path = ".",
     root = Path(root)
     nb_dir = Path(notebook_dir) if notebook_dir is not None else root / "notebooks"
 
+    cache: dict[Path, str | None] = {}
+
     def digest(path: str) -> str | None:
         p = nb_dir / Path(path).name if path.startswith("notebooks/") else root / path
-        return file_sha256(p) if p.is_file() else None
+        if p not in cache:  # figures share inputs (fig3, fig4): hash each file once
+            cache[p] = file_sha256(p) if p.is_file() else None
+        return cache[p]
 
     out = {}
     for spec in rule_specs(config):
