@@ -268,7 +268,7 @@ def test_minimiser_shift_matches_manual_gradient_descent():
 def small_run():
     model, x, y = tiny(seed=11, depth=2, n=40, scale=1.5)
     init, _, _ = tiny(seed=12, depth=2, n=1)
-    settings_ = {"max_samples": 30, "n_orderings": 6, "n_random_directions": 1, "n_t": 3, "lanczos_iters": 8,
+    settings_ = {"max_samples": 30, "n_orderings": 6, "n_random_directions": 1, "n_t": 3, "n_t_linear": 0, "lanczos_iters": 8,
                  "hessian_samples": 20, "curvature_samples": 4, "k_small": 3, "n_bootstrap": 20,
                  "shift_ks": [2, 8], "shift_steps": 2, "shift_orderings": 2}
     return probe.run_probe(model, x, y, settings_, init_model=init)
@@ -303,3 +303,11 @@ def test_claim_rows_and_table(small_run):
     df = probe.assumption1_table(small_run)
     assert list(df["k"]) == small_run["assumption1"]["k"]
     assert (df["minimiser_shift"] != "").sum() == 2
+
+
+def test_schema_defaults_match_module_defaults(root):
+    import yaml
+
+    schema = yaml.safe_load((root / "workflow/schemas/config.schema.yaml").read_text())
+    props = schema["properties"]["probe"]["properties"]
+    assert {k: v["default"] for k, v in props.items()} == probe.DEFAULTS

@@ -69,6 +69,7 @@ DEFAULTS: dict[str, Any] = {
     "n_random_directions": 2,
     "n_t": 8,
     "t_min_frac": 0.002,
+    "n_t_linear": 9,
     "loss_rise": 1.0,
     "lanczos_iters": 15,
     "hessian_samples": 128,
@@ -76,9 +77,9 @@ DEFAULTS: dict[str, Any] = {
     "taylor_tolerance": 0.1,
     "k_small": 10,
     "n_bootstrap": 200,
-    "shift_ks": [8, 32, 128],
+    "shift_ks": [4, 16, 64],
     "shift_steps": 10,
-    "shift_orderings": 2,
+    "shift_orderings": 3,
     "shift_lr_scale": 1.0,
 }
 
@@ -586,7 +587,8 @@ def run_probe(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, probe: d
        ``n_random_directions`` seeded Gaussian unit vectors.
     3. Grid: per direction ``d``, ``t_max = sqrt(2 loss_rise / c_d)`` with ``c_d = d^T H d``
        (mean over the samples), i.e. the distance at which the quadratic model predicts a
-       rise of ``loss_rise``; ``t = 0, +-t_max * geomspace(t_min_frac, 1, n_t)``.
+       rise of ``loss_rise``; ``t = 0, +-t_max * geomspace(t_min_frac, 1, n_t)`` together with
+       ``t_max * linspace(-1, 1, n_t_linear)`` (log-spaced for rates, linear for Figure 1).
     4. ``M = max(M_star, M_path)``: ``M_star = max ||H_i(w*)||_2`` over the
        ``curvature_samples`` samples of highest loss at ``w*`` (batched Lanczos; for
        cross-entropy the softmax factor ``p (1 - p)`` is largest there), ``M_path`` the
@@ -648,7 +650,8 @@ def run_probe(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, probe: d
         l0, a, c = directional_derivatives(fm, xs, ys, d)
         c_mean = float(c.mean())
         t_max = math.sqrt(2.0 * s["loss_rise"] / c_mean) if c_mean > 0 else w_norm
-        ts = np.concatenate([-t_max * fracs[::-1], [0.0], t_max * fracs])
+        lin = np.linspace(-1.0, 1.0, int(s["n_t_linear"])) if s["n_t_linear"] > 1 else np.zeros(1)
+        ts = t_max * np.unique(np.concatenate([-fracs, [0.0], fracs, lin]))
         losses = path_losses(fm, xs, ys, d, ts)
         nzt = ts != 0
         secant = 2.0 * np.abs(losses[nzt] - l0[None] - ts[nzt, None] * a[None]) / ts[nzt, None] ** 2
@@ -657,7 +660,8 @@ def run_probe(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, probe: d
                          "secant_max": float(secant.max())}
     t0 = lap("paths", t0)
     M = max(M_star, M_path)
-    loss_max = float(per_dir["top eigenvector u"]["losses"][len(fracs)].max())
+    i0 = int(np.flatnonzero(per_dir["top eigenvector u"]["ts"] == 0)[0])
+    loss_max = float(per_dir["top eigenvector u"]["losses"][i0].max())
 
     # -- Theorem 7 off w* and the Taylor model
     k_store = log_grid(1, n - 1, 40)
@@ -687,7 +691,7 @@ def run_probe(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, probe: d
     total_k = sum(theorem7[d]["n_k_t"] for d in theorem7)
     worst = max((dict(theorem7[d]["worst"], direction=d) for d in theorem7), key=lambda r: r["ratio"])
     # at w* itself (t = 0): the printed 2L/(k+1) and the tight L/(k+1)
-    D0 = loss_differences(per_dir["top eigenvector u"]["losses"][len(fracs)], R, s["seed"])
+    D0 = loss_differences(per_dir["top eigenvector u"]["losses"][i0], R, s["seed"])
     k_all = np.arange(1, n, dtype=np.float64)
     at_wstar = {
         "holds_printed": bool(np.all(D0 <= landscape_bound(k_all, loss_max, 0.0, 0.0) * (1 + BOUND_RTOL))),
@@ -696,7 +700,10 @@ def run_probe(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, probe: d
         "n_comparisons": int(D0.size),
     }
     breaks = {d: {"full": taylor[d]["full"]["t_break"][-1], "paper": taylor[d]["paper"]["t_break"][-1],
-                  "paper_within": taylor[d]["paper"]["t_within"][-1], "t_max": per_dir[d]["t_max"]}
+                  "paper_within": taylor[d]["paper"]["t_within"][-1], "t_max": per_dir[d]["t_max"],
+                  "t_min": float(np.min(np.abs(per_dir[d]["ts"][per_dir[d]["ts"] != 0]))),
+                  "full_breaks_at_first_point": taylor[d]["full"]["t_break"][-1] is not None and
+                  taylor[d]["full"]["t_break"][-1] <= float(np.min(np.abs(per_dir[d]["ts"][per_dir[d]["ts"] != 0])))}
               for d in taylor}
 
     # -- Assumption 1
