@@ -311,3 +311,30 @@ def test_schema_defaults_match_module_defaults(root):
     schema = yaml.safe_load((root / "workflow/schemas/config.schema.yaml").read_text())
     props = schema["properties"]["probe"]["properties"]
     assert {k: v["default"] for k, v in props.items()} == probe.DEFAULTS
+
+
+def test_block_stack_diagram_and_probe_figures(small_run):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from transformer_hessian import probe_plots
+    from transformer_hessian.diagrams import BLOCK_STACK, draw_block_stack
+
+    fig, ax = plt.subplots()
+    art = draw_block_stack(ax)
+    assert len(art["boxes"]) == len(BLOCK_STACK) == 4
+    assert len(art["arrows"]) == 5 + 2  # flow arrows, then the two residuals
+    labels = [t.get_text() for t in art["texts"]]
+    assert labels[:4] == ["Self-Attention", "LayerNorm", "FeedForward", "LayerNorm"]
+    plt.close(fig)
+    result = dict(small_run, dataset="digits")
+    label = probe_plots.run_label(result, {"model": {"depth": 2, "width": 3, "d_ff": 4}, "n_parameters": 99})
+    assert "digits" in label and "2 blocks" in label
+    for fn, n_axes in ((probe_plots.fig1_figure, 2 * 3 + 1), (probe_plots.theorem7_figure, 3),
+                       (probe_plots.fig12_figure, 2)):
+        fig = fn(result, label)
+        assert len(fig.axes) == n_axes
+        assert label in fig._suptitle.get_text()
+        plt.close(fig)

@@ -851,7 +851,8 @@ def assumption1_table(probe_result: dict[str, Any]):
     shifts = {r["k"]: r for r in probe_result["minimiser_shift"]["rows"]}
     rows = []
     for i, k in enumerate(a1["k"]):
-        row = {"k": int(k), "grad_norm_k": a1["grad_norm_k_mean"][i], "grad_norm_k_q10": a1["grad_norm_k_q10"][i],
+        row = {"k": int(k), "grad_norm_k": a1["grad_norm_k_mean"][i], "grad_norm_k_median": a1["grad_norm_k_median"][i],
+               "grad_norm_k_q10": a1["grad_norm_k_q10"][i],
                "grad_norm_k_q90": a1["grad_norm_k_q90"][i], "grad_norm_k_minus_1": a1["grad_norm_km1_mean"][i],
                "sampling_reference": a1["sampling_reference"][i]}
         if "init" in a1:

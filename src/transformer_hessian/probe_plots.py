@@ -18,6 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import seaborn as sns
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullLocator
 
 from .diagrams import draw_block_stack
 
@@ -228,6 +229,8 @@ def fig12_figure(result: Mapping[str, Any], label: str = "", size=(11.5, 5.0)) -
         ax.plot(ks, mean[0] * ks[0] / ks, color="0.4", linestyle=":", label="1/k reference")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticks(ks, [str(int(v)) for v in ks])
     ax.set_xlabel("number of samples k")
     ax.set_ylabel(r"parameter distance $\|\cdot\|_2$")
     slope = sh.get("slope")
