@@ -36,9 +36,9 @@ def test_formula_as_printed_and_broadcast():
     assert landscape_bound_tight(9, 2.0) == pytest.approx(0.2)
 
 
-@pytest.mark.parametrize("bad", [dict(k=0), dict(loss_max=-1.0), dict(M=-0.1), dict(dist2=float("nan"))])
+@pytest.mark.parametrize("bad", [{"k": 0}, {"loss_max": -1.0}, {"M": -0.1}, {"dist2": float("nan")}])
 def test_invalid_arguments_are_rejected(bad):
-    args = dict(k=3, loss_max=1.0, M=1.0, dist2=1.0) | bad
+    args = {"k": 3, "loss_max": 1.0, "M": 1.0, "dist2": 1.0} | bad
     with pytest.raises(ValueError):
         landscape_bound(**args)
 

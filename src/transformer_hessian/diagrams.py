@@ -22,7 +22,7 @@ BLOCK_STACK = (
 
 
 def _arrow(ax: Axes, start, end, **kw) -> FancyArrowPatch:
-    style = dict(arrowstyle="-|>", mutation_scale=9, linewidth=1.0, color="0.15", shrinkA=0, shrinkB=0)
+    style = {"arrowstyle": "-|>", "mutation_scale": 9, "linewidth": 1.0, "color": "0.15", "shrinkA": 0, "shrinkB": 0}
     style.update(kw)
     patch = FancyArrowPatch(start, end, **style)
     ax.add_patch(patch)

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,7 +38,6 @@ from torch.func import functional_call, grad, jvp, vmap
 
 from .bounds.landscape import landscape_bound, landscape_bound_tight
 from .landscape import bootstrap_slope_ci, fit_loglog_slope, loss_differences, orderings
-from .utils import log
 
 __all__ = [
     "DEFAULTS",
@@ -48,6 +48,7 @@ __all__ = [
     "directional_derivatives",
     "expected_sq_grad_norm",
     "gradient_norms",
+    "hvp_operator",
     "lanczos",
     "log_grid",
     "minimiser_shift",
@@ -106,7 +107,7 @@ class FlatModel:
     w0: torch.Tensor
 
     @classmethod
-    def of(cls, model: torch.nn.Module) -> "FlatModel":
+    def of(cls, model: torch.nn.Module) -> FlatModel:
         """Wrap ``model`` (its parameters are read once, detached)."""
         named = list(model.named_parameters())
         return cls(

@@ -22,7 +22,7 @@ from matplotlib.ticker import NullLocator
 
 from .diagrams import draw_block_stack
 
-__all__ = ["fig12_figure", "fig1_figure", "run_label", "theorem7_figure"]
+__all__ = ["fig1_figure", "fig12_figure", "run_label", "theorem7_figure"]
 
 _DATASET_NAMES = {
     "digits": "8x8 digits (scikit-learn; stand-in for the paper's CIFAR-100)",
@@ -73,7 +73,7 @@ def fig1_figure(result: Mapping[str, Any], label: str = "", size=(12.5, 5.6)) ->
             gap0 = abs(Lk1[len(t) // 2] - Lk[len(t) // 2])
             ax.set_title(f"({'a' if r == 0 else 'c'}{c + 1}) {d}, k = {k}\n"
                          rf"gap at $w^*$ = {gap0:.2e}", fontsize=8.5)
-            ax.set_xlabel(rf"$t$ ($w = w^* + t\,d$, $\|d\|_2 = 1$)")
+            ax.set_xlabel(r"$t$ ($w = w^* + t\,d$, $\|d\|_2 = 1$)")
             ax.set_ylabel("mean cross-entropy (nats)")
             if r == 0 and c == 0:
                 ax.legend(loc="upper center")
