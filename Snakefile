@@ -32,7 +32,7 @@ LEXP = config["landscape"]["experiment"]
 STAGES = ["init", "trained"]
 CHECKPOINT = {"init": "init.pt", "trained": "final.pt"}
 
-from transformer_hessian.registry import figure_ids  # noqa: E402
+from transformer_hessian.registry import figure_ids, notebook_tables  # noqa: E402
 
 FIGURES = figure_ids()  # every figure of the registry (src/transformer_hessian/registry.py)
 TABLES = ["block_norms", "run_summary", "closed_form_check"]
@@ -52,13 +52,14 @@ include: "workflow/rules/theory.smk"
 include: "workflow/rules/landscape.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/claims.smk"
+include: "workflow/rules/probe.smk"
 
 
 rule all:
     default_target: True
     input:
         expand("paper/figures/{fig}.{ext}", fig=FIGURES, ext=["pdf", "png"]),
-        expand("paper/tables/{table}.{ext}", table=TABLES, ext=["csv", "tex", "md"]),
+        expand("paper/tables/{table}.{ext}", table=TABLES + notebook_tables(), ext=["csv", "tex", "md"]),
         "paper/summary.json",
         "paper/claims.md",
 

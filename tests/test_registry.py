@@ -33,17 +33,40 @@ def test_ids_unique_and_paths_public():
     assert len(ids) == len(set(ids))
     assert {"fig2", "fig3", "fig4", "fig5", "fig6"} <= set(ids)
     for fig in registry.FIGURES:
-        assert re.fullmatch(r"fig\d+", fig.id)
+        assert re.fullmatch(r"[a-z][a-z0-9_]*", fig.id)
         assert fig.out == f"paper/figures/{fig.id}"
-        assert fig.paper == f"Figure {fig.id[3:]}"
-        assert fig.label.startswith("fig:")
+        if re.fullmatch(r"fig\d+", fig.id):  # the paper's own figures keep its numbers and labels
+            assert fig.paper == f"Figure {fig.id[3:]}"
+            assert fig.label.startswith("fig:")
+        else:
+            assert fig.paper.startswith("beyond the paper")
 
 
-@pytest.mark.parametrize("fig", registry.FIGURES, ids=lambda f: f.id)
-def test_notebook_parameters_match_registry(fig):
+@pytest.mark.parametrize("name", list(registry.groups()))
+def test_notebook_parameters_match_registry(name):
+    figs = registry.groups()[name]
+    fig = figs[0]
     path = REPO / "notebooks" / fig.notebook
     assert path.is_file(), f"{fig.id}: notebook {fig.notebook} missing"
-    assert parameter_names(path) == set(fig.inputs) | set(fig.params) | {"out"}
+    outs = set(registry.output_parameters(figs))
+    assert parameter_names(path) == set(fig.inputs) | set(fig.params) | outs
+
+
+def test_groups_pass_one_output_parameter_per_figure_and_table():
+    assert registry.output_parameters([registry.by_id("fig6")]) == {"out": "paper/figures/fig6"}
+    group = registry.groups()["probe_figures"]
+    outs = registry.output_parameters(group)
+    assert {f"out_{f.id}" for f in group} | {"table_assumption1"} == set(outs)
+    assert outs["table_assumption1"] == "paper/tables/assumption1"
+    assert "assumption1" in registry.notebook_tables()
+    bad = [registry.by_id("fig1"), registry.by_id("fig6")]
+    with pytest.raises(ValueError, match="differs"):
+        original = registry.FIGURES[:]
+        try:
+            registry.FIGURES[:] = [bad[0], registry.Figure(**{**bad[1].__dict__, "group": "probe_figures"})]
+            registry.groups()
+        finally:
+            registry.FIGURES[:] = original
 
 
 def test_every_figure_notebook_is_registered():
@@ -112,7 +135,8 @@ def test_generated_rules_run_the_registered_notebooks(env):
     assert proc.returncode == 0, proc.stderr[-3000:]
     commands = [line.strip() for line in (proc.stdout + proc.stderr).splitlines() if "papermill" in line]
     for spec in registry.rule_specs(CONFIG):
-        mine = [c for c in commands if f"-p out paper/figures/{spec['name']} " in c + " "]
+        first_out = " ".join(f"-p {k} {v}" for k, v in list(spec["outs"].items())[:1])
+        mine = [c for c in commands if first_out + " " in c + " "]
         assert len(mine) == 1, f"{spec['name']}: expected one papermill command, got {mine}"
         cmd = mine[0]
         assert f"notebooks/{spec['notebook']}" in cmd
@@ -120,3 +144,5 @@ def test_generated_rules_run_the_registered_notebooks(env):
         for name, path in spec["inputs"].items():
             assert f"-p {name} {path}" in cmd
         assert spec["literal"] in cmd
+        for name, path in spec["outs"].items():
+            assert f"-p {name} {path}" in cmd

@@ -27,6 +27,9 @@ TINY = {
     "hessian": {"experiment": "hessian_tiny", "batch_size": 16},
     "landscape": {"experiment": "landscape_tiny", "n_orderings": 5, "n_bootstrap": 20, "k_min": 5,
                   "granularity": "batch", "batch_size": 20},
+    "probe": {"max_samples": 60, "n_orderings": 5, "n_random_directions": 1, "n_t": 4, "n_t_linear": 5,
+              "lanczos_iters": 6, "hessian_samples": 30, "curvature_samples": 4, "n_bootstrap": 20,
+              "shift_ks": [4, 16], "shift_steps": 2, "shift_orderings": 2},
 }
 
 
@@ -69,7 +72,7 @@ def test_every_declared_output_is_valid(run):
         assert png.ndim == 3 and png.shape[0] > 100 and png.shape[1] > 100
         pdf = (run / f"paper/figures/{fig}.pdf").read_bytes()
         assert pdf.startswith(b"%PDF") and len(pdf) > 1000
-    for table in ("block_norms", "run_summary", "closed_form_check"):
+    for table in ("block_norms", "run_summary", "closed_form_check", "assumption1"):
         for ext in ("csv", "tex", "md"):
             text = (run / f"paper/tables/{table}.{ext}").read_text()
             assert len(text.splitlines()) >= 3
@@ -98,11 +101,29 @@ def test_summary_has_required_keys_and_finite_numbers(run):
     assert not bad
 
 
+def test_probe_result_contents(run):
+    r = json.loads((run / "results/landscape_tiny/probe/probe.json").read_text())
+    assert r["n_samples"] == 60 and r["dataset"] == "digits"
+    s = r["theorem7_summary"]
+    assert s["n_comparisons"] == 2 * 11 * 5 * 59  # directions x t x orderings x k
+    assert 0.0 <= s["held_fraction"] <= 1.0 and s["at_w_star"]["holds_printed"]
+    assert s["at_w_star"]["max_ratio_printed"] <= 0.5 + 1e-12  # nonnegative losses: L/(k+1)
+    assert r["M"] >= r["M_star"] > 0 and r["loss_max"] > 0
+    a1 = r["assumption1"]
+    assert a1["k"][0] == 2 and a1["k"][-1] == 60
+    assert a1["grad_norm_k_mean"][-1] == pytest.approx(a1["full_grad_norm"], rel=1e-9)
+    assert a1["slope_ci95"][0] <= a1["slope_ci95"][1]
+    assert [row["k"] for row in r["minimiser_shift"]["rows"]] == [4, 16]
+    assert all(row["shift"] > 0 for row in r["minimiser_shift"]["rows"])
+    table = (run / "paper/tables/assumption1.csv").read_text().splitlines()
+    assert table[0].startswith("k,grad_norm_k") and len(table) == 1 + len(a1["k"])
+
+
 def test_executed_notebooks_have_no_errors(run):
-    from transformer_hessian.registry import figure_ids
+    from transformer_hessian.registry import groups
 
     nbs = list(run.glob("results/notebooks/*.ipynb"))
-    assert sorted(nb.stem for nb in nbs) == sorted(figure_ids())
+    assert sorted(nb.stem for nb in nbs) == sorted(groups())
     for nb in nbs:
         cells = json.loads(nb.read_text())["cells"]
         outputs = [o for c in cells if c["cell_type"] == "code" for o in c.get("outputs", [])]

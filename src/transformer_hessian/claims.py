@@ -64,7 +64,7 @@ VERDICTS = (REPRODUCED, NOT_REPRODUCED, NOT_TESTABLE)
 ROW_KEYS = ("id", "claim", "source", "measured", "verdict", "evidence")
 
 #: Other modules' ``claim_rows`` functions: name -> "module:function" (see the module doc).
-PROVIDERS: dict[str, str] = {}
+PROVIDERS: dict[str, str] = {"probe": "transformer_hessian.probe:claim_rows"}
 
 _DATA = {"digits": "8x8 digits", "mnist": "MNIST", "cifar100": "CIFAR-100"}
 _SHORT = {"W_Q": "Q", "W_K": "K", "W_V": "V", "W_1": "W1", "W_2": "W2"}

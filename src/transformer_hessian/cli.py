@@ -129,6 +129,31 @@ def cmd_landscape(a) -> None:
                     "holds" if result["bound_holds"] else "is violated")
 
 
+def cmd_probe(a) -> None:
+    import torch
+
+    from .probe import run_probe
+    from .train import load_experiment_data, load_model
+    from .utils import resolve_device, write_json
+
+    dev = resolve_device(a.device)
+    data = load_experiment_data(a.spec, a.data_root)
+    model = load_model(a.checkpoint, device=dev, dtype=torch.float64)
+    init = load_model(a.init_checkpoint, device=dev, dtype=torch.float64) if a.init_checkpoint else None
+    result = run_probe(model, data["train_x"], data["train_y"], a.probe, init_model=init)
+    result["experiment"] = a.probe.get("experiment")
+    result["dataset"] = a.spec["dataset"]
+    write_json(result, a.out)
+    s = result["theorem7_summary"]
+    log.info("probe: Theorem 7 off w* held in %.4f%% of %d comparisons (M = %.3g); Assumption 1 slope %.3f "
+             "[%.3f, %.3f]; %.1f s", 100 * s["held_fraction"], s["n_comparisons"], result["M"],
+             result["assumption1"]["slope"], *result["assumption1"]["slope_ci95"], result["timings"]["total"])
+    if s["n_violations"]:
+        w = s["worst"]
+        log.warning("probe: Theorem 7's bound fails in %d comparisons; worst lhs/rhs = %.3g (%s, t = %.3g, k = %d)",
+                    s["n_violations"], w["ratio"], w["direction"], w["t"], w["k"])
+
+
 def cmd_tables(a) -> None:
     from .report import block_norm_table, closed_form_table, run_summary_table, write_table
     from .utils import read_json
@@ -279,6 +304,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
     s.add_argument("--out", required=True, help="output JSON (landscape.json)")
     s.set_defaults(func=cmd_landscape)
+
+    s = sub.add_parser("probe", help="landscape probes at w*: Theorem 7 off w*, Taylor model, Assumption 1")
+    s.add_argument("--checkpoint", required=True)
+    s.add_argument("--init-checkpoint", default=None, help="weights at initialisation (Assumption 1 control)")
+    s.add_argument("--spec", type=_json_arg, required=True)
+    s.add_argument("--probe", type=_json_arg, required=True, help="the 'probe' config section")
+    s.add_argument("--data-root", required=True)
+    s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]; float64 throughout")
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_probe)
 
     s = sub.add_parser("tables", help="write paper/tables/*.{csv,tex,md}")
     s.add_argument("--norms-init", required=True, help="block norms at initialisation (hessian rule, *_norms.json)")

@@ -46,6 +46,9 @@ __all__ = [
     "by_id",
     "file_sha256",
     "figure_ids",
+    "groups",
+    "notebook_tables",
+    "output_parameters",
     "provenance",
     "render_paper_readme",
     "resolve_inputs",
@@ -78,11 +81,18 @@ class Figure:
     shows: str
     functions: str
     params: dict[str, Any] = field(default_factory=dict)
+    #: Name of the rule (and notebook run) that draws the figure; entries that share a ``group``
+    #: are drawn by one run of one notebook (same ``notebook``, ``inputs`` and ``params``), which
+    #: then takes one output parameter ``out_<id>`` per figure instead of ``out``.
+    group: str | None = None
+    #: Tables the notebook run writes besides the figure: stem -> caption; each is passed as the
+    #: notebook parameter ``table_<stem>`` (``paper/tables/<stem>`` without suffix).
+    tables: dict[str, str] = field(default_factory=dict)
 
     @property
     def rule(self) -> str:
-        """Name of the Snakemake rule that draws the figure (= ``id``)."""
-        return self.id
+        """Name of the Snakemake rule that draws the figure (``group``, else ``id``)."""
+        return self.group or self.id
 
     @property
     def out(self) -> str:
@@ -92,7 +102,7 @@ class Figure:
     @property
     def executed(self) -> str:
         """Where papermill writes the executed notebook."""
-        return f"results/notebooks/{self.id}.ipynb"
+        return f"results/notebooks/{self.rule}.ipynb"
 
 
 _H = "results/{hexp}/hessian"
@@ -170,6 +180,54 @@ FIGURES: list[Figure] = [
         shows="\\|L_{k+1}(w*) - L_k(w*)\\| vs k (per sample or per batch), binned medians, 1/k line, fitted slope (95% CI), Theorem 7 bound",
         functions="`plotting.landscape_figure`; `landscape.analyse_landscape`, `train.per_sample_losses`",
     ),
+    Figure(
+        id="fig1",
+        paper="Figure 1",
+        label="fig:introduction",
+        notebook="probe_figures.ipynb",
+        group="probe_figures",
+        inputs={"probe": "results/{lexp}/probe/probe.json", "metrics": "results/{lexp}/metrics.json"},
+        caption="Figure 1. (a) Measured empirical losses L_k and L_(k+1) of the trained model on "
+                "{landscape_data} along w* + t d, for the top Hessian eigenvector u and a random unit "
+                "direction, at a small and a large k (first ordering of the samples), with the gap "
+                "|L_(k+1) - L_k| on log axes (mean over orderings): the paper draws this panel by hand. "
+                "(b) The post-norm block (self-attention, LayerNorm, feed-forward, LayerNorm, residuals) "
+                "drawn by code.",
+        shows="measured L_k, L_{k+1} along the top Hessian eigenvector and a random direction; the block stack",
+        functions="`probe_plots.fig1_figure`, `diagrams.draw_block_stack`; `probe.run_probe`",
+    ),
+    Figure(
+        id="theorem7",
+        paper="beyond the paper (Theorem 7)",
+        label="thm:convergence",
+        notebook="probe_figures.ipynb",
+        group="probe_figures",
+        inputs={"probe": "results/{lexp}/probe/probe.json", "metrics": "results/{lexp}/metrics.json"},
+        caption="Theorem 7 off w*, trained model on {landscape_data}: |L_(k+1)(w) - L_k(w)| at "
+                "w = w* + t d (top Hessian eigenvector and random unit directions, several t) against "
+                "the printed bound 2L/(k+1) + M t^2/(k+1): curves, the ratio to the bound (violations "
+                "above 1 marked) and the relative error of the second-order Taylor model of L_k, which "
+                "locates where the quadratic model breaks.",
+        shows="Theorem 7's bound off w*, its ratio to the measured gap, where the Taylor model breaks",
+        functions="`probe_plots.theorem7_figure`; `probe.run_probe`, `bounds.landscape.landscape_bound`",
+    ),
+    Figure(
+        id="fig12",
+        paper="Figure 12",
+        label="fig:ass_1_validation",
+        notebook="probe_figures.ipynb",
+        group="probe_figures",
+        inputs={"probe": "results/{lexp}/probe/probe.json", "metrics": "results/{lexp}/metrics.json"},
+        tables={"assumption1": "Assumption 1 (Figure 12): gradient norms of L_k at w* over random "
+                               "orderings and minimiser shifts"},
+        caption="Figure 12 (Assumption 1), trained model on {landscape_data}: ||grad L_k(w*)|| and "
+                "||grad L_(k-1)(w*)|| against k (mean, median and 10-90% band over random orderings, "
+                "the sampling reference and the same at initialisation), with the fitted log-log slope "
+                "and its bootstrap 95% interval, and the minimiser shift ||w*_k - w*_(k+1)|| from short "
+                "gradient-descent fine-tunes started at w*.",
+        shows="gradient norms of L_k at w* against k, fitted slope, minimiser shifts (Assumption 1)",
+        functions="`probe_plots.fig12_figure`, `probe.assumption1_table`; `probe.run_probe`",
+    ),
 ]
 
 #: Artefacts that are not notebook figures (for ``paper/README.md`` only): (path, what it
@@ -203,6 +261,11 @@ def figure_ids() -> list[str]:
     return [fig.id for fig in FIGURES]
 
 
+def notebook_tables() -> list[str]:
+    """Stems of the tables that figure notebooks write (``paper/tables/<stem>.{csv,tex,md}``)."""
+    return [stem for fig in FIGURES for stem in fig.tables]
+
+
 def resolve_inputs(fig: Figure, config: dict) -> dict[str, str]:
     """The input paths of ``fig`` for ``config`` (templates filled in; see the module doc)."""
     values = {"hexp": config["hessian"]["experiment"], "lexp": config["landscape"]["experiment"],
@@ -228,23 +291,52 @@ def caption(fig: Figure, config: dict) -> str:
     )
 
 
+def groups() -> dict[str, list[Figure]]:
+    """The registry's entries by rule name, in registry order (a group shares one notebook run)."""
+    out: dict[str, list[Figure]] = {}
+    for fig in FIGURES:
+        out.setdefault(fig.rule, []).append(fig)
+    for name, figs in out.items():
+        first = figs[0]
+        for fig in figs[1:]:
+            if (fig.notebook, fig.inputs, fig.params) != (first.notebook, first.inputs, first.params):
+                raise ValueError(f"registry group {name!r}: {fig.id} differs from {first.id} in notebook, "
+                                 "inputs or params (a group is one notebook run)")
+    return out
+
+
+def output_parameters(figs: list[Figure]) -> dict[str, str]:
+    """Notebook output parameters of one rule: ``out`` for a lone figure, ``out_<id>`` per figure
+    of a group, ``table_<stem>`` per table; values are paths without suffix."""
+    outs = {"out": figs[0].out} if len(figs) == 1 else {f"out_{f.id}": f.out for f in figs}
+    for fig in figs:
+        outs.update({f"table_{stem}": f"paper/tables/{stem}" for stem in fig.tables})
+    return outs
+
+
 def rule_specs(config: dict) -> list[dict[str, Any]]:
-    """What ``figures.smk`` needs to define each figure's rule, one dict per entry.
+    """What ``figures.smk`` needs to define each figure rule, one dict per rule (group).
 
     Keys: ``name`` (rule), ``notebook`` (file name under notebooks/), ``inputs`` (resolved),
-    ``pdf``, ``png``, ``executed``, ``out``, ``caption``, ``literal`` (``-p key value`` of the
-    literal params, shell-quoted), ``paper`` and ``label``.
+    ``figures`` (ids drawn), ``pdf`` / ``png`` (lists of paths), ``tables`` (table stems),
+    ``executed``, ``outs`` (``-p`` output parameters: name -> path without suffix), ``caption``
+    (the figures' captions joined), ``literal`` (``-p key value`` of the literal params,
+    shell-quoted), ``paper`` and ``label``.
     """
     import shlex
 
     specs = []
-    for fig in FIGURES:
-        literal = " ".join(f"-p {k} {shlex.quote(str(v))}" for k, v in fig.params.items())
+    for name, figs in groups().items():
+        first = figs[0]
+        literal = " ".join(f"-p {k} {shlex.quote(str(v))}" for k, v in first.params.items())
         specs.append({
-            "name": fig.rule, "notebook": fig.notebook, "inputs": resolve_inputs(fig, config),
-            "pdf": f"{fig.out}.pdf", "png": f"{fig.out}.png", "executed": fig.executed,
-            "out": fig.out, "caption": caption(fig, config), "literal": literal,
-            "paper": fig.paper, "label": fig.label,
+            "name": name, "notebook": first.notebook, "inputs": resolve_inputs(first, config),
+            "figures": [f.id for f in figs],
+            "pdf": [f"{f.out}.pdf" for f in figs], "png": [f"{f.out}.png" for f in figs],
+            "tables": [stem for f in figs for stem in f.tables],
+            "executed": first.executed, "outs": output_parameters(figs),
+            "caption": " ".join(caption(f, config) for f in figs), "literal": literal,
+            "paper": ", ".join(f.paper for f in figs), "label": ", ".join(f.label for f in figs),
         })
     return specs
 
@@ -278,12 +370,13 @@ def provenance(config: dict, root: str | Path = ".",
         return cache[p]
 
     out = {}
-    for spec in rule_specs(config):
-        out[spec["name"]] = {
-            "paper": spec["paper"], "label": spec["label"], "notebook": f"notebooks/{spec['notebook']}",
-            "rule": spec["name"], "caption": spec["caption"],
-            "inputs": {p: digest(p) for p in [f"notebooks/{spec['notebook']}", *spec["inputs"].values()]},
-            "outputs": {p: digest(p) for p in (spec["pdf"], spec["png"])},
+    for fig in FIGURES:
+        inputs = resolve_inputs(fig, config)
+        out[fig.id] = {
+            "paper": fig.paper, "label": fig.label, "notebook": f"notebooks/{fig.notebook}",
+            "rule": fig.rule, "caption": caption(fig, config),
+            "inputs": {p: digest(p) for p in [f"notebooks/{fig.notebook}", *inputs.values()]},
+            "outputs": {p: digest(p) for p in (f"{fig.out}.pdf", f"{fig.out}.png")},
         }
     return out
 
@@ -318,6 +411,10 @@ def render_paper_readme() -> str:
               "| artefact | what it shows | command | rule | package function |", "|---|---|---|---|---|"]
     for path, shows, command, rule, function in OTHER_ARTEFACTS:
         lines.append(f"| `{path}` | {shows} | {command} | {rule} | {function} |")
+    for fig in FIGURES:
+        for stem, text in fig.tables.items():
+            lines.append(f"| `tables/{stem}.{{csv,tex,md}}` | {text} | `notebooks/{fig.notebook}` | "
+                         f"`{fig.rule}` | {fig.functions} |")
     lines += ["", "Executed notebooks (with outputs) are kept in `results/notebooks/<id>.ipynb`.", ""]
     return "\n".join(lines)
 

@@ -2,7 +2,7 @@
 # results; paper/claims.md is printed at the end of every successful run (onsuccess, Snakefile).
 
 # Results of other modules with a claims.PROVIDERS entry: name -> path (passed as --extra).
-CLAIM_EXTRA_INPUTS = {}
+CLAIM_EXTRA_INPUTS = {"probe": f"results/{LEXP}/probe/probe.json"}
 # JSON lists of finished claim rows written by other rules (passed as --rows).
 CLAIM_ROW_FILES = []
 

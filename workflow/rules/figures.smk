@@ -12,8 +12,9 @@ for _spec in registry_rule_specs(config):
             notebook=f"{NB}/{_spec['notebook']}",
             **_spec["inputs"],
         output:
-            pdf=report(_spec["pdf"], caption="../report/figure.rst", category="Figures"),
+            pdf=[report(p, caption="../report/figure.rst", category="Figures") for p in _spec["pdf"]],
             png=_spec["png"],
+            tables=[f"paper/tables/{t}.{ext}" for t in _spec["tables"] for ext in ("csv", "tex", "md")],
             executed=_spec["executed"],
         params:
             caption=_spec["caption"],
@@ -22,7 +23,8 @@ for _spec in registry_rule_specs(config):
                 f"-p {name} {shlex.quote(path)}" for name, path in input.items() if name != "notebook"
             ),
             literal=_spec["literal"],
-            out=lambda w, output: os.path.splitext(output.pdf)[0],
+            # out (one figure) or out_<id> per figure, and table_<stem> per table
+            outs=" ".join(f"-p {name} {shlex.quote(path)}" for name, path in _spec["outs"].items()),
         conda:
             "../../environment.yml"
         log:
@@ -35,7 +37,7 @@ for _spec in registry_rule_specs(config):
             runtime=20,
         shell:
             "papermill {input.notebook:q} {output.executed:q} -k python3 --log-output "
-            "{params.inputs} {params.literal} -p out {params.out:q} > {log:q} 2>&1"
+            "{params.inputs} {params.literal} {params.outs} > {log:q} 2>&1"
 
 
 rule tables:

@@ -1,0 +1,1 @@
+"""Bounds of the paper (arXiv 2510.16927) evaluated against measured curvature."""

@@ -1,0 +1,32 @@
+# Landscape probes around w* (Theorem 7 off w*, Taylor model, Assumption 1) and their figures:
+# Figure 1 (a: measured L_k, L_{k+1} around w*; b: block diagram), Theorem 7 off w*, Figure 12
+# and the Assumption 1 table. Computation: transformer_hessian.probe. The figures' rule
+# (probe_figures) comes from the figure registry (transformer_hessian.registry).
+
+
+rule probe:
+    input:
+        checkpoint=f"results/{LEXP}/checkpoints/final.pt",
+        init=f"results/{LEXP}/checkpoints/init.pt",
+        manifest=f"{DATA_ROOT}/{config['experiments'][LEXP]['dataset']}/manifest.json",
+    output:
+        f"results/{LEXP}/probe/probe.json",
+    params:
+        data_root=data_root_of,
+        spec=json.dumps(config["experiments"][LEXP]),
+        probe=json.dumps({"experiment": LEXP, **config.get("probe", {})}),
+        device=config["device"],
+    conda:
+        "../../environment.yml"
+    log:
+        f"logs/probe/{LEXP}.log",
+    benchmark:
+        f"benchmarks/probe/{LEXP}.tsv"
+    threads: 1
+    resources:
+        mem_mb=config["resources"]["mem_mb"],
+        runtime=config["resources"]["runtime"],
+    shell:
+        "transformer-hessian --threads {threads} probe --checkpoint {input.checkpoint:q} "
+        "--init-checkpoint {input.init:q} --spec {params.spec:q} --probe {params.probe:q} "
+        "--data-root {params.data_root:q} --device {params.device} --out {output:q} 2> {log:q}"
