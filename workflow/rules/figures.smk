@@ -5,6 +5,7 @@ rule fig3_fig4:
         notebook=f"{NB}/fig3_fig4_hessian_heatmaps.ipynb",
         init=f"{HDIR}/init.npz",
         trained=f"{HDIR}/trained.npz",
+        checks=expand("results/{exp}/theory/{stage}.json", exp=HEXP, stage=STAGES),
     output:
         fig3=figure("fig3", "fig3.rst"),
         fig3_png="paper/figures/fig3.png",
@@ -32,6 +33,7 @@ rule fig5:
         notebook=f"{NB}/fig5_norms.ipynb",
         init=f"{HDIR}/init_norms.json",
         trained=f"{HDIR}/trained_norms.json",
+        checks=expand("results/{exp}/theory/{stage}.json", exp=HEXP, stage=STAGES),
     output:
         fig5=figure("fig5", "fig5.rst"),
         fig5_png="paper/figures/fig5.png",
