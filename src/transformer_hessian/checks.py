@@ -60,7 +60,7 @@ def closed_form_check(model: ViT, images, labels, tolerance: float = 1e-8) -> di
 def logit_jacobian(model: ViT, block: int, images, groups=None) -> torch.Tensor:
     """J (B, C, P): d logits_b / d w for the flat vector w of ``groups`` of ``block`` (default
     the five GROUPS), by ``torch.func.jacrev`` (reverse mode, independent of the closed form)."""
-    from torch.func import functional_call, jacrev
+    from torch.func import functional_call, jacrev, vmap
 
     from . import GROUPS
 
@@ -70,13 +70,15 @@ def logit_jacobian(model: ViT, block: int, images, groups=None) -> torch.Tensor:
     sizes = [s.numel() for s in shapes]
     fixed = {k: v.detach() for k, v in model.named_parameters() if k not in names}
 
-    def logits(flat):
+    def logits_one(flat, image):
         parts = torch.split(flat, sizes)
-        return functional_call(model, {**fixed, **{n: p.reshape(s) for n, p, s in zip(names, parts, shapes)}},
-                               (images,))
+        params = {**fixed, **{n: p.reshape(s) for n, p, s in zip(names, parts, shapes)}}
+        return functional_call(model, params, (image.unsqueeze(0),))[0]
 
     w = torch.cat([model.get_parameter(n).detach().reshape(-1) for n in names])
-    return jacrev(logits)(w)
+    # Per sample: the logits of sample b depend only on image b, so J_b is the Jacobian of a
+    # one-image forward pass (C reverse passes on one image instead of on the whole batch).
+    return vmap(jacrev(logits_one), in_dims=(None, 0))(w, images)
 
 
 def gauss_newton(model: ViT, block: int, images, labels) -> torch.Tensor:
@@ -89,7 +91,8 @@ def gauss_newton(model: ViT, block: int, images, labels) -> torch.Tensor:
         p = torch.softmax(model(images), -1)
     J = logit_jacobian(model, block, images)
     lam = torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)
-    G = torch.einsum("bcp,bcd,bdq->pq", J, lam, J) / len(images)
+    B, C, P = J.shape
+    G = J.reshape(B * C, P).T @ torch.bmm(lam, J).reshape(B * C, P) / B
     return 0.5 * (G + G.T)
 
 

@@ -122,8 +122,8 @@ def cmd_dynamics(a) -> None:
     log.info("dynamics: %d snapshots over %d steps in %.1f s (Hessians %.1f s via %s)", len(summary["steps"]),
              summary["steps"][-1], summary["seconds"], summary["hessian_seconds"], summary["hessian_method"])
     if summary["capped"]:
-        log.warning("dynamics: dynamics.steps=%d exceeds the run's %d steps; recorded %d", summary["requested_steps"],
-                    summary["steps"], summary["steps"])
+        log.warning("dynamics: dynamics.steps=%d exceeds the run's %d steps; recorded those",
+                    summary["requested_steps"], summary["replayed_steps"])
     bad = [c["epoch"] for c in summary["epoch_checks"] if not c["identical"]]
     if bad:
         log.warning("dynamics: the replay differs from the saved epoch checkpoint(s) %s", bad)

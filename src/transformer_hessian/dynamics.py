@@ -182,7 +182,8 @@ def record_dynamics(spec: dict, data_root, init_checkpoint, hessian_cfg: dict, d
         arrays[f"hdiag_{g}"] = np.stack(mats)
     summary = {
         "groups": list(ALL_GROUPS), "steps": rec["steps"], "heat_steps": rec["heat_steps"],
-        "requested_steps": steps_cfg, "every": every, **info,
+        "requested_steps": steps_cfg, "every": every, "replayed_steps": info["steps"],
+        "steps_per_epoch": info["steps_per_epoch"], "capped": info["capped"], "epoch_checks": info["epoch_checks"],
         "hessian_method": meta["method"], "hessian_seconds": meta["hessian_seconds"], "seconds": seconds,
         "batch_size": int(len(images)), "block": block,
         "batch_loss": [None if np.isnan(v) else v for v in rec["batch_loss"]], "hessian_loss": rec["hessian_loss"],

@@ -21,6 +21,7 @@ from typing import Any, Mapping
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib import colors
+from matplotlib.ticker import MaxNLocator
 from matplotlib.figure import Figure
 
 from .dynamics import FAMILIES
@@ -57,6 +58,20 @@ def robust_log_range(mats, lo_q: float = 0.02) -> tuple[float, float]:
     return (vmin, vmin + 1.0) if vmax <= vmin else (vmin, vmax)
 
 
+def tile_max_abs(m, max_side: int = 256) -> tuple[np.ndarray, int]:
+    """(|m| reduced by the maximum over k x k tiles, k) with k = ceil(max(shape) / max_side), so
+    the image has at most ``max_side`` pixels a side (k = 1: |m| itself). A tile is 0 only when
+    all its entries are; a figure panel cannot show more pixels than this anyway."""
+    a = np.abs(np.asarray(m, dtype=np.float64))
+    k = max(1, -(-max(a.shape) // max_side))
+    if k == 1:
+        return a, 1
+    r, c = -(-a.shape[0] // k) * k, -(-a.shape[1] // k) * k
+    padded = np.zeros((r, c))
+    padded[: a.shape[0], : a.shape[1]] = a
+    return padded.reshape(r // k, k, c // k, k).max(axis=(1, 3)), k
+
+
 def _title(fig_id: str, summary: Mapping[str, Any]) -> str:
     family = FAMILIES[fig_id][0]
     m = summary["model"]
@@ -79,7 +94,7 @@ def _entries_row(sub, data, groups, heat_idx, steps):
             ax.set_title(f"{LABELS[g]} − 1" if g.startswith("gamma") else LABELS[g])
             ax.set_xlabel("training step")
         axes[0].set_ylabel("coordinate")
-        cb = sub.colorbar(im, ax=list(axes), shrink=0.9, pad=0.01)
+        cb = sub.colorbar(im, ax=list(axes), shrink=0.9, pad=0.02)
         cb.set_label("γ − 1 or β (entry)")
         return
     rows = len(groups)
@@ -93,12 +108,14 @@ def _entries_row(sub, data, groups, heat_idx, steps):
             ax = axes[r, c]
             im = ax.imshow(m, cmap="RdBu_r", vmin=-vmax, vmax=vmax, interpolation="nearest",
                            aspect="equal" if m.shape[0] == m.shape[1] else "auto")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
             name = "W_2ᵀ" if g == "W_2" else LABELS[g]
             ax.set_title(f"{name}, step {steps[i]}")
             ax.set_xlabel("column")
             if c == 0:
                 ax.set_ylabel("row")
-        cb = sub.colorbar(im, ax=list(axes[r]), shrink=0.9, pad=0.01)
+        cb = sub.colorbar(im, ax=list(axes[r]), shrink=0.9, pad=0.02)
         cb.set_label(f"{LABELS[g]} entry")
 
 
@@ -108,17 +125,18 @@ def _hessian_row(sub, data, groups, summary):
     keys = ["LN"] if groups == LN_GROUPS else list(groups)
     axes = np.atleast_2d(sub.subplots(len(keys), len(heat), squeeze=False))
     for r, key in enumerate(keys):
-        mats = [np.asarray(m, dtype=np.float64) for m in data[f"hdiag_{key}"]]
+        pooled = [tile_max_abs(m) for m in data[f"hdiag_{key}"]]
+        mats, k = [p[0] for p in pooled], pooled[0][1]
         vmin, vmax = robust_log_range(mats)
-        cmap = plt.get_cmap("rocket" if "rocket" in plt.colormaps() else "magma").copy()
-        cmap.set_bad("0.75")
+        cmap = plt.get_cmap("rocket" if "rocket" in plt.colormaps() else "magma").with_extremes(bad="0.75")
         zeros = any((m == 0).any() for m in mats)
         for c, (s, m) in enumerate(zip(heat, mats)):
             ax = axes[r, c]
             with np.errstate(divide="ignore"):
                 img = np.ma.masked_equal(np.log10(np.abs(m)), -np.inf)
+            extent = (-0.5, m.shape[1] * k - 0.5, m.shape[0] * k - 0.5, -0.5)
             im = ax.imshow(np.ma.clip(img, vmin, vmax), cmap=cmap, norm=colors.Normalize(vmin, vmax),
-                           interpolation="antialiased", aspect="equal")
+                           interpolation="nearest", aspect="equal", extent=extent)
             if key == "LN":
                 d = m.shape[0] // 4
                 for b in (d, 2 * d, 3 * d):
@@ -133,8 +151,10 @@ def _hessian_row(sub, data, groups, summary):
                 ax.set_xlabel("parameter index")
                 if c == 0:
                     ax.set_ylabel("parameter index")
-        cb = sub.colorbar(im, ax=list(axes[r]), shrink=0.9, pad=0.01)
-        cb.set_label("log10 |H entry|" + (" (grey: exactly 0)" if zeros else ""))
+        cb = sub.colorbar(im, ax=list(axes[r]), shrink=0.9, pad=0.02)
+        notes = [f"max over {k}x{k} tiles"] if k > 1 else []
+        notes += ["grey: exactly 0"] if zeros else []
+        cb.set_label("log10 |H entry|" + (f"\n({'; '.join(notes)})" if notes else ""))
 
 
 def _norms_row(sub, data, groups):
@@ -147,13 +167,13 @@ def _norms_row(sub, data, groups):
         col = PARTNER_COLOURS[g]
         wn = data["weight_norms"][:, :, idx[g]]
         if g in LN_GROUPS:
-            ax.plot(steps, wn[:, 0], color=col, marker=".", label=f"{LABELS[g]} (Euclidean)")
+            ax.plot(steps, np.where(wn[:, 0] > 0, wn[:, 0], np.nan), color=col, marker=".", label=LABELS[g])
         else:
             ax.plot(steps, wn[:, 0], color=col, marker=".", label=f"{LABELS[g]} spectral")
             ax.plot(steps, wn[:, 1], color=col, ls="--", marker=".", label=f"{LABELS[g]} Frobenius")
     ax.set_yscale("log")
     ax.set_xlabel("training step")
-    ax.set_ylabel("weight norm")
+    ax.set_ylabel("weight norm" + (" (Euclidean; β = 0 at step 0)" if groups == LN_GROUPS else ""))
     ax.set_title("weight norms")
     ax.legend(loc="best", fontsize=6)
     hn = data["hessian_norms"][:, 1]  # spectral, (n, 9, 9)
@@ -169,7 +189,7 @@ def _norms_row(sub, data, groups):
         ax.set_xlabel("training step")
         ax.set_title(f"||H[{LABELS[g]}, h]||₂")
         if ax is axes[1]:
-            ax.set_ylabel("Hessian block spectral norm")
+            ax.set_ylabel("Hessian block norm ||·||₂")
     axes[-1].legend(title="h", loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=7)
 
 
@@ -180,15 +200,20 @@ def dynamics_figure(fig_id: str, data: Mapping[str, Any], summary: Mapping[str, 
     _, groups = FAMILIES[fig_id]
     steps = list(data["steps"])
     heat_idx = [steps.index(s) for s in data["heat_steps"]]
-    n_mat = 1 if groups == LN_GROUPS else len(groups)
-    n_h = 1 if groups == LN_GROUPS else len(groups)
-    heights = [2.3 * n_mat, 2.6 * n_h, 2.4]
-    fig = plt.figure(figsize=(11, sum(heights) + 0.6), layout="constrained")
+    n_rows = 1 if groups == LN_GROUPS else len(groups)
+    square = groups == LN_GROUPS or all(data[f"weights_{g}"].shape[1] == data[f"weights_{g}"].shape[2] for g in groups)
+    heights = [(2.2 if square else 1.7) * n_rows, 2.3 * n_rows, 2.4]
+    # Fixed margins instead of a layout engine: constrained layout made saving these many-panel
+    # figures several times slower (tick and text extents recomputed on every pass).
+    fig = plt.figure(figsize=(11, sum(heights) + 0.6))
     subs = fig.subfigures(3, 1, height_ratios=heights)
+    for sub, h in zip(subs, heights):
+        sub.subplots_adjust(left=0.11, right=0.86, bottom=0.55 / h, top=1 - 0.35 / h,
+                            wspace=0.5 if len(groups) > 2 else 0.35, hspace=0.85)
     _entries_row(subs[0], data, groups, heat_idx, steps)
     _hessian_row(subs[1], data, groups, summary)
     _norms_row(subs[2], data, groups)
     for sub, tag in zip(subs, ("(a) entries", "(b) diagonal Hessian block", "(c) norms against the step")):
-        sub.supylabel(tag, fontsize=8, fontweight="bold")
-    fig.suptitle(_title(fig_id, summary), fontsize=9)
+        sub.supylabel(tag, fontsize=8, fontweight="bold", x=0.01)
+    fig.suptitle(_title(fig_id, summary), fontsize=9, y=0.998)
     return fig
