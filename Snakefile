@@ -33,6 +33,7 @@ STAGES = ["init", "trained"]
 CHECKPOINT = {"init": "init.pt", "trained": "final.pt"}
 
 FIGURES = ["fig3", "fig4", "fig5", "fig6"]
+FIGURES += ["fig7", "fig8", "fig9", "fig10", "fig11"]  # Appendix A.1, rule fig7_fig11 (dynamics.smk)
 TABLES = ["block_norms", "run_summary", "closed_form_check"]
 
 
@@ -58,5 +59,4 @@ rule all:
         expand("paper/figures/{fig}.{ext}", fig=FIGURES, ext=["pdf", "png"]),
         expand("paper/tables/{table}.{ext}", table=TABLES, ext=["csv", "tex", "md"]),
         "paper/summary.json",
-        expand("paper/figures/{fig}.{ext}", fig=DYN_FIGURES, ext=["pdf", "png"]),
         expand("paper/tables/table1.{ext}", ext=["csv", "tex", "md"]),

@@ -181,7 +181,8 @@ def cmd_tables(a) -> None:
     write_table(run_summary_table(metrics), out / "run_summary", "Runs behind the figures")
     checks = {c["stage"]: c for c in map(read_json, a.theory)}
     write_table(closed_form_table(checks), out / "closed_form_check",
-                "Closed-form Hessian vs curvlinops: errors and functional share per block pair")
+                "Saved Hessian vs curvlinops Hessian-vector products on random probes: errors and functional "
+                "share per block pair")
 
 
 def cmd_summary(a) -> None:

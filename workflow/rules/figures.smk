@@ -117,7 +117,7 @@ rule summary:
         landscape=f"results/{LEXP}/landscape/landscape.json",
         theory=expand("results/{exp}/theory/{stage}.json", exp=HEXP, stage=STAGES),
         figures=expand("paper/figures/{fig}.pdf", fig=FIGURES),
-        tables=expand("paper/tables/{table}.csv", table=TABLES),
+        tables=expand("paper/tables/{table}.csv", table=TABLES + ["table1"]),
     output:
         "paper/summary.json",
     params:
