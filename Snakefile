@@ -35,7 +35,8 @@ CHECKPOINT = {"init": "init.pt", "trained": "final.pt"}
 from transformer_hessian.registry import figure_ids, notebook_tables  # noqa: E402
 
 FIGURES = figure_ids()  # every figure of the registry (src/transformer_hessian/registry.py)
-TABLES = ["block_norms", "run_summary", "closed_form_check"]
+TABLES = ["block_norms", "run_summary", "closed_form_check"]  # written by the `tables` rule
+ALL_TABLES = TABLES + ["table1"] + notebook_tables()  # + Table 1 (rule table1) + tables of figure notebooks
 
 
 wildcard_constraints:
@@ -53,13 +54,14 @@ include: "workflow/rules/landscape.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/claims.smk"
 include: "workflow/rules/probe.smk"
+include: "workflow/rules/dynamics.smk"
 
 
 rule all:
     default_target: True
     input:
         expand("paper/figures/{fig}.{ext}", fig=FIGURES, ext=["pdf", "png"]),
-        expand("paper/tables/{table}.{ext}", table=TABLES + notebook_tables(), ext=["csv", "tex", "md"]),
+        expand("paper/tables/{table}.{ext}", table=ALL_TABLES, ext=["csv", "tex", "md"]),
         "paper/summary.json",
         "paper/claims.md",
 

@@ -22,8 +22,12 @@ def test_shipped_configs_are_valid(root):
     paper = load_config(root / "config/paper.yaml")
     h = paper["experiments"][paper["hessian"]["experiment"]]
     lnd = paper["experiments"][paper["landscape"]["experiment"]]
-    assert (h["dataset"], h["model"]["depth"], h["model"]["width"]) == ("mnist", 1, 16)
-    assert (lnd["dataset"], lnd["model"]["depth"], lnd["model"]["width"]) == ("cifar100", 8, 128)
+    # Table 1 of the paper: (dataset, patch size, hidden dim, ff dim, blocks); Figure 5: batch 128.
+    m, c = h["model"], lnd["model"]
+    assert (h["dataset"], m["patch_size"], m["width"], m["d_ff"], m["depth"]) == ("mnist", 4, 16, 64, 1)
+    assert (lnd["dataset"], c["patch_size"], c["width"], c["d_ff"], c["depth"]) == ("cifar100", 4, 128, 512, 8)
+    assert paper["hessian"]["batch_size"] == 128
+    assert paper["dynamics"]["steps"] == 1000  # App. A.1: "the first 1000 training steps"
 
 
 def test_defaults_filled_and_hash_stable(default):
@@ -96,5 +100,6 @@ def test_paper_config_dry_run_builds_dag(root, tmp_path, env):
     out = proc.stdout + proc.stderr
     for needle in ("results/data/mnist/manifest.json", "results/data/cifar100/manifest.json",
                    "results/hessian_mnist/hessian/init.npz", "results/landscape_cifar100/landscape/landscape.json",
-                   "paper/summary.json"):
+                   "paper/summary.json", "results/hessian_mnist/dynamics/dynamics.npz", "paper/figures/fig10.pdf",
+                   "paper/tables/table1.md"):
         assert needle in out

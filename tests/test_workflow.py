@@ -1,5 +1,6 @@
 """Integration: the whole workflow on a tiny config in a temporary folder."""
 
+import csv
 import json
 import math
 import subprocess
@@ -30,6 +31,7 @@ TINY = {
     "probe": {"max_samples": 60, "n_orderings": 5, "n_random_directions": 1, "n_t": 4, "n_t_linear": 5,
               "lanczos_iters": 6, "hessian_samples": 30, "curvature_samples": 4, "n_bootstrap": 20,
               "shift_ks": [4, 16], "shift_steps": 2, "shift_orderings": 2},
+    "dynamics": {"steps": 9, "every": 3, "heatmaps": 2},
 }
 
 
@@ -79,6 +81,40 @@ def test_every_declared_output_is_valid(run):
         assert r"\toprule" in (run / f"paper/tables/{table}.tex").read_text()
     for path in run.glob("results/**/*.json"):
         json.loads(path.read_text())
+
+
+def test_dynamics_figures_and_table1_contents(run):
+    for fig in ("fig7", "fig8", "fig9", "fig10", "fig11"):
+        png = mpimg.imread(run / f"paper/figures/{fig}.png")
+        assert png.ndim == 3 and png.shape[0] > 300 and png.shape[1] > 300
+        assert (run / f"paper/figures/{fig}.pdf").read_bytes().startswith(b"%PDF")
+    d = json.loads((run / "results/hessian_tiny/dynamics/dynamics.json").read_text())
+    # 200 samples, batch 32: 7 steps per epoch; the replay crosses epoch 1 and matches its checkpoint.
+    assert d["steps"] == [0, 3, 6, 9] and d["heat_steps"] == [0, 9] and d["steps_per_epoch"] == 7
+    assert d["epoch_checks"] == [{"epoch": 1, "identical": True}]
+    assert d["init_hessian_check"]["passed"] and d["init_hessian_check"]["rel_error"] <= 1e-12
+    assert d["hessian_method"] == "closed_form+hvp" and len(d["groups"]) == 9
+    for g, norms in d["weight_norms"].items():
+        assert all(0 <= s <= f * (1 + 1e-12) for s, f in zip(norms["spectral"], norms["fro"])), g
+        if g.startswith("W_") or g.startswith("gamma"):
+            assert min(norms["spectral"]) > 0, g
+        else:  # LayerNorm vectors: spectral norm = Euclidean norm = Frobenius norm; beta starts at 0
+            assert norms["spectral"] == pytest.approx(norms["fro"], rel=1e-12) and norms["spectral"][0] == 0, g
+    assert d["hessian_loss"][-1] < d["hessian_loss"][0] + 0.5 and all(0 < v < 10 for v in d["hessian_loss"])
+    with open(run / "paper/tables/table1.csv", newline="") as fh:
+        t = list(csv.DictReader(fh))
+    key = ("source", "dataset", "patch size", "hidden dim", "ff dim", "blocks", "tokens")
+    assert [tuple(r[k] for k in key) for r in t] == [
+        ("paper", "MNIST", "4", "16", "64", "1", "49"),
+        ("this run (hessian_tiny)", "digits 8x8 (stand-in)", "4", "4", "6", "1", "4"),
+        ("paper", "CIFAR-100", "4", "128", "512", "8", "64"),
+        ("this run (landscape_tiny)", "digits 8x8 (stand-in)", "4", "6", "8", "2", "4"),
+    ]
+    assert t[1]["differs from paper"] == "dataset, hidden dim, ff dim"
+    assert 0 <= float(t[1]["val acc"].rstrip("%")) <= 100 and int(t[1]["parameters"]) > 0
+    for stage in ("init", "trained"):
+        c = json.loads((run / f"results/hessian_tiny/theory/{stage}.json").read_text())
+        assert c["check"] == "probes" and c["n_probes"] == 40 and c["passed"] and c["max_rel_error"] < 1e-10
 
 
 def test_summary_has_required_keys_and_finite_numbers(run):

@@ -80,27 +80,72 @@ def cmd_hessian(a) -> None:
 
 
 def cmd_theory(a) -> None:
-    from .checks import closed_form_check
-    from .utils import write_json
+    import numpy as np
+
+    from .checks import saved_hessian_check
+    from .utils import read_json, write_json
 
     model, images, labels = _hessian_inputs(a)
-    if model.cfg.depth != 1:
-        raise ValueError(
-            f"theory: experiment {a.hessian['experiment']!r} has {model.cfg.depth} blocks; the closed-form "
-            "check needs a single-block model (model.depth: 1)"
-        )
-    result = closed_form_check(model, images, labels, tolerance=a.tolerance)
+    with np.load(a.hessian_npz, allow_pickle=False) as saved:
+        H = saved["H"]
+    result = saved_hessian_check(H, model, images, labels, probes=a.probes, seed=a.hessian["seed"],
+                                 tolerance=a.tolerance, block=a.hessian["block"])
     result["stage"] = a.stage
+    result["hessian_file"] = a.hessian_npz
+    result["hessian_method"] = read_json(a.norms)["method"] if a.norms else "unknown"
     write_json(result, a.out)
     worst = max(result["blocks"], key=lambda r: r["rel_error"])
-    log.info("closed form vs curvlinops (%s): max relative error %.3e (block %s-%s)", a.stage,
-             result["max_rel_error"], worst["row"], worst["col"])
+    log.info("saved Hessian (%s) vs curvlinops on %d probes (%s): max relative error %.3e (block %s-%s)",
+             result["hessian_method"], result["n_probes"], a.stage, result["max_rel_error"], worst["row"], worst["col"])
     if not result["passed"]:
         raise ValueError(
-            f"closed-form Hessian disagrees with curvlinops at stage {a.stage}: relative error "
-            f"{result['max_rel_error']:.3e} in block ({worst['row']}, {worst['col']}) exceeds "
-            f"theory.tolerance={a.tolerance:g} (details in {a.out})"
+            f"the saved {result['hessian_method']} Hessian {a.hessian_npz} disagrees with curvlinops at stage "
+            f"{a.stage}: relative error {result['max_rel_error']:.3e} in block ({worst['row']}, {worst['col']}) "
+            f"exceeds theory.tolerance={a.tolerance:g} (details in {a.out})"
         )
+
+
+def cmd_dynamics(a) -> None:
+    from .dynamics import check_against_saved, record_dynamics
+    from .plotting import load_hessian
+    from .utils import save_npz, write_json
+
+    arrays, summary, H0 = record_dynamics(a.spec, a.data_root, a.checkpoint, a.hessian, a.dynamics,
+                                          device=a.device, checkpoint_dir=Path(a.checkpoint).parent)
+    summary["experiment"] = a.hessian["experiment"]
+    summary["dataset"] = a.spec["dataset"]
+    summary["model"] = a.spec["model"]
+    if a.saved_init_hessian:
+        chk = check_against_saved(H0, load_hessian(a.saved_init_hessian))
+        chk["tolerance"] = a.tolerance
+        chk["passed"] = bool(chk["rel_error"] <= a.tolerance)
+        summary["init_hessian_check"] = chk
+    save_npz(a.out_npz, **arrays)
+    write_json(summary, a.out_json)
+    log.info("dynamics: %d snapshots over %d steps in %.1f s (Hessians %.1f s via %s)", len(summary["steps"]),
+             summary["steps"][-1], summary["seconds"], summary["hessian_seconds"], summary["hessian_method"])
+    if summary["capped"]:
+        log.warning("dynamics: dynamics.steps=%d exceeds the run's %d steps; recorded those",
+                    summary["requested_steps"], summary["replayed_steps"])
+    bad = [c["epoch"] for c in summary["epoch_checks"] if not c["identical"]]
+    if bad:
+        log.warning("dynamics: the replay differs from the saved epoch checkpoint(s) %s", bad)
+    if a.saved_init_hessian and not summary["init_hessian_check"]["passed"]:
+        raise ValueError(
+            f"dynamics: the step-0 Hessian differs from {a.saved_init_hessian} by relative error "
+            f"{summary['init_hessian_check']['rel_error']:.3e} > theory.tolerance={a.tolerance:g}"
+        )
+
+
+def cmd_table1(a) -> None:
+    from .table1 import table1
+    from .report import write_table
+    from .utils import read_json
+
+    metrics = {m["experiment"]: m for m in map(read_json, a.metrics)}
+    df = table1(a.config, metrics)
+    write_table(df, Path(a.out_dir) / "table1",
+                "Table 1: ViT hyperparameters of both experiments, this run next to the paper's values")
 
 
 def cmd_landscape(a) -> None:
@@ -165,7 +210,8 @@ def cmd_tables(a) -> None:
     write_table(run_summary_table(metrics), out / "run_summary", "Runs behind the figures")
     checks = {c["stage"]: c for c in map(read_json, a.theory)}
     write_table(closed_form_table(checks), out / "closed_form_check",
-                "Closed-form Hessian vs curvlinops: errors and functional share per block pair")
+                "Saved Hessian vs curvlinops Hessian-vector products on random probes: errors and functional "
+                "share per block pair")
 
 
 def cmd_summary(a) -> None:
@@ -293,8 +339,30 @@ def build_parser() -> argparse.ArgumentParser:
             s.set_defaults(func=cmd_hessian)
         else:
             s.add_argument("--tolerance", type=float, default=1e-8, help="largest relative error that passes")
+            s.add_argument("--hessian-npz", required=True, help="the Hessian the hessian rule saved (.npz)")
+            s.add_argument("--norms", default=None, help="its norms JSON (names the method that computed it)")
+            s.add_argument("--probes", type=int, default=8, help="random probe vectors per parameter group")
             s.add_argument("--out", required=True, help="JSON of errors per block pair")
             s.set_defaults(func=cmd_theory)
+
+    s = sub.add_parser("dynamics", help="replay the first training steps; weights, norms, Hessian blocks (App. A.1)")
+    s.add_argument("--checkpoint", required=True, help="the run's init.pt (epoch checkpoints beside it are compared)")
+    s.add_argument("--spec", type=_json_arg, required=True, help="the experiment's config section")
+    s.add_argument("--hessian", type=_json_arg, required=True, help="the 'hessian' config section")
+    s.add_argument("--dynamics", type=_json_arg, required=True, help="the 'dynamics' config section")
+    s.add_argument("--data-root", required=True)
+    s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
+    s.add_argument("--saved-init-hessian", default=None, help="hessian rule's init .npz: must equal step 0")
+    s.add_argument("--tolerance", type=float, default=1e-8)
+    s.add_argument("--out-npz", required=True)
+    s.add_argument("--out-json", required=True)
+    s.set_defaults(func=cmd_dynamics)
+
+    s = sub.add_parser("table1", help="write paper/tables/table1.{csv,tex,md} (Table 1 of the paper)")
+    s.add_argument("--config", type=_json_arg, required=True, help="the whole validated config as JSON")
+    s.add_argument("--metrics", nargs="+", required=True)
+    s.add_argument("--out-dir", required=True)
+    s.set_defaults(func=cmd_table1)
 
     s = sub.add_parser("landscape", help="per-sample losses at w*, |L_{k+1}-L_k| and its log-log slope")
     s.add_argument("--checkpoint", required=True, help="trained checkpoint w* (final.pt)")

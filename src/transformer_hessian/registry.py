@@ -88,6 +88,9 @@ class Figure:
     #: Tables the notebook run writes besides the figure: stem -> caption; each is passed as the
     #: notebook parameter ``table_<stem>`` (``paper/tables/<stem>`` without suffix).
     tables: dict[str, str] = field(default_factory=dict)
+    #: Path templates the rule waits for without passing them to the notebook: a figure of a
+    #: Hessian is drawn only after the ``theory`` rule has checked that Hessian.
+    gate: tuple[str, ...] = ()
 
     @property
     def rule(self) -> str:
@@ -106,6 +109,9 @@ class Figure:
 
 
 _H = "results/{hexp}/hessian"
+_DYN = {"dynamics_npz": "results/{hexp}/dynamics/dynamics.npz", "dynamics_json": "results/{hexp}/dynamics/dynamics.json"}
+#: The theory rule's check of the saved Hessians: Hessian figures wait for it (a failed check stops them).
+_CHECKED = ("results/{hexp}/theory/init.json", "results/{hexp}/theory/trained.json")
 
 FIGURES: list[Figure] = [
     Figure(
@@ -137,6 +143,7 @@ FIGURES: list[Figure] = [
                 "whole batch) have a colour of their own; their share is given below the map.",
         shows="log10 \\|H\\| at initialisation, blocks W_Q, W_K, W_V, W_1, W_2; exact zeros in their own colour",
         functions="`plotting.hessian_heatmap`, `plotting.robust_log_range`; Hessian from `hessian.compute_hessian`",
+        gate=_CHECKED,
     ),
     Figure(
         id="fig4",
@@ -150,6 +157,7 @@ FIGURES: list[Figure] = [
                 "({hessian_data}). Exact zeros, if any, have a colour of their own.",
         shows="the same after training, on fig3's colour scale",
         functions="same as fig3",
+        gate=_CHECKED,
     ),
     Figure(
         id="fig5",
@@ -164,6 +172,7 @@ FIGURES: list[Figure] = [
                 "the spectral norm of every block H_ij, one colour scale for both panels.",
         shows="weight-matrix norms and Hessian block norms, init vs trained",
         functions="`plotting.norms_figure`; `hessian.block_norms`, `hessian.weight_norms`",
+        gate=_CHECKED,
     ),
     Figure(
         id="fig6",
@@ -228,11 +237,84 @@ FIGURES: list[Figure] = [
         shows="gradient norms of L_k at w* against k, fitted slope, minimiser shifts (Assumption 1)",
         functions="`probe_plots.fig12_figure`, `probe.assumption1_table`; `probe.run_probe`",
     ),
+    Figure(
+        id="fig7",
+        paper="Figure 7",
+        label="fig:hessian_entries_queries",
+        notebook="fig7_fig11_dynamics.ipynb",
+        group="fig7_fig11",
+        inputs=_DYN,
+        gate=_CHECKED,
+        caption="Figure 7 (App. A.1, \"Queries entries visualization\"). W_Q of the one-block ViT on "
+                "{hessian_data} during the first training steps (replayed from the init checkpoint): "
+                "entries at a few steps, log10 |H_QQ| of the Hessian diagonal block on the fixed Hessian batch, the spectral and Frobenius norms of W_Q and the spectral norms of the Hessian blocks H_(Q,g) against the step.",
+        shows="W_Q entries, H_QQ, norms of W_Q and of its Hessian blocks over the first steps",
+        functions="`dynamics_plot.dynamics_figure`; `dynamics.replay_dynamics`, `hessian_groups.hessian_all_groups`",
+    ),
+    Figure(
+        id="fig8",
+        paper="Figure 8",
+        label="fig:hessian_entries_keys",
+        notebook="fig7_fig11_dynamics.ipynb",
+        group="fig7_fig11",
+        inputs=_DYN,
+        gate=_CHECKED,
+        caption="Figure 8 (App. A.1, \"Keys entries visualization\"). W_K of the one-block ViT on "
+                "{hessian_data} during the first training steps (replayed from the init checkpoint): "
+                "entries at a few steps, log10 |H_KK| of the Hessian diagonal block on the fixed Hessian batch, the spectral and Frobenius norms of W_K and the spectral norms of the Hessian blocks H_(K,g) against the step.",
+        shows="W_K entries, H_KK, norms of W_K and of its Hessian blocks over the first steps",
+        functions="`dynamics_plot.dynamics_figure`; `dynamics.replay_dynamics`, `hessian_groups.hessian_all_groups`",
+    ),
+    Figure(
+        id="fig9",
+        paper="Figure 9",
+        label="fig:hessian_entries_values",
+        notebook="fig7_fig11_dynamics.ipynb",
+        group="fig7_fig11",
+        inputs=_DYN,
+        gate=_CHECKED,
+        caption="Figure 9 (App. A.1, \"Values entries visualization\"). W_V of the one-block ViT on "
+                "{hessian_data} during the first training steps (replayed from the init checkpoint): "
+                "entries at a few steps, log10 |H_VV| of the Hessian diagonal block on the fixed Hessian batch, the spectral and Frobenius norms of W_V and the spectral norms of the Hessian blocks H_(V,g) against the step.",
+        shows="W_V entries, H_VV, norms of W_V and of its Hessian blocks over the first steps",
+        functions="`dynamics_plot.dynamics_figure`; `dynamics.replay_dynamics`, `hessian_groups.hessian_all_groups`",
+    ),
+    Figure(
+        id="fig10",
+        paper="Figure 10",
+        label="fig:hessian_entries_layernorm",
+        notebook="fig7_fig11_dynamics.ipynb",
+        group="fig7_fig11",
+        inputs=_DYN,
+        gate=_CHECKED,
+        caption="Figure 10 (App. A.1, \"LayerNorm entries visualization\"). gamma1, beta1, gamma2, beta2 of the one-block ViT on "
+                "{hessian_data} during the first training steps (replayed from the init checkpoint): "
+                "entries against the step, log10 |H| of the LayerNorm-LayerNorm Hessian block at a few steps, their norms and the spectral norms of the Hessian blocks H_(g,h) (g a LayerNorm group) against the step.",
+        shows="LayerNorm gamma/beta entries, their Hessian blocks and norms over the first steps",
+        functions="`dynamics_plot.dynamics_figure`; `dynamics.replay_dynamics`, `hessian_groups.hessian_all_groups`",
+    ),
+    Figure(
+        id="fig11",
+        paper="Figure 11",
+        label="fig:hessian_entries_feedforward",
+        notebook="fig7_fig11_dynamics.ipynb",
+        group="fig7_fig11",
+        inputs=_DYN,
+        gate=_CHECKED,
+        caption="Figure 11 (App. A.1, \"FeedForward entries visualization\"). W_1 and W_2 of the one-block ViT on "
+                "{hessian_data} during the first training steps (replayed from the init checkpoint): "
+                "entries at a few steps, log10 |H| of the diagonal Hessian blocks, their norms and the spectral norms of the Hessian blocks H_(g,h) against the step.",
+        shows="W_1, W_2 entries, Hessian blocks and norms over the first steps",
+        functions="`dynamics_plot.dynamics_figure`; `dynamics.replay_dynamics`, `hessian_groups.hessian_all_groups`",
+    ),
 ]
 
 #: Artefacts that are not notebook figures (for ``paper/README.md`` only): (path, what it
 #: shows, command, rule, package function).
 OTHER_ARTEFACTS: list[tuple[str, str, str, str, str]] = [
+    ("tables/table1.{csv,tex,md}", "Table 1: the ViT hyperparameters of both experiments from the config, next to the "
+     "paper's, plus tokens, parameters, epochs, optimiser, learning rate, batch size and validation accuracy reached",
+     "`transformer-hessian table1`", "`table1`", "`table1.table1`"),
     ("tables/block_norms.{csv,tex,md}", "Frobenius, spectral, max \\|entry\\| of all 25 block pairs, init and trained",
      "`transformer-hessian tables`", "`tables`", "`report.block_norm_table`"),
     ("tables/run_summary.{csv,tex,md}", "data set, sizes, parameter counts, epochs, accuracies, wall times",
@@ -266,10 +348,13 @@ def notebook_tables() -> list[str]:
     return [stem for fig in FIGURES for stem in fig.tables]
 
 
+def _template_values(config: dict) -> dict[str, Any]:
+    return {"hexp": config["hessian"]["experiment"], "lexp": config["landscape"]["experiment"], "cfg": config}
+
+
 def resolve_inputs(fig: Figure, config: dict) -> dict[str, str]:
     """The input paths of ``fig`` for ``config`` (templates filled in; see the module doc)."""
-    values = {"hexp": config["hessian"]["experiment"], "lexp": config["landscape"]["experiment"],
-              "cfg": config}
+    values = _template_values(config)
     return {name: template.format(**values) for name, template in fig.inputs.items()}
 
 
@@ -335,6 +420,7 @@ def rule_specs(config: dict) -> list[dict[str, Any]]:
             "pdf": [f"{f.out}.pdf" for f in figs], "png": [f"{f.out}.png" for f in figs],
             "tables": [stem for f in figs for stem in f.tables],
             "executed": first.executed, "outs": output_parameters(figs),
+            "gate": sorted({t.format(**_template_values(config)) for f in figs for t in f.gate}),
             "caption": " ".join(caption(f, config) for f in figs), "literal": literal,
             "paper": ", ".join(f.paper for f in figs), "label": ", ".join(f.label for f in figs),
         })

@@ -82,6 +82,55 @@ def _latest_epoch_checkpoint(ckdir: Path) -> tuple[int, Path] | None:
     return max(found) if found else None
 
 
+def epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:
+    """The training order of ``epoch`` (1-based): ``randperm(n)`` from a generator seeded by
+    ``seed * 1_000_003 + epoch`` (CPU), the same in a straight, resumed or replayed run."""
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(n, generator=gen)
+
+
+def train_epoch(model: ViT, opt: torch.optim.Optimizer, xtr: torch.Tensor, ytr: torch.Tensor, *, seed: int,
+                epoch: int, batch_size: int, name: str = "", lr: float | None = None,
+                on_step=None, max_steps: int | None = None) -> tuple[float, int]:
+    """One epoch of mini-batch AdamW on cross-entropy, in the order :func:`epoch_permutation`.
+
+    Step s (0-based) uses the samples ``perm[s * batch_size : (s + 1) * batch_size]``. After each
+    optimiser step, ``on_step(step, model, loss)`` is called (step counted from 1 within the
+    epoch) when given; it must not change the model or the optimiser. ``max_steps`` stops the
+    epoch early (replays). Returns (sum of batch losses x batch sizes, correct predictions).
+    """
+    model.train()
+    dev = xtr.device
+    n = len(xtr)
+    steps = math.ceil(n / batch_size)
+    perm = epoch_permutation(n, seed, epoch).to(dev)
+    run_loss, run_correct = 0.0, 0
+    last = steps if max_steps is None else min(steps, max_steps)
+    for step in tqdm(range(last), desc=f"epoch {epoch}", leave=False, disable=None):
+        idx = perm[step * batch_size : (step + 1) * batch_size]
+        logits = model(xtr[idx])
+        loss = F.cross_entropy(logits, ytr[idx])
+        if not torch.isfinite(loss):
+            raise TrainingError(
+                f"{name}: non-finite loss ({loss.item()}) at epoch {epoch}, step {step + 1} of {steps}; "
+                f"lower train.lr (now {lr}) or check the data"
+            )
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        run_loss += loss.item() * len(idx)
+        run_correct += (logits.argmax(-1) == ytr[idx]).sum().item()
+        if on_step is not None:
+            on_step(step + 1, model, loss.item())
+    return run_loss, run_correct
+
+
+def make_optimizer(model: ViT, spec: dict) -> torch.optim.Optimizer:
+    """AdamW with the experiment's ``train.lr`` and ``train.weight_decay`` (default 0.01)."""
+    t = spec["train"]
+    return torch.optim.AdamW(model.parameters(), lr=t["lr"], weight_decay=t.get("weight_decay", 0.01))
+
+
 def train(name: str, spec: dict, data_root: str | Path, out_dir: str | Path, device: str = "auto") -> dict:
     """Train experiment ``name`` (its config section ``spec``); resume if checkpoints exist."""
     out_dir = Path(out_dir)
@@ -98,7 +147,7 @@ def train(name: str, spec: dict, data_root: str | Path, out_dir: str | Path, dev
 
     torch.manual_seed(seed)
     model = ViT(mcfg).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=t["lr"], weight_decay=t.get("weight_decay", 0.01))
+    opt = make_optimizer(model, spec)
     history: list[dict] = []
     start_epoch = 1
     # Resume only from checkpoints of the same settings (the epoch count may grow).
@@ -132,29 +181,12 @@ def train(name: str, spec: dict, data_root: str | Path, out_dir: str | Path, dev
         torch_save(checkpoint(0), ckdir / "init.pt")
 
     n, bs = len(xtr), t["batch_size"]
-    steps = math.ceil(n / bs)
     epochs = tqdm(range(start_epoch, t["epochs"] + 1), desc=f"train {name}", unit="epoch",
                   initial=start_epoch - 1, total=t["epochs"], disable=None)
     for epoch in epochs:
         t0 = time.perf_counter()
-        model.train()
-        gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-        perm = torch.randperm(n, generator=gen).to(dev)
-        run_loss, run_correct = 0.0, 0
-        for step in tqdm(range(steps), desc=f"epoch {epoch}", leave=False, disable=None):
-            idx = perm[step * bs : (step + 1) * bs]
-            logits = model(xtr[idx])
-            loss = F.cross_entropy(logits, ytr[idx])
-            if not torch.isfinite(loss):
-                raise TrainingError(
-                    f"{name}: non-finite loss ({loss.item()}) at epoch {epoch}, step {step + 1} of {steps}; "
-                    f"lower train.lr (now {t['lr']}) or check the data"
-                )
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            run_loss += loss.item() * len(idx)
-            run_correct += (logits.argmax(-1) == ytr[idx]).sum().item()
+        run_loss, run_correct = train_epoch(model, opt, xtr, ytr, seed=seed, epoch=epoch, batch_size=bs,
+                                            name=name, lr=t["lr"])
         val_loss, val_acc = evaluate(model, xva, yva)
         history.append({
             "epoch": epoch, "train_loss": run_loss / n, "train_acc": run_correct / n,

@@ -10,6 +10,8 @@ for _spec in registry_rule_specs(config):
             _spec["name"]
         input:
             notebook=f"{NB}/{_spec['notebook']}",
+            # files the figure waits for but does not read (e.g. the Hessian check of the theory rule)
+            gate=_spec["gate"],
             **_spec["inputs"],
         output:
             pdf=[report(p, caption="../report/figure.rst", category="Figures") for p in _spec["pdf"]],
@@ -20,7 +22,7 @@ for _spec in registry_rule_specs(config):
             caption=_spec["caption"],
             # every input but the notebook becomes a notebook parameter of the same name
             inputs=lambda w, input: " ".join(
-                f"-p {name} {shlex.quote(path)}" for name, path in input.items() if name != "notebook"
+                f"-p {name} {shlex.quote(path)}" for name, path in input.items() if name not in ("notebook", "gate")
             ),
             literal=_spec["literal"],
             # out (one figure) or out_<id> per figure, and table_<stem> per table
@@ -80,7 +82,7 @@ rule summary:
         landscape=f"results/{LEXP}/landscape/landscape.json",
         theory=expand("results/{exp}/theory/{stage}.json", exp=HEXP, stage=STAGES),
         figures=expand("paper/figures/{fig}.pdf", fig=FIGURES),
-        tables=expand("paper/tables/{table}.csv", table=TABLES),
+        tables=expand("paper/tables/{table}.csv", table=ALL_TABLES),
         claims="paper/claims.json",
     output:
         "paper/summary.json",

@@ -1,11 +1,14 @@
-# Closed-form block Hessian (transformer_hessian.theory) vs curvlinops on the same batch.
-# Fails when any relative error exceeds theory.tolerance.
+# Checks the Hessian the hessian rule saved against curvlinops Hessian-vector products on random
+# probe vectors (theory.probes per group) on the same batch; fails when any relative error exceeds
+# theory.tolerance, which stops the Hessian figures that depend on it.
 
 
 rule theory:
     input:
         checkpoint=lambda w: f"results/{HEXP}/checkpoints/{CHECKPOINT[w.stage]}",
         manifest=f"{DATA_ROOT}/{config['experiments'][HEXP]['dataset']}/manifest.json",
+        npz="results/{exp}/hessian/{stage}.npz",
+        norms="results/{exp}/hessian/{stage}_norms.json",
     output:
         "results/{exp}/theory/{stage}.json",
     params:
@@ -14,6 +17,7 @@ rule theory:
         hessian=json.dumps(config["hessian"]),
         device=config["device"],
         tolerance=config["theory"]["tolerance"],
+        probes=config["theory"]["probes"],
     conda:
         "../../environment.yml"
     log:
@@ -29,4 +33,5 @@ rule theory:
     shell:
         "transformer-hessian --threads {threads} theory --checkpoint {input.checkpoint:q} --stage {wildcards.stage} "
         "--spec {params.spec:q} --hessian {params.hessian:q} --data-root {params.data_root:q} --device {params.device} "
-        "--tolerance {params.tolerance} --out {output:q} 2> {log:q}"
+        "--tolerance {params.tolerance} --hessian-npz {input.npz:q} --norms {input.norms:q} --probes {params.probes} "
+        "--out {output:q} 2> {log:q}"

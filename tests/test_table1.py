@@ -1,0 +1,55 @@
+"""Table 1: generated from the config; the paper config matches the paper's Table 1."""
+
+import pytest
+
+from transformer_hessian.config import load_config
+from transformer_hessian.model import ModelConfig, ViT, count_parameters
+from transformer_hessian.report import write_table
+from transformer_hessian.table1 import table1
+
+IMAGE = {"digits": (8, 1, 10), "mnist": (28, 1, 10), "cifar100": (32, 3, 100)}
+
+
+def _metrics(cfg):
+    """metrics.json-like dicts with the parameter count of the model the config builds."""
+    out = {}
+    for name in {cfg["hessian"]["experiment"], cfg["landscape"]["experiment"]}:
+        spec = cfg["experiments"][name]
+        size, ch, classes = IMAGE[spec["dataset"]]
+        mc = ModelConfig(image_size=size, channels=ch, num_classes=classes, **spec["model"])
+        out[name] = {"experiment": name, "model": mc.to_dict(), "n_parameters": count_parameters(ViT(mc)),
+                     "final": {"val_acc": 0.5 + 0.01 * len(name)}}
+    return out
+
+
+def test_paper_config_reproduces_table1(root):
+    cfg = load_config(root / "config/paper.yaml")
+    df = table1(cfg, _metrics(cfg))
+    assert len(df) == 4 and list(df["source"][::2]) == ["paper", "paper"]
+    runs = df[df["source"] != "paper"]
+    assert list(runs["differs from paper"]) == ["none", "none"]
+    assert list(runs["tokens"].astype(int)) == [49, 64]  # MNIST 28/4, CIFAR-100 32/4
+    assert list(runs["hidden dim"].astype(int)) == [16, 128] and list(runs["ff dim"].astype(int)) == [64, 512]
+    assert list(runs["blocks"].astype(int)) == [1, 8] and list(runs["patch size"].astype(int)) == [4, 4]
+    assert cfg["hessian"]["batch_size"] == 128  # Figure 5: "one batch containing 128 examples"
+
+
+def test_default_config_names_its_differences(root, tmp_path):
+    cfg = load_config(root / "config/config.yaml")
+    metrics = _metrics(cfg)
+    df = table1(cfg, metrics)
+    runs = df[df["source"] != "paper"].reset_index(drop=True)
+    assert runs.loc[0, "differs from paper"].startswith("dataset, patch size")
+    assert "blocks" in runs.loc[1, "differs from paper"] and "hidden dim" in runs.loc[1, "differs from paper"]
+    name = cfg["hessian"]["experiment"]
+    assert runs.loc[0, "parameters"] == str(metrics[name]["n_parameters"])
+    assert runs.loc[0, "val acc"] == f"{100 * metrics[name]['final']['val_acc']:.1f}%"
+    assert runs.loc[0, "lr"] == f"{cfg['experiments'][name]['train']['lr']:g}"
+    paths = write_table(df, tmp_path / "table1", "Table 1")
+    assert r"\toprule" in paths[1].read_text() and "not stated" in paths[2].read_text()
+
+
+def test_missing_metrics_is_an_error(root):
+    cfg = load_config(root / "config/config.yaml")
+    with pytest.raises(ValueError, match="no metrics.json"):
+        table1(cfg, {})
