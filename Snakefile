@@ -49,6 +49,7 @@ include: "workflow/rules/hessian.smk"
 include: "workflow/rules/theory.smk"
 include: "workflow/rules/landscape.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/bounds.smk"
 
 
 rule all:
@@ -57,3 +58,5 @@ rule all:
         expand("paper/figures/{fig}.{ext}", fig=FIGURES, ext=["pdf", "png"]),
         expand("paper/tables/{table}.{ext}", table=TABLES, ext=["csv", "tex", "md"]),
         "paper/summary.json",
+        expand("paper/figures/bounds.{ext}", ext=["pdf", "png"]),
+        expand("paper/tables/bounds.{ext}", ext=["csv", "tex", "md"]),

@@ -145,7 +145,8 @@ def cmd_summary(a) -> None:
 
     figures = {Path(p).stem: p for p in a.figures}
     tables = {Path(p).stem: p for p in a.tables}
-    write_json(build_summary(a.config_hash, a.norms, a.metrics, a.landscape, a.theory, figures, tables), a.out)
+    write_json(build_summary(a.config_hash, a.norms, a.metrics, a.landscape, a.theory, figures, tables,
+                             bounds=a.bounds), a.out)
 
 
 def cmd_bench(a) -> None:
@@ -219,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--theory", nargs="+", required=True)
     s.add_argument("--figures", nargs="+", default=[])
     s.add_argument("--tables", nargs="+", default=[])
+    s.add_argument("--bounds", nargs="*", default=[], help="results/<exp>/bounds/<stage>.json")
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_summary)
 
@@ -232,6 +234,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--timeout", type=float, default=600.0, help="seconds per method and size")
     b.add_argument("--out-dir", default="results/bench")
     s.set_defaults(func=cmd_bench)
+
+    from .bounds.pipeline import add_parser as add_bounds_parser
+
+    add_bounds_parser(sub)
     return p
 
 

@@ -114,8 +114,9 @@ rule summary:
         metrics=expand("results/{exp}/metrics.json", exp=sorted({HEXP, LEXP})),
         landscape=f"results/{LEXP}/landscape/landscape.json",
         theory=expand("results/{exp}/theory/{stage}.json", exp=HEXP, stage=STAGES),
-        figures=expand("paper/figures/{fig}.pdf", fig=FIGURES),
-        tables=expand("paper/tables/{table}.csv", table=TABLES),
+        figures=expand("paper/figures/{fig}.pdf", fig=FIGURES) + ["paper/figures/bounds.pdf"],
+        tables=expand("paper/tables/{table}.csv", table=TABLES) + ["paper/tables/bounds.csv"],
+        bounds=expand("results/{exp}/bounds/{stage}.json", exp=HEXP, stage=STAGES),
     output:
         "paper/summary.json",
     params:
@@ -133,4 +134,4 @@ rule summary:
     shell:
         "transformer-hessian summary --config-hash {params.config_hash} --norms {input.norms:q} "
         "--metrics {input.metrics:q} --landscape {input.landscape:q} --theory {input.theory:q} "
-        "--figures {input.figures:q} --tables {input.tables:q} --out {output:q} 2> {log:q}"
+        "--figures {input.figures:q} --tables {input.tables:q} --bounds {input.bounds:q} --out {output:q} 2> {log:q}"

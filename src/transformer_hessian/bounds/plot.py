@@ -1,0 +1,95 @@
+"""Figure of the bound evaluation: measured Hessian spectral norms against the project's
+and the paper's bounds, per block pair (log scale), violations marked."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from .. import GROUPS
+from ..plotting import GROUP_LABELS
+from .attention import ATTENTION_GROUPS
+
+__all__ = ["bounds_figure", "DATASET_NAMES"]
+
+DATASET_NAMES = {
+    "digits": "scikit-learn 8x8 digits (stand-in for MNIST)",
+    "mnist": "MNIST",
+    "cifar100": "CIFAR-100",
+}
+
+PANELS = [
+    ("theory", "attention", ATTENTION_GROUPS, "attention layer, per-sample MSE",
+     {"paper_statement": "paper Thm 1 (statement)", "paper_appendix": "paper Thm 1 (proof's M)"}),
+    ("theory", "block", GROUPS, "full block, per-sample MSE",
+     {"paper_statement": "paper Thm 6, Lemma 4 as stated", "paper_proof": "paper Thm 6, Lemma 4 as in proof"}),
+    ("experiment", "block", GROUPS, "full block, batch cross-entropy (Figs 3-5)",
+     {"paper_statement": "paper Thm 6 (MSE bound; not like for like)"}),
+]
+STYLE = {
+    "measured": dict(marker="o", color="black", label="measured $\\|H_{ij}\\|_2$"),
+    "project": dict(marker="s", color="#4C72B0", label="project bound (proven)"),
+    "paper_statement": dict(marker="^", color="#DD8452"),
+    "paper_appendix": dict(marker="v", color="#55A868"),
+    "paper_proof": dict(marker="v", color="#55A868"),
+}
+
+
+def _pairs(names):
+    return [(names[a], j) for a in range(len(names)) for j in names[a:]] + [("total", "total")]
+
+
+def bounds_figure(results: Mapping[str, Mapping[str, Any]]) -> Figure:
+    """Rows: stages (init, trained); columns: attention layer (MSE), block (MSE), block (CE).
+    Per block pair (upper triangle; the blocks are symmetric) and the whole Hessian ("all"):
+    the median over the evaluated samples of the measured spectral norm and of each bound.
+    A red cross marks a pair where a bound fell below the measured norm on some sample."""
+    stages = list(results)
+    fig, axes = plt.subplots(len(stages), 3, figsize=(17, 4.3 * len(stages)), layout="constrained",
+                             gridspec_kw={"width_ratios": [7, 16, 16]}, squeeze=False)
+    first = next(iter(results.values()))
+    for r, stage in enumerate(stages):
+        df = pd.DataFrame(results[stage]["records"])
+        for c, (setting, layer, names, title, paper_cols) in enumerate(PANELS):
+            ax = axes[r, c]
+            sel = df[(df.setting == setting) & (df.layer == layer)]
+            pairs = _pairs(names)
+            x = np.arange(len(pairs))
+            series = {"measured": "measured", "project": "project", **{k: k for k in paper_cols}}
+            violated = False
+            for k, col in series.items():
+                med, bad = [], []
+                for p in pairs:
+                    g = sel[(sel.row == p[0]) & (sel.col == p[1])]
+                    med.append(g[col].median() if len(g) else np.nan)
+                    bad.append(bool(len(g)) and k != "measured" and bool((g[col] < g["measured"] * (1 - 1e-9)).any()))
+                st = dict(STYLE[k])
+                st.setdefault("label", paper_cols.get(k, k))
+                ax.scatter(x, med, s=16 if k == "measured" else 30, zorder=5 if k == "measured" else 3, **st)
+                bad = np.array(bad)
+                if bad.any():
+                    violated = True
+                    ax.scatter(x[bad], np.array(med)[bad], s=120, marker="x", color="red", zorder=4,
+                               linewidths=2, label="bound < measured" if k == "project" or not violated else None)
+            labels = ["all" if p[0] == "total" else f"{GROUP_LABELS[p[0]]}{GROUP_LABELS[p[1]]}" for p in pairs]
+            ax.set_xticks(x, labels, rotation=90 if len(pairs) > 8 else 0)
+            ax.set_yscale("log")
+            ax.set_xlabel("block pair (i, j)")
+            ax.set_ylabel("spectral norm (loss units per weight$^2$)")
+            ax.grid(axis="y", alpha=0.3)
+            n = results[stage]["n_samples"] if setting == "theory" else 1
+            ax.set_title(f"{stage}: {title}" + (f", median of {n} samples" if setting == "theory" else ", whole batch"),
+                         fontsize=9)
+            handles, lab = ax.get_legend_handles_labels()
+            uniq = dict(zip(lab, handles))
+            ax.legend(uniq.values(), uniq.keys(), fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5)
+                      if c == 2 else (1.0, 0.5), frameon=False) if c == 2 or r == 0 else None
+    ds = DATASET_NAMES.get(first.get("dataset"), first.get("dataset"))
+    fig.suptitle(f"Hessian spectral norms vs bounds - {ds}; ViT, 1 post-norm block, width {first['width']}, "
+                 f"d_K {first['d_k']}, d_ff {first['d_ff']}, {first['tokens']} tokens", fontsize=11)
+    return fig
