@@ -11,7 +11,7 @@ from transformer_hessian.checks import closed_form_check
 from transformer_hessian.hessian import fixed_batch
 from transformer_hessian.train import load_experiment_data, load_model, train
 
-COMMANDS = ["download", "train", "hessian", "theory", "landscape", "tables", "summary", "bench"]
+COMMANDS = ["download", "train", "hessian", "theory", "landscape", "tables", "summary", "bench", "bounds"]
 
 
 def _cli(*args, env=None):

@@ -60,12 +60,12 @@ def run(root, env, tmp_path_factory):
 
 
 def test_every_declared_output_is_valid(run):
-    for fig in ("fig3", "fig4", "fig5", "fig6"):
+    for fig in ("fig3", "fig4", "fig5", "fig6", "bounds"):
         png = mpimg.imread(run / f"paper/figures/{fig}.png")
         assert png.ndim == 3 and png.shape[0] > 100 and png.shape[1] > 100
         pdf = (run / f"paper/figures/{fig}.pdf").read_bytes()
         assert pdf.startswith(b"%PDF") and len(pdf) > 1000
-    for table in ("block_norms", "run_summary", "closed_form_check"):
+    for table in ("block_norms", "run_summary", "closed_form_check", "bounds"):
         for ext in ("csv", "tex", "md"):
             text = (run / f"paper/tables/{table}.{ext}").read_text()
             assert len(text.splitlines()) >= 3
@@ -96,11 +96,39 @@ def test_summary_has_required_keys_and_finite_numbers(run):
 
 def test_executed_notebooks_have_no_errors(run):
     nbs = list(run.glob("results/notebooks/*.ipynb"))
-    assert len(nbs) == 3
+    assert len(nbs) == 4
     for nb in nbs:
         cells = json.loads(nb.read_text())["cells"]
         outputs = [o for c in cells if c["cell_type"] == "code" for o in c.get("outputs", [])]
         assert outputs and not [o for o in outputs if o.get("output_type") == "error"], nb.name
+
+
+def test_bounds_outputs_hold_and_are_complete(run):
+    """The project bounds hold everywhere; every block pair appears per stage and setting; the
+    paper's Theorem 1 fails on the rescaled-keys counter-example; the summary carries the key."""
+    import pandas as pd
+
+    s = json.loads((run / "paper/summary.json").read_text())["bounds"]
+    for stage in ("init", "trained"):
+        b = s[stage]
+        assert b["holds_fraction"] == 1.0 and b["violations"] == 0
+        assert 1.0 <= b["median_tightness"] <= b["max_tightness"] < 1e4
+        assert 1.0 <= b["experiment_median_tightness"] <= b["experiment_max_tightness"] < 1e5
+        assert set(b["paper_holds_fraction"]) == {"theorem1_statement", "theorem1_appendix", "theorem6_statement",
+                                                  "theorem6_proof"}
+        assert all(0.0 <= v <= 1.0 for v in b["paper_holds_fraction"].values())
+        assert b["theorem1_counterexample"]["ratio_statement"] > 1  # Theorem 1 as printed fails
+        assert len(b["tightness_per_pair"]) == 25
+    assert {c["id"] for c in s["claims"]} == {"theorem1_bound", "theorem6_bound", "lemma4_layernorm"}
+    assert all(c["verdict"] in ("reproduced", "not reproduced", "not testable on this data set") for c in s["claims"])
+    assert next(c for c in s["claims"] if c["id"] == "theorem1_bound")["verdict"] == "not reproduced"
+    df = pd.read_csv(run / "paper/tables/bounds.csv")
+    for stage in ("init", "trained"):
+        for setting, layer, n in (("theory", "attention", 10), ("theory", "block", 26), ("experiment", "block", 26)):
+            sel = df[(df.stage == stage) & (df.setting == setting) & (df.layer == layer)]
+            assert len(sel) == n, (stage, setting, layer)
+            assert (sel.project_held == 1.0).all() and (sel.project_bound >= sel.measured).all()
+            assert (sel.measured > 0).all() and (sel.ratio_median >= 1).all()
 
 
 def test_rerun_does_nothing_and_report_builds(run, root, env):
