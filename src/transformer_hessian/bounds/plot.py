@@ -62,6 +62,11 @@ def bounds_figure(results: Mapping[str, Mapping[str, Any]]) -> Figure:
             x = np.arange(len(pairs))
             series = {"measured": "measured", "project": "project", **{k: k for k in paper_cols}}
             violated = False
+            cols = list(series.values())
+            vals = sel[cols].to_numpy(dtype=float)
+            vals = vals[np.isfinite(vals) & (vals > 0)]
+            lo, hi = vals.min(), vals.max()
+            ax.set_ylim(lo / 3, hi * (hi / lo) ** 0.4)  # head room for the text box
             for k, col in series.items():
                 med, bad = [], []
                 for p in pairs:
@@ -76,6 +81,11 @@ def bounds_figure(results: Mapping[str, Mapping[str, Any]]) -> Figure:
                     violated = True
                     ax.scatter(x[bad], np.array(med)[bad], s=120, marker="x", color="red", zorder=4,
                                linewidths=2, label="bound < measured" if k == "project" or not violated else None)
+            txt = [f"median bound/measured: project {sel['ratio'].median():.3g}"]
+            for k, name in paper_cols.items():
+                txt.append(f"{name.replace('paper ', 'paper ')}: {(sel[k] / sel['measured']).median():.2g}")
+            ax.text(0.02, 0.97, "\n".join(txt), transform=ax.transAxes, va="top", ha="left", fontsize=6.5,
+                    bbox=dict(boxstyle="round", facecolor="white", alpha=0.8, edgecolor="0.8"))
             labels = ["all" if p[0] == "total" else f"{GROUP_LABELS[p[0]]}{GROUP_LABELS[p[1]]}" for p in pairs]
             ax.set_xticks(x, labels, rotation=90 if len(pairs) > 8 else 0)
             ax.set_yscale("log")
