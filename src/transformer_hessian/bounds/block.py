@@ -80,7 +80,8 @@ def _token_norm(alpha: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
 def _functional_and_jacobians(X: torch.Tensor, p: dict, g: torch.Tensor, eps: float, exact: bool = True):
     """(f, nZ, fun): token factors, ||dZ/dW_i|| per sample and the functional-part bounds
     {(i, j): (B,)} >= ||(g_b^T (x) I) d^2Z_b/(dW_i dW_j)|| (module docstring). ``exact=False``
-    replaces the exact Jacobian norms by :func:`_token_norm` (cheaper, looser)."""
+    replaces the exact Jacobian norms by :func:`_token_norm` and ||C_{W_2}|| by its per-token
+    bound (cheaper, looser)."""
     f = _token_factors(X, p, eps)
     W1, W2 = p["W_1"], p["W_2"]
     g = g.detach().to(X.dtype)
@@ -103,8 +104,11 @@ def _functional_and_jacobians(X: torch.Tensor, p: dict, g: torch.Tensor, eps: fl
     Bn, L, d = X.shape
     # C_{W_2} rows (l, e): Gram [(l,e),(l',e')] = (W_1 diag(m_l o m_l') W_1^T)[e,e'] <g_S,l, g_S,l'>
     W1m = W1.unsqueeze(0).unsqueeze(0) * f.M.unsqueeze(-2)  # (B, L, d, d_ff) = W_1 diag(m_l)
-    Gc = torch.einsum("blef,bmEf->blemE", W1m, W1m) * (gs @ gs.transpose(-1, -2))[:, :, None, :, None]
-    nC["W_2"] = _gram_top(Gc.reshape(Bn, L * d, L * d))
+    if exact:
+        Gc = torch.einsum("blef,bmEf->blemE", W1m, W1m) * (gs @ gs.transpose(-1, -2))[:, :, None, :, None]
+        nC["W_2"] = _gram_top(Gc.reshape(Bn, L * d, L * d))
+    else:  # row block l is (W_1 diag m_l) (x) g_S,l^T: ||C||^2 <= sum_l ||W_1 diag m_l||^2 ||g_S,l||^2
+        nC["W_2"] = torch.sqrt((_spec2(W1m).pow(2) * gs.pow(2).sum(-1)).sum(-1))
     N12 = torch.einsum("blf,bla,blc->bfac", f.M, f.Y, gs)  # (B, d_ff, d, d)
     nD12 = _spec2(N12).amax(-1)
     fun = {}

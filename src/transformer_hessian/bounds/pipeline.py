@@ -57,8 +57,8 @@ def spectral_norm(M: torch.Tensor, symmetric: bool = False) -> float:
     from scipy.sparse.linalg import eigsh, svds
 
     A = M.detach().cpu().numpy()
-    if symmetric:
-        return float(abs(eigsh(0.5 * (A + A.T), k=1, which="LM", tol=1e-12, return_eigenvectors=False)[0]))
+    if symmetric:  # symmetric up to rounding: ARPACK's Lanczos reads it as symmetric
+        return float(abs(eigsh(A, k=1, which="LM", tol=1e-12, return_eigenvectors=False)[0]))
     return float(svds(A, k=1, tol=1e-12, return_singular_vectors=False)[0])
 
 
