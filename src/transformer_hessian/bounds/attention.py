@@ -74,7 +74,7 @@ def opnorm(M: torch.Tensor) -> torch.Tensor:
 def total_from_pairs(pairs: dict, names) -> torch.Tensor | float:
     """||H||_2 <= || N ||_2 with N_ij = bound on ||H_ij||_2 (a non-negative matrix; valid for
     any block partition). Works on floats or batched tensors."""
-    N = torch.stack([torch.stack([torch.as_tensor(pairs[(i, j)], dtype=torch.float64) for j in names], -1)
+    N = torch.stack([torch.stack([torch.as_tensor(pairs[(i, j)], dtype=torch.float64).cpu() for j in names], -1)
                      for i in names], -2)
     N = 0.5 * (N + N.transpose(-1, -2))
     return torch.linalg.eigvalsh(N)[..., -1] * (1 + 1e-12)

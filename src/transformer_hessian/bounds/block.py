@@ -149,7 +149,7 @@ def block_bound(X: torch.Tensor, params: dict, target: torch.Tensor, eps: float 
     f = _token_factors(Xb, _prep(params), eps)
     c = 2.0 / (L * d)
     g = c * (f.Z - target.detach().to(X.dtype).reshape(1, L, d))
-    pairs = block_bound_from_loss_derivatives(Xb, params, g, torch.full((1,), c, dtype=X.dtype), eps)
+    pairs = block_bound_from_loss_derivatives(Xb, params, g, torch.full((1,), c, dtype=X.dtype, device=X.device), eps)
     out = {key: float(v[0]) for key, v in pairs.items()}
     out["total"] = float(total_from_pairs(pairs, GROUPS)[0])
     return out

@@ -96,7 +96,7 @@ def _lemma4_record(U: torch.Tensor, sample: int) -> dict:
     """Lemma 4 on one LN input U (m x n) against the eps-free, gamma = 1 LayerNorm it is about:
     ||J_LN|| = max_i ||J_i||, ||H_LN|| = max_i ||H_i||, H_i the row's (n^2 x n) stacked Hessian."""
     m, n = U.shape
-    ones = torch.ones(n, dtype=U.dtype)
+    ones = torch.ones(n, dtype=U.dtype, device=U.device)
     J = float(torch.linalg.matrix_norm(layernorm_jacobian_rows(U, ones, 0.0), ord=2).max())
     H = float(torch.linalg.matrix_norm(layernorm_hessian_rows(U, ones, 0.0).reshape(m, n * n, n), ord=2).max())
     js, hs = lemma4_bounds(U, "statement")
