@@ -44,14 +44,36 @@ def _pairs(names):
     return [(names[a], j) for a in range(len(names)) for j in names[a:]] + [("total", "total")]
 
 
+def _counterexample_panel(ax, c: Mapping[str, Any], stage: str) -> None:
+    """Theorem 1 under W_Q -> W_Q/delta, W_K -> delta W_K with target F(X): ||H|| vs M."""
+    scan = pd.DataFrame(c["scan"])
+    ax.plot(scan.delta, scan.true_total, "o-", color="black", ms=4, label="measured $\\|H\\|_2$", zorder=5)
+    ax.plot(scan.delta, scan.project_total, "s--", color="#4C72B0", ms=4, label="project bound")
+    for form, st in (("statement", STYLE["paper_statement"]), ("appendix", STYLE["paper_appendix"])):
+        ax.plot(scan.delta, scan[f"M_{form}"], marker=st["marker"], color=st["color"], ms=5,
+                label=f"paper Thm 1 ({'statement' if form == 'statement' else 'proof' + chr(39) + 's M'})")
+        bad = scan[f"M_{form}"] < scan.true_total
+        ax.scatter(scan.delta[bad], scan[f"M_{form}"][bad], s=110, marker="x", color="red", linewidths=2, zorder=6,
+                   label="bound < measured" if form == "statement" else None)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.invert_xaxis()
+    ax.set_xlabel("delta (W_Q/delta, W_K*delta; scores unchanged)")
+    ax.set_ylabel("spectral norm of the attention Hessian")
+    ax.grid(alpha=0.3)
+    ax.set_title(f"{stage}: Theorem 1 counter-example, target F(X)", fontsize=9)
+    ax.legend(fontsize=6.5, loc="upper left", frameon=True)
+
+
 def bounds_figure(results: Mapping[str, Mapping[str, Any]]) -> Figure:
-    """Rows: stages (init, trained); columns: attention layer (MSE), block (MSE), block (CE).
+    """Rows: stages (init, trained); columns: attention layer (MSE), block (MSE), block (CE) and
+    the Theorem 1 rescaling scan (sample 0's attention layer, ||H|| and M against delta).
     Per block pair (upper triangle; the blocks are symmetric) and the whole Hessian ("all"):
     the median over the evaluated samples of the measured spectral norm and of each bound.
     A red cross marks a pair where a bound fell below the measured norm on some sample."""
     stages = list(results)
-    fig, axes = plt.subplots(len(stages), 3, figsize=(17, 4.3 * len(stages)), layout="constrained",
-                             gridspec_kw={"width_ratios": [7, 16, 16]}, squeeze=False)
+    fig, axes = plt.subplots(len(stages), 4, figsize=(21, 4.3 * len(stages)), layout="constrained",
+                             gridspec_kw={"width_ratios": [7, 16, 16, 8]}, squeeze=False)
     first = next(iter(results.values()))
     for r, stage in enumerate(stages):
         df = pd.DataFrame(results[stage]["records"])
@@ -99,6 +121,7 @@ def bounds_figure(results: Mapping[str, Mapping[str, Any]]) -> Figure:
             uniq = dict(zip(lab, handles))
             ax.legend(uniq.values(), uniq.keys(), fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5)
                       if c == 2 else (1.0, 0.5), frameon=False) if c == 2 or r == 0 else None
+        _counterexample_panel(axes[r, 3], results[stage]["counterexample"], stage)
     ds = DATASET_NAMES.get(first.get("dataset"), first.get("dataset"))
     fig.suptitle(f"Hessian spectral norms vs bounds - {ds}; ViT, 1 post-norm block, width {first['width']}, "
                  f"d_K {first['d_k']}, d_ff {first['d_ff']}, {first['tokens']} tokens", fontsize=11)
