@@ -20,8 +20,8 @@ def block_out(X, p, W, eps):
     d = X.shape[-1]
     A = torch.softmax(X @ WQ @ WK.T @ X.transpose(-1, -2) / math.sqrt(WQ.shape[1]), -1)
     Y = Fn.layer_norm(X + A @ X @ WV, (d,), p["gamma1"], p["beta1"], eps)
-    H = Y @ W1 + (p["b_1"] if "b_1" in p else 0)
-    S = torch.relu(H) @ W2 + (p["b_2"] if "b_2" in p else 0) + Y
+    H = Y @ W1 + p.get("b_1", 0)
+    S = torch.relu(H) @ W2 + p.get("b_2", 0) + Y
     return Fn.layer_norm(S, (d,), p["gamma2"], p["beta2"], eps)
 
 
@@ -178,7 +178,7 @@ def test_theorem6_literal_holds_for_the_papers_layernorm(case):
     """With gamma = 1, beta = 0 (the paper's fixed LayerNorm parameters) the literal Theorem 6
     bound (both readings of Lemma 4's sigma_min) is above the truth on every drawn instance; it
     is loose by many orders of magnitude (recorded by the pipeline's bounds table)."""
-    seed, L, d, k, dff, w, kind, bias, _ = case
+    seed, L, d, k, dff, w, kind, _, _ = case
     X, p, target = draw(seed, L, d, k, dff, w, kind, False, False)
     true = true_norms(X, p, target, 1e-5)
     for reading in ("statement", "proof"):

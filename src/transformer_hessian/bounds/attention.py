@@ -91,7 +91,7 @@ def _factor_norm(alpha: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
 
     Its Gram matrix over rows is [(l,c),(l',c')] = <alpha_l, alpha_l'> (Phi_l Phi_l'^T)[c, c'].
     """
-    Bn, L, c, q = phi.shape
+    Bn, L, c, _ = phi.shape
     aa = alpha @ alpha.transpose(-1, -2)  # (B, L, L)
     pp = torch.einsum("blcj,bmej->blcme", phi, phi)
     G = (aa[:, :, None, :, None] * pp).reshape(Bn, L * c, L * c)

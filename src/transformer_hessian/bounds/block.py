@@ -48,16 +48,16 @@ from .attention import (
     ATTENTION_GROUPS,
     _factor_norm,
     _spec2,
-    opnorm,
     attention_functional_bounds,
+    opnorm,
     total_from_pairs,
 )
 
 __all__ = [
     "block_bound",
+    "block_bound_ce",
     "block_bound_from_loss_derivatives",
     "block_bound_paper",
-    "block_bound_ce",
     "lemma4_bounds",
 ]
 
@@ -258,7 +258,7 @@ def block_bound_paper(X: torch.Tensor, params: dict, target: torch.Tensor, eps: 
     k = p["W_Q"].shape[1]
     dff = p["W_1"].shape[1]
     f = _token_factors(X.unsqueeze(0), p, eps)
-    nrm = lambda M: float(torch.linalg.matrix_norm(M, ord=2))  # noqa: E731
+    nrm = lambda M: float(torch.linalg.matrix_norm(M, ord=2))
     x = nrm(X)
     q, kk, v, w1, w2 = (nrm(p[n]) for n in GROUPS)
     Y_n = math.sqrt(L * d)

@@ -36,7 +36,7 @@ from ..utils import log
 from .attention import ATTENTION_GROUPS, attention_bound, attention_bound_paper
 from .block import block_bound, block_bound_ce, block_bound_paper, lemma4_bounds
 
-__all__ = ["evaluate_bounds", "bounds_table", "bounds_summary", "claim_rows", "spectral_norm"]
+__all__ = ["bounds_summary", "bounds_table", "claim_rows", "evaluate_bounds", "spectral_norm"]
 
 PAPER_FORMS = {
     "attention": {"statement": "Theorem 1 (statement)", "appendix": "Theorem 1 (proof's final M)"},

@@ -15,7 +15,7 @@ from .. import GROUPS
 from ..plotting import GROUP_LABELS
 from .attention import ATTENTION_GROUPS
 
-__all__ = ["bounds_figure", "DATASET_NAMES"]
+__all__ = ["DATASET_NAMES", "bounds_figure"]
 
 DATASET_NAMES = {
     "digits": "scikit-learn 8x8 digits (stand-in for MNIST)",
@@ -32,11 +32,11 @@ PANELS = [
      {"paper_statement": "paper Thm 6 (MSE bound; not like for like)"}),
 ]
 STYLE = {
-    "measured": dict(marker="o", color="black", label="measured $\\|H_{ij}\\|_2$"),
-    "project": dict(marker="s", color="#4C72B0", label="project bound (proven)"),
-    "paper_statement": dict(marker="^", color="#DD8452"),
-    "paper_appendix": dict(marker="v", color="#55A868"),
-    "paper_proof": dict(marker="v", color="#55A868"),
+    "measured": {"marker": "o", "color": "black", "label": "measured $\\|H_{ij}\\|_2$"},
+    "project": {"marker": "s", "color": "#4C72B0", "label": "project bound (proven)"},
+    "paper_statement": {"marker": "^", "color": "#DD8452"},
+    "paper_appendix": {"marker": "v", "color": "#55A868"},
+    "paper_proof": {"marker": "v", "color": "#55A868"},
 }
 
 
@@ -107,7 +107,7 @@ def bounds_figure(results: Mapping[str, Mapping[str, Any]]) -> Figure:
             for k, name in paper_cols.items():
                 txt.append(f"{name.replace('paper ', 'paper ')}: {(sel[k] / sel['measured']).median():.2g}")
             ax.text(0.02, 0.97, "\n".join(txt), transform=ax.transAxes, va="top", ha="left", fontsize=6.5,
-                    bbox=dict(boxstyle="round", facecolor="white", alpha=0.8, edgecolor="0.8"))
+                    bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.8, "edgecolor": "0.8"})
             labels = ["all" if p[0] == "total" else f"{GROUP_LABELS[p[0]]}{GROUP_LABELS[p[1]]}" for p in pairs]
             ax.set_xticks(x, labels, rotation=90 if len(pairs) > 8 else 0)
             ax.set_yscale("log")
@@ -119,8 +119,9 @@ def bounds_figure(results: Mapping[str, Mapping[str, Any]]) -> Figure:
                          fontsize=9)
             handles, lab = ax.get_legend_handles_labels()
             uniq = dict(zip(lab, handles))
-            ax.legend(uniq.values(), uniq.keys(), fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5)
-                      if c == 2 else (1.0, 0.5), frameon=False) if c == 2 or r == 0 else None
+            if c == 2 or r == 0:
+                ax.legend(uniq.values(), uniq.keys(), fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5),
+                          frameon=False)
         _counterexample_panel(axes[r, 3], results[stage]["counterexample"], stage)
     ds = DATASET_NAMES.get(first.get("dataset"), first.get("dataset"))
     fig.suptitle(f"Hessian spectral norms vs bounds - {ds}; ViT, 1 post-norm block, width {first['width']}, "
