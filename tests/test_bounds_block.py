@@ -228,6 +228,8 @@ def test_evaluate_bounds_table_and_claims_on_a_tiny_model():
     for r in rows:
         assert set(r) == {"id", "claim", "source", "measured", "verdict", "evidence"}
         assert r["verdict"] in ("reproduced", "not reproduced")
+    assert res["lemma4_counterexample"]["ratio_J_statement"] == pytest.approx(4 / 3, rel=1e-12)
+    assert next(r for r in rows if r["id"] == "lemma4_layernorm")["verdict"] == "not reproduced"
     th1 = next(r for r in rows if r["id"] == "theorem1_bound")
     fails = not (res["counterexample"]["holds_statement"] and res["counterexample"]["holds_appendix"])
     assert th1["verdict"] == ("not reproduced" if fails else "reproduced")

@@ -120,6 +120,7 @@ def test_bounds_outputs_hold_and_are_complete(run):
         assert b["theorem1_counterexample"]["ratio_statement"] > 1  # Theorem 1 as printed fails
         assert len(b["tightness_per_pair"]) == 25
     assert {c["id"] for c in s["claims"]} == {"theorem1_bound", "theorem6_bound", "lemma4_layernorm"}
+    assert next(c for c in s["claims"] if c["id"] == "lemma4_layernorm")["verdict"] == "not reproduced"
     assert all(c["verdict"] in ("reproduced", "not reproduced", "not testable on this data set") for c in s["claims"])
     assert next(c for c in s["claims"] if c["id"] == "theorem1_bound")["verdict"] == "not reproduced"
     df = pd.read_csv(run / "paper/tables/bounds.csv")
