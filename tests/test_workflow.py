@@ -123,6 +123,8 @@ def test_bounds_outputs_hold_and_are_complete(run):
     assert next(c for c in s["claims"] if c["id"] == "lemma4_layernorm")["verdict"] == "not reproduced"
     assert all(c["verdict"] in ("reproduced", "not reproduced", "not testable on this data set") for c in s["claims"])
     assert next(c for c in s["claims"] if c["id"] == "theorem1_bound")["verdict"] == "not reproduced"
+    rows = json.loads((run / "results/hessian_tiny/bounds/claim_rows.json").read_text())
+    assert [r["id"] for r in rows] == [c["id"] for c in s["claims"]]
     df = pd.read_csv(run / "paper/tables/bounds.csv")
     for stage in ("init", "trained"):
         for setting, layer, n in (("theory", "attention", 10), ("theory", "block", 26), ("experiment", "block", 26)):

@@ -38,7 +38,8 @@ rule bounds_table:
     input:
         expand("results/{exp}/bounds/{stage}.json", exp=HEXP, stage=STAGES),
     output:
-        expand("paper/tables/bounds.{ext}", ext=["csv", "tex", "md"]),
+        tables=expand("paper/tables/bounds.{ext}", ext=["csv", "tex", "md"]),
+        claims=f"results/{HEXP}/bounds/claim_rows.json",
     conda:
         "../../environment.yml"
     log:
@@ -50,7 +51,8 @@ rule bounds_table:
         mem_mb=1000,
         runtime=10,
     shell:
-        "transformer-hessian bounds table --results {input:q} --out-dir paper/tables 2> {log:q}"
+        "transformer-hessian bounds table --results {input:q} --out-dir paper/tables "
+        "--claims-out {output.claims:q} 2> {log:q}"
 
 
 rule bounds_figure:
@@ -74,4 +76,4 @@ rule bounds_figure:
     shell:
         "papermill {input.notebook:q} {output.executed:q} -k python3 --log-output "
         "-p results_init {input.results[0]:q} -p results_trained {input.results[1]:q} "
-        "-p out_fig paper/figures/bounds > {log:q} 2>&1"
+        "-p out paper/figures/bounds > {log:q} 2>&1"
