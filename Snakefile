@@ -36,7 +36,7 @@ from transformer_hessian.registry import figure_ids, notebook_tables  # noqa: E4
 
 FIGURES = figure_ids()  # every figure of the registry (src/transformer_hessian/registry.py)
 TABLES = ["block_norms", "run_summary", "closed_form_check"]  # written by the `tables` rule
-ALL_TABLES = TABLES + ["table1"] + notebook_tables()  # + Table 1 (rule table1) + tables of figure notebooks
+ALL_TABLES = TABLES + ["table1", "bounds"] + notebook_tables()  # + Table 1 (rule table1) + tables of figure notebooks
 
 
 wildcard_constraints:
@@ -55,6 +55,7 @@ include: "workflow/rules/figures.smk"
 include: "workflow/rules/claims.smk"
 include: "workflow/rules/probe.smk"
 include: "workflow/rules/dynamics.smk"
+include: "workflow/rules/bounds.smk"
 
 
 rule all:

@@ -14,7 +14,7 @@ from transformer_hessian.theory import model_loss_hessian_parts
 from transformer_hessian.train import load_experiment_data, load_model, train
 
 COMMANDS = ["download", "train", "hessian", "theory", "landscape", "tables", "summary", "bench", "claims",
-            "claims-readme", "registry", "dynamics", "table1", "probe"]
+            "claims-readme", "registry", "dynamics", "table1", "probe", "bounds"]
 
 
 def _cli(*args, env=None):

@@ -74,7 +74,7 @@ def test_every_declared_output_is_valid(run):
         assert png.ndim == 3 and png.shape[0] > 100 and png.shape[1] > 100
         pdf = (run / f"paper/figures/{fig}.pdf").read_bytes()
         assert pdf.startswith(b"%PDF") and len(pdf) > 1000
-    for table in ("block_norms", "run_summary", "closed_form_check", "assumption1"):
+    for table in ("block_norms", "run_summary", "closed_form_check", "assumption1", "bounds", "table1"):
         for ext in ("csv", "tex", "md"):
             text = (run / f"paper/tables/{table}.{ext}").read_text()
             assert len(text.splitlines()) >= 3
@@ -196,12 +196,12 @@ def test_claims_verdicts_printed_and_in_summary(run):
 def test_figure_provenance_hashes_the_inputs(run):
     import hashlib
 
-    from transformer_hessian.registry import figure_ids
+    from transformer_hessian.registry import by_id, figure_ids
 
     prov = json.loads((run / "paper/summary.json").read_text())["figure_provenance"]
     assert sorted(prov) == sorted(figure_ids())
     for fig, entry in prov.items():
-        assert entry["rule"] == fig and entry["notebook"].startswith("notebooks/")
+        assert entry["rule"] == by_id(fig).rule and entry["notebook"].startswith("notebooks/")
         for path, digest in entry["inputs"].items():
             if not path.startswith("notebooks/"):
                 assert digest == hashlib.sha256((run / path).read_bytes()).hexdigest(), (fig, path)
@@ -209,6 +209,37 @@ def test_figure_provenance_hashes_the_inputs(run):
                 assert digest and len(digest) == 64
         for path, digest in entry["outputs"].items():
             assert digest == hashlib.sha256((run / path).read_bytes()).hexdigest(), (fig, path)
+
+
+def test_bounds_outputs_hold_and_are_complete(run):
+    """The project bounds hold everywhere; every block pair appears per stage and setting; the
+    paper's Theorem 1 fails on the rescaled-keys counter-example; the summary carries the key."""
+    import pandas as pd
+
+    s = json.loads((run / "paper/summary.json").read_text())["bounds"]
+    for stage in ("init", "trained"):
+        b = s[stage]
+        assert b["holds_fraction"] == 1.0 and b["violations"] == 0
+        assert 1.0 <= b["median_tightness"] <= b["max_tightness"] < 1e4
+        assert 1.0 <= b["experiment_median_tightness"] <= b["experiment_max_tightness"] < 1e5
+        assert set(b["paper_holds_fraction"]) == {"theorem1_statement", "theorem1_appendix", "theorem6_statement",
+                                                  "theorem6_proof"}
+        assert all(0.0 <= v <= 1.0 for v in b["paper_holds_fraction"].values())
+        assert b["theorem1_counterexample"]["ratio_statement"] > 1  # Theorem 1 as printed fails
+        assert len(b["tightness_per_pair"]) == 25
+    assert {c["id"] for c in s["claims"]} == {"theorem1_bound", "theorem6_bound", "lemma4_layernorm"}
+    assert next(c for c in s["claims"] if c["id"] == "lemma4_layernorm")["verdict"] == "not reproduced"
+    assert all(c["verdict"] in ("reproduced", "not reproduced", "not testable on this data set") for c in s["claims"])
+    assert next(c for c in s["claims"] if c["id"] == "theorem1_bound")["verdict"] == "not reproduced"
+    rows = json.loads((run / "results/hessian_tiny/bounds/claim_rows.json").read_text())
+    assert [r["id"] for r in rows] == [c["id"] for c in s["claims"]]
+    df = pd.read_csv(run / "paper/tables/bounds.csv")
+    for stage in ("init", "trained"):
+        for setting, layer, n in (("theory", "attention", 10), ("theory", "block", 26), ("experiment", "block", 26)):
+            sel = df[(df.stage == stage) & (df.setting == setting) & (df.layer == layer)]
+            assert len(sel) == n, (stage, setting, layer)
+            assert (sel.project_held == 1.0).all() and (sel.project_bound >= sel.measured).all()
+            assert (sel.measured > 0).all() and (sel.ratio_median >= 1).all()
 
 
 def test_rerun_does_nothing_and_report_builds(run, root, env):

@@ -220,7 +220,8 @@ def cmd_summary(a) -> None:
 
     figures = {Path(p).stem: p for p in a.figures}
     tables = {Path(p).stem: p for p in a.tables}
-    summary = build_summary(a.config_hash, a.norms, a.metrics, a.landscape, a.theory, figures, tables)
+    summary = build_summary(a.config_hash, a.norms, a.metrics, a.landscape, a.theory, figures, tables,
+                            bounds=a.bounds)
     if a.registry_config:
         from .registry import provenance
 
@@ -403,6 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the config as JSON: adds figure_provenance (notebook, rule, sha256 of inputs)")
     s.add_argument("--notebook-dir", default=None, help="folder of the figure notebooks (default ./notebooks)")
     s.add_argument("--claims", default=None, help="paper/claims.json: adds the key 'claims'")
+    s.add_argument("--bounds", nargs="*", default=[], help="results/<exp>/bounds/<stage>.json (bounds rule)")
     s.add_argument("--out", required=True, help="output JSON (paper/summary.json)")
     s.set_defaults(func=cmd_summary)
 
@@ -444,6 +446,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--timeout", type=float, default=600.0, help="seconds per method and size")
     b.add_argument("--out-dir", default="results/bench", help="folder for hessian_bench.{json,md}")
     s.set_defaults(func=cmd_bench)
+
+    from .bounds.pipeline import add_parser as add_bounds_parser
+
+    add_bounds_parser(sub)
     return p
 
 

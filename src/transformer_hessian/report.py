@@ -97,7 +97,8 @@ def provenance(config_hash: str) -> dict:
 
 
 def build_summary(config_hash: str, norms: list[str], metrics: list[str], landscape: str,
-                  theory: list[str], figures: dict[str, str], tables: dict[str, str]) -> dict:
+                  theory: list[str], figures: dict[str, str], tables: dict[str, str],
+                  bounds: list[str] | None = None) -> dict:
     """Gather every number the figures and tables show, with provenance.
 
     Each result file is read once and keyed by what it says of itself (stage, experiment).
@@ -119,6 +120,12 @@ def build_summary(config_hash: str, norms: list[str], metrics: list[str], landsc
     for path in theory:
         t = read_json(path)
         summary["theory"][t["stage"]] = t
+    if bounds:
+        from .bounds.pipeline import claim_rows
+
+        results = {r["stage"]: r for r in map(read_json, bounds)}
+        summary["bounds"] = {stage: r["summary"] for stage, r in results.items()}
+        summary["bounds"]["claims"] = claim_rows(results)
     summary["figures"] = figures
     summary["tables"] = tables
     return summary

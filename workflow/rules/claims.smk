@@ -4,7 +4,7 @@
 # Results of other modules with a claims.PROVIDERS entry: name -> path (passed as --extra).
 CLAIM_EXTRA_INPUTS = {"probe": f"results/{LEXP}/probe/probe.json"}
 # JSON lists of finished claim rows written by other rules (passed as --rows).
-CLAIM_ROW_FILES = []
+CLAIM_ROW_FILES = [f"results/{HEXP}/bounds/claim_rows.json"]
 
 
 rule claims:

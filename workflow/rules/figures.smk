@@ -84,6 +84,7 @@ rule summary:
         figures=expand("paper/figures/{fig}.pdf", fig=FIGURES),
         tables=expand("paper/tables/{table}.csv", table=ALL_TABLES),
         claims="paper/claims.json",
+        bounds=expand("results/{exp}/bounds/{stage}.json", exp=HEXP, stage=STAGES),
     output:
         "paper/summary.json",
     params:
@@ -104,4 +105,4 @@ rule summary:
         "transformer-hessian summary --config-hash {params.config_hash} --norms {input.norms:q} "
         "--metrics {input.metrics:q} --landscape {input.landscape:q} --theory {input.theory:q} "
         "--figures {input.figures:q} --tables {input.tables:q} --registry-config {params.registry_config:q} "
-        "--notebook-dir {params.notebook_dir:q} --claims {input.claims:q} --out {output:q} 2> {log:q}"
+        "--notebook-dir {params.notebook_dir:q} --claims {input.claims:q} --bounds {input.bounds:q} --out {output:q} 2> {log:q}"
