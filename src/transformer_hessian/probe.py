@@ -816,6 +816,7 @@ def claim_rows(probe_result: dict[str, Any], evidence: str = "results/<landscape
                      f"{w0['max_ratio_printed']:.3g} (L = {probe_result['loss_max']:.3g}); the tight L/(k+1) "
                      f"{'also holds' if w0['holds_tight'] else 'fails'}"),
         "verdict": "reproduced" if w0["holds_printed"] else "not reproduced",
+        "rule": "D_k <= 2L/(k+1) at w* on every ordering and k of the probe subset, L = max per-sample loss",
         "evidence": evidence,
     }]
     worst = s["worst"]
@@ -830,6 +831,7 @@ def claim_rows(probe_result: dict[str, Any], evidence: str = "results/<landscape
                      + ", ".join(f"{b['full']:.3g} ({d})" if b["full"] is not None else f"none ({d})"
                                  for d, b in probe_result["taylor_breaks"].items())),
         "verdict": "reproduced" if s["n_violations"] == 0 else "not reproduced",
+        "rule": "the printed right-hand side holds at every (direction, t, k, ordering) probed, M = max(M_star, M_path)",
         "evidence": evidence,
     })
     lo, hi = a1["slope_ci95"]
@@ -842,6 +844,7 @@ def claim_rows(probe_result: dict[str, Any], evidence: str = "results/<landscape
                      f"||grad L_n(w*)|| = {a1['full_grad_norm']:.3g} vs mean per-sample "
                      f"{a1['mean_per_sample_grad_norm']:.3g}"),
         "verdict": "reproduced" if hi < 0 and a1["slope_median"] < 0 else "not reproduced",
+        "rule": "the 95% interval of the log-log slope of the mean ||grad L_k(w*)|| lies below 0 and the median's slope is negative",
         "evidence": evidence,
     })
     return rows
