@@ -30,7 +30,7 @@ def cmd_download(a) -> None:
     from .data import download, write_manifest
 
     root = a.root or Path(a.manifest).resolve().parent.parent
-    manifest = download(a.dataset, root, mirror=a.mirror)
+    manifest = download(a.dataset, root, mirror=a.mirror or None, deadline=a.deadline)
     write_manifest(manifest, a.manifest)
     log.info("%s ready under %s", a.dataset, Path(root) / a.dataset)
 
@@ -42,6 +42,24 @@ def cmd_train(a) -> None:
     log.info("%s: final val_acc %.4f after %d epochs", a.experiment, m["final"]["val_acc"], m["epochs"])
 
 
+def _check_hessian_memory(a, dev) -> None:
+    """Stop before the dense P x P float64 Hessian is allocated when it cannot fit; name the keys."""
+    from .config import ConfigError
+    from .resources import available_bytes, dense_hessian_bytes, format_bytes, hessian_group_size
+
+    m = a.spec["model"]
+    need = dense_hessian_bytes(m["width"], m["d_k"], m["d_ff"])
+    have = available_bytes(dev)
+    if have is not None and need > have:
+        exp = a.hessian.get("experiment", "<hessian.experiment>")
+        p = hessian_group_size(m["width"], m["d_k"], m["d_ff"])
+        raise ConfigError(
+            f"hessian.experiment: the dense Hessian of {exp!r} is {p:,} x {p:,} float64 and this job needs about "
+            f"{format_bytes(need)}, but only {format_bytes(have)} is available on {dev}; lower "
+            f"experiments.{exp}.model.width / d_k / d_ff (or run on a machine with more memory)"
+        )
+
+
 def _hessian_inputs(a):
     """Model from the checkpoint (float64) and the fixed batch (same for every stage)."""
     import torch
@@ -51,6 +69,7 @@ def _hessian_inputs(a):
     from .utils import resolve_device
 
     dev = resolve_device(a.device)
+    _check_hessian_memory(a, dev)
     data = load_experiment_data(a.spec, a.data_root)
     images, labels = fixed_batch(data["train_x"], data["train_y"], a.hessian["batch_size"], a.hessian["seed"])
     model = load_model(a.checkpoint, device=dev, dtype=torch.float64)
@@ -164,7 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dataset", required=True)
     s.add_argument("--root", default=None,
                    help="data root; files go to ROOT/DATASET/ (default: two levels above --manifest)")
-    s.add_argument("--mirror", default=None, help="base URL of a mirror to use instead of torchvision's")
+    s.add_argument("--mirror", default=None, help="base URL of a mirror to use instead of torchvision's ('' = none)")
+    s.add_argument("--deadline", type=float, default=3600.0, help="seconds one file may take in all")
     s.add_argument("--manifest", required=True, help="JSON manifest written on success (ROOT/DATASET/manifest.json)")
     s.set_defaults(func=cmd_download)
 
@@ -239,15 +259,23 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
     set_threads(args.threads)
+    from .checkpoints import CheckpointError
     from .config import ConfigError
     from .data import DataError
     from .train import TrainingError
 
     try:
         args.func(args)
-    except (DataError, ConfigError, TrainingError, ValueError, FileNotFoundError) as err:
+    except (DataError, ConfigError, TrainingError, CheckpointError, ValueError, FileNotFoundError) as err:
         print(f"transformer-hessian {args.command}: error: {err}", file=sys.stderr)
         return 1
+    except MemoryError:
+        print(f"transformer-hessian {args.command}: error: out of memory; lower the model sizes "
+              "(experiments.<name>.model.*) or the batch sizes in the config", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"transformer-hessian {args.command}: interrupted", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -6,9 +6,12 @@ import json
 import logging
 import os
 import platform
+import re
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
@@ -25,15 +28,89 @@ def _umask() -> int:
     return mask
 
 
+def _host_tag() -> str:
+    """This machine's short host name, safe inside a file name (no dots)."""
+    return re.sub(r"[^A-Za-z0-9_-]", "-", socket.gethostname().split(".")[0]) or "host"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+#: Temporary files of :func:`atomic_path`: ``.<name>.<host>.<pid>.<random><suffix>``.
+_TEMP_RE = re.compile(r"^\.(?P<name>.+)\.(?P<host>[A-Za-z0-9_-]+)\.(?P<pid>\d+)\.[A-Za-z0-9_]{8}(?P<suffix>.*)$")
+#: Temporary files of earlier versions (no host / pid): ``.<name>.<random><suffix>``.
+_LEGACY_TEMP_AGE_S = 3600.0
+
+
+def stale_temp_files(folder: str | Path, name: str | None = None, legacy_age_s: float = _LEGACY_TEMP_AGE_S) -> list[Path]:
+    """Temporary files that an interrupted :func:`atomic_path` (e.g. a killed job) left in ``folder``.
+
+    A temp file is stale when it was made on this host by a process that no longer runs, or,
+    for temp files without a host/pid tag (older versions), when it is older than
+    ``legacy_age_s`` seconds. Temp files of live processes or of other hosts (shared file
+    systems) are never returned. ``name`` restricts the search to temp files of one target.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    host, now, out = _host_tag(), time.time(), []
+    pattern = f".{name}.*" if name else ".*"
+    rx = _TEMP_RE if name is None else re.compile(
+        rf"^\.{re.escape(name)}\.(?P<host>[A-Za-z0-9_-]+)\.(?P<pid>\d+)\.[A-Za-z0-9_]{{8}}(?P<suffix>.*)$")
+    for p in folder.glob(pattern):
+        if not p.is_file() or p.is_symlink():
+            continue
+        m = rx.match(p.name)
+        if m:
+            if m["host"] == host and not _pid_alive(int(m["pid"])):
+                out.append(p)
+        elif name is not None and re.fullmatch(rf"\.{re.escape(name)}\.[A-Za-z0-9_]{{8}}(\..*)?", p.name):
+            try:
+                if now - p.stat().st_mtime > legacy_age_s:
+                    out.append(p)
+            except OSError:
+                pass
+    return out
+
+
+def remove_stale_temp_files(folder: str | Path, name: str | None = None, recursive: bool = False) -> list[Path]:
+    """Delete :func:`stale_temp_files` of ``folder`` (and its subfolders if ``recursive``); return them."""
+    folders = [Path(folder)]
+    if recursive and Path(folder).is_dir():
+        folders += [Path(d) for d, _, _ in os.walk(folder) if Path(d) != Path(folder)]
+    removed = []
+    for f in folders:
+        for p in stale_temp_files(f, name):
+            try:
+                p.unlink()
+            except OSError:
+                continue
+            log.info("removed %s, a temporary file left by an interrupted run", p)
+            removed.append(p)
+    return removed
+
+
 @contextmanager
 def atomic_path(path: str | Path, suffix: str | None = None):
     """Yield a temporary path in the same folder; rename it onto ``path`` on success only.
 
-    The file gets the usual permissions (0666 less the umask; mkstemp would leave 0600).
+    The file gets the usual permissions (0666 less the umask; mkstemp would leave 0600). The
+    temp file's name carries this host and process id (``.<name>.<host>.<pid>.<random><suffix>``),
+    so the next write of the same target removes what a killed run left behind
+    (:func:`remove_stale_temp_files`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or path.suffix, dir=path.parent)
+    remove_stale_temp_files(path.parent, path.name)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{_host_tag()}.{os.getpid()}.", suffix=suffix or path.suffix,
+                               dir=path.parent)
     os.close(fd)
     try:
         yield Path(tmp)
@@ -88,9 +165,18 @@ def resolve_device(spec: str = "auto") -> torch.device:
     """``auto`` -> CUDA when available, else CPU; otherwise the named device."""
     if spec == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(spec)
+    from .config import ConfigError
+
+    try:
+        dev = torch.device(spec)
+    except RuntimeError as err:
+        raise ConfigError(f"device: {spec!r} is not a device ({err}); use auto, cpu or cuda[:N]") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"device={spec!r} was requested but CUDA is not available; use 'auto' or 'cpu'")
+        raise ConfigError(f"device: {spec!r} was requested but CUDA is not available on this machine; "
+                          "set the config key device to auto (CUDA when present) or cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ConfigError(f"device: {spec!r} but this machine has {torch.cuda.device_count()} CUDA device(s); "
+                          "set the config key device to auto, cpu or an existing cuda:N")
     return dev
 
 

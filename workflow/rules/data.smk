@@ -5,9 +5,9 @@ rule download:
     output:
         manifest=f"{DATA_ROOT}/{{dataset}}/manifest.json",
     params:
-        mirror=lambda w: (
-            f"--mirror {config['data']['mirror']}" if config["data"]["mirror"] else ""
-        ),
+        # Passed as one quoted argument ('' = torchvision's mirrors); validated as an http(s) URL.
+        mirror=config["data"]["mirror"] or "",
+        deadline=config["data"].get("deadline", 3600),
     conda:
         "../../environment.yml"
     log:
@@ -19,5 +19,5 @@ rule download:
         mem_mb=2000,
         runtime=60,
     shell:
-        "transformer-hessian download --dataset {wildcards.dataset} {params.mirror} "
-        "--manifest {output.manifest:q} 2> {log:q}"
+        "transformer-hessian download --dataset {wildcards.dataset:q} --mirror {params.mirror:q} "
+        "--deadline {params.deadline:q} --manifest {output.manifest:q} 2> {log:q}"
