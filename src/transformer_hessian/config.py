@@ -148,6 +148,23 @@ def _value_errors(node, path: str = "") -> list[str]:
 DATASET_SHAPES = {"digits": (8, 1, 10), "mnist": (28, 1, 10), "cifar100": (32, 3, 100)}
 
 
+def training_bytes_estimate(exp: dict) -> int | None:
+    """Lower bound of training memory: 16 bytes (weights, gradients, two AdamW moments) per parameter.
+
+    Parameters: depth * (d (2 d_k + d + 2 d_ff) + 4 d [+ d_ff + d]) + C p^2 d + L d + d + d K + K.
+    ``None`` for an unknown data set.
+    """
+    if exp.get("dataset") not in DATASET_SHAPES:
+        return None
+    side, channels, classes = DATASET_SHAPES[exp["dataset"]]
+    m = exp["model"]
+    d, p = m["width"], m["patch_size"]
+    tokens = (side // p) ** 2
+    block = d * (2 * m["d_k"] + d + 2 * m["d_ff"]) + 4 * d + ((m["d_ff"] + d) if m.get("ffn_bias") else 0)
+    n = m["depth"] * block + channels * p * p * d + d + tokens * d + d * classes + classes
+    return 16 * n
+
+
 def _cross_key_errors(config: dict) -> list[str]:
     """Checks that involve several keys; each message names the key to change."""
     from .resources import dense_hessian_bytes, format_bytes, hessian_group_size
@@ -160,6 +177,12 @@ def _cross_key_errors(config: dict) -> list[str]:
         if side is not None and side % m["patch_size"]:
             out.append(f"  experiments.{name}.model.patch_size: {m['patch_size']} does not divide the "
                        f"{side}x{side} images of {exp['dataset']!r}")
+        need = training_bytes_estimate(exp)
+        mem_mb = config.get("resources", {}).get("mem_mb")
+        if need is not None and mem_mb and need > mem_mb * 2**20:
+            out.append(f"  experiments.{name}.model: training needs at least {format_bytes(need)} (16 bytes per "
+                       f"parameter: weights, gradients, AdamW moments), more than resources.mem_mb = {mem_mb} MiB; "
+                       f"lower experiments.{name}.model.width / d_ff / d_k / depth or raise resources.mem_mb")
     hname = config["hessian"]["experiment"]
     hexp = experiments[hname]
     depth = hexp["model"]["depth"]

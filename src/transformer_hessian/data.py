@@ -189,6 +189,8 @@ def _fetch(url: str, dest: Path, md5: str, timeout: float, deadline: float = DEF
                         break
                     fh.write(chunk)
                     received += len(chunk)
+                if response.length:  # Content-Length promised more than arrived
+                    raise _FetchError(f"connection closed after {received} bytes, {response.length} bytes short")
             if not check_integrity(tmp, md5):
                 got = calculate_md5(tmp)
                 raise _FetchError(
@@ -381,14 +383,14 @@ def _check_tar_members(name: str, archive: Path) -> None:
 
 
 def _extract_prefix() -> str:
-    from .utils import _host_tag
+    from .tempfiles import _host_tag
 
     return f".extract-{_host_tag()}-{os.getpid()}-"
 
 
 def _remove_stale_extract_dirs(folder: Path) -> None:
     """Remove ``.extract-<host>-<pid>-*`` folders of dead processes on this host (killed extractions)."""
-    from .utils import _host_tag, _pid_alive
+    from .tempfiles import _host_tag, _pid_alive
 
     prefix = f".extract-{_host_tag()}-"
     for d in folder.glob(".extract-*"):

@@ -5,8 +5,9 @@ rule download:
     output:
         manifest=f"{DATA_ROOT}/{{dataset}}/manifest.json",
     params:
-        # Passed as one quoted argument ('' = torchvision's mirrors); validated as an http(s) URL.
-        mirror=config["data"]["mirror"] or "",
+        # One quoted argument ('' = torchvision's mirrors), validated as an http(s) URL; a function,
+        # so that braces in the URL are not taken for wildcards.
+        mirror=lambda w: config["data"]["mirror"] or "",
         deadline=config["data"].get("deadline", 3600),
     conda:
         "../../environment.yml"
@@ -19,5 +20,5 @@ rule download:
         mem_mb=2000,
         runtime=60,
     shell:
-        "transformer-hessian download --dataset {wildcards.dataset:q} --mirror {params.mirror:q} "
+        "transformer-hessian download --dataset {wildcards.dataset:q} --mirror={params.mirror:q} "
         "--deadline {params.deadline:q} --manifest {output.manifest:q} 2> {log:q}"
