@@ -6,8 +6,8 @@
    (the lock is held by the exec'd snakemake and released by the kernel when it exits or is
    killed), so a second guarded run in the same folder is refused at once;
 2. if snakemake's lock folder ``.snakemake/locks`` holds locks but **no** snakemake process is
-   running on this folder, the locks are stale (a killed run) and are removed with
-   ``snakemake --unlock``; a lock held by a live snakemake is left alone, so a concurrent run is
+   running on this folder, the locks are stale (a killed run) and are removed (as
+   ``snakemake --unlock`` would); a lock held by a live snakemake is left alone, so a concurrent run is
    still refused by snakemake itself;
 3. removes temp files of atomic writes (``.<name>.<host>.<pid>.*``) that killed jobs left under
    ``results/`` and ``paper/``;
@@ -20,10 +20,14 @@ from __future__ import annotations
 import fcntl
 import os
 import sys
+import time
 from pathlib import Path
 
 #: Folders (relative to the work directory) swept for stale temp files.
 SWEEP = ("results", "paper")
+
+#: Seconds to wait for the guard's lock before a run is refused as concurrent.
+WAIT_S = 3.0
 
 
 def _option(argv: list[str], *names: str) -> str | None:
@@ -74,9 +78,14 @@ def main(argv: list[str] | None = None) -> int:
     meta = workdir / ".snakemake"
     meta.mkdir(parents=True, exist_ok=True)
     fd = os.open(meta / "runguard.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    # A run that was just killed may take a moment to release the lock; a live one keeps it.
+    for _ in range(int(WAIT_S / 0.25) + 1):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            time.sleep(0.25)
+    else:
         print(f"runguard: another guarded run (make reproduce) is working in {workdir}; wait for it to finish",
               file=sys.stderr)
         return 1
@@ -89,10 +98,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"runguard: snakemake is already running in {workdir} (pid {', '.join(map(str, others))}); "
                   "not touching its lock", file=sys.stderr)
         else:
-            import subprocess
-
+            # What `snakemake --unlock` does (its file-based lock), without a second start-up.
             print(f"runguard: removing the stale lock of an interrupted run in {workdir}", file=sys.stderr)
-            subprocess.run([*argv, "--unlock"], check=False, stdout=subprocess.DEVNULL)
+            for f in locks.iterdir():
+                if f.is_file() and f.name.endswith(".lock"):
+                    f.unlink(missing_ok=True)
 
     from .utils import remove_stale_temp_files
 
