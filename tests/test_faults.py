@@ -908,15 +908,18 @@ def test_kill_at_random_moment_of_each_rule_then_make_reproduce(tmp_path, env):
 
             (work / "paper/figures").mkdir(parents=True, exist_ok=True)
             (work / f"paper/figures/.fig3.pdf.{_host_tag()}.{_dead_pid()}.abcdefgh.pdf.tmp").touch()
-    # ... and the run that must simply finish. Before it, the hessian experiment's final.pt is
-    # damaged and a result that needs it removed: the run must set final.pt aside, retrain (resuming)
-    # and redo the Hessian. While it runs, a second `make reproduce` must be refused by the guard's
-    # lock, and a plain snakemake by snakemake's own lock (which the guard must not remove while its
-    # owner lives).
-    final_pt = work / "results/hessian_tiny/checkpoints/final.pt"
+    # ... and the run that must simply finish. Before it, the landscape experiment's final.pt is
+    # damaged and a landscape setting changed, so the landscape job must run again and needs it:
+    # the run must set final.pt aside, retrain (resuming from the epoch checkpoints, same weights)
+    # and redo the landscape. While it runs, a second `make reproduce` must be refused by the
+    # guard's lock, and a plain snakemake by snakemake's own lock (which the guard must not remove
+    # while its owner lives).
+    final_pt = work / "results/landscape_tiny/checkpoints/final.pt"
     before = torch.load(final_pt, weights_only=True)["model"]
     _truncate(final_pt)
-    (work / "results/hessian_tiny/hessian/trained.npz").unlink(missing_ok=True)
+    changed = copy.deepcopy(TINY)
+    changed["landscape"]["n_bootstrap"] = 30
+    _write_config(changed, work / "tiny.yaml")
     final_log = work / "final.log"
     with open(final_log, "w") as fh:
         proc = _make_reproduce(work, env, stdout=fh, stderr=subprocess.STDOUT)
@@ -947,7 +950,8 @@ def test_kill_at_random_moment_of_each_rule_then_make_reproduce(tmp_path, env):
     assert "final.pt is damaged" in text
     after = torch.load(final_pt, weights_only=True)["model"]
     assert all(torch.equal(before[k], after[k]) for k in before)
-    assert (work / "results/hessian_tiny/hessian/trained.npz").exists()
+    assert json.loads((work / "results/landscape_tiny/landscape/landscape.json").read_text())["slope"] == \
+        s["landscape"]["slope"]
     _count("damaged final checkpoint recovered by `make reproduce`", 1, 1)
     assert second.returncode != 0 and "another guarded run" in out2, out2[-2000:]
     assert plain.returncode != 0 and "cannot be locked" in out3, out3[-2000:]
