@@ -24,8 +24,13 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	@touch $(STAMP)
 
+# After an interrupted run this needs no flag typed by hand: the guard removes a stale lock
+# (never one a running snakemake holds) and --rerun-incomplete redoes half-written outputs.
+# SNAKEMAKE_ARGS: extra arguments, e.g. SNAKEMAKE_ARGS="--configfile config/paper.yaml".
+SNAKEMAKE_ARGS ?=
 reproduce: setup
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --cores all
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m transformer_hessian.runguard $(BIN)/snakemake --cores all \
+		--workflow-profile $(CURDIR)/workflow/profiles/default --rerun-incomplete $(SNAKEMAKE_ARGS)
 
 test: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest

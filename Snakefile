@@ -18,11 +18,17 @@ if not workflow.overwrite_configfiles:
 
 
 sys.path.insert(0, os.path.join(workflow.basedir, "src"))
-from transformer_hessian.config import config_hash, validate_config  # noqa: E402
+from transformer_hessian.config import ConfigError, check_config_files, config_hash, validate_config  # noqa: E402
 
 # Schema check with messages that name the offending key, plus cross-key checks; then
-# snakemake's own validation against the same schema (fills in defaults).
-validate_config(config)
+# snakemake's own validation against the same schema (fills in defaults). Every config file
+# (embedded or --configfile) is also re-read with a loader that rejects duplicate keys.
+# A bad config ends the run here, before any job, with one message and no traceback.
+try:
+    check_config_files(workflow.configfiles)
+    validate_config(config)
+except ConfigError as err:
+    raise SystemExit(f"transformer-hessian: {err}")
 validate(config, "workflow/schemas/config.schema.yaml")
 
 CONFIG_HASH = config_hash(config)
@@ -31,6 +37,17 @@ HEXP = config["hessian"]["experiment"]
 LEXP = config["landscape"]["experiment"]
 STAGES = ["init", "trained"]
 CHECKPOINT = {"init": "init.pt", "trained": "final.pt"}
+
+# A checkpoint damaged after its job finished (see docs/reliability.md) is set aside, so that
+# its train job runs again and resumes from the newest valid epoch checkpoint.
+if workflow.is_main_process:
+    from transformer_hessian.checkpoints import set_aside_damaged  # noqa: E402
+
+    set_aside_damaged(
+        [f"results/{e}/checkpoints/{c}" for e in config["experiments"] for c in CHECKPOINT.values()],
+        dry_run=workflow.dryrun,
+    )
+
 
 from transformer_hessian.registry import figure_ids, notebook_tables  # noqa: E402
 

@@ -33,7 +33,7 @@ def cmd_download(a) -> None:
     from .data import download, write_manifest
 
     root = a.root or Path(a.manifest).resolve().parent.parent
-    manifest = download(a.dataset, root, mirror=a.mirror)
+    manifest = download(a.dataset, root, mirror=a.mirror or None, deadline=a.deadline)
     write_manifest(manifest, a.manifest)
     log.info("%s ready under %s", a.dataset, Path(root) / a.dataset)
 
@@ -45,6 +45,24 @@ def cmd_train(a) -> None:
     log.info("%s: final val_acc %.4f after %d epochs", a.experiment, m["final"]["val_acc"], m["epochs"])
 
 
+def _check_hessian_memory(a, dev) -> None:
+    """Stop before the dense P x P float64 Hessian is allocated when it cannot fit; name the keys."""
+    from .config import ConfigError
+    from .resources import available_bytes, dense_hessian_bytes, format_bytes, hessian_group_size
+
+    m = a.spec["model"]
+    need = dense_hessian_bytes(m["width"], m["d_k"], m["d_ff"])
+    have = available_bytes(dev)
+    if have is not None and need > have:
+        exp = a.hessian.get("experiment", "<hessian.experiment>")
+        p = hessian_group_size(m["width"], m["d_k"], m["d_ff"])
+        raise ConfigError(
+            f"hessian.experiment: the dense Hessian of {exp!r} is {p:,} x {p:,} float64 and this job needs about "
+            f"{format_bytes(need)}, but only {format_bytes(have)} is available on {dev}; lower "
+            f"experiments.{exp}.model.width / d_k / d_ff (or run on a machine with more memory)"
+        )
+
+
 def _hessian_inputs(a):
     """Model from the checkpoint (float64) and the fixed batch (same for every stage)."""
     import torch
@@ -54,6 +72,7 @@ def _hessian_inputs(a):
     from .utils import resolve_device
 
     dev = resolve_device(a.device)
+    _check_hessian_memory(a, dev)
     data = load_experiment_data(a.spec, a.data_root)
     images, labels = fixed_batch(data["train_x"], data["train_y"], a.hessian["batch_size"], a.hessian["seed"])
     model = load_model(a.checkpoint, device=dev, dtype=torch.float64)
@@ -303,6 +322,18 @@ def cmd_bench(a) -> None:
     run_bench(a)
 
 
+def cmd_bounds_evaluate(a) -> None:
+    from .bounds.pipeline import run_evaluate
+
+    run_evaluate(a)
+
+
+def cmd_bounds_table(a) -> None:
+    from .bounds.pipeline import run_table
+
+    run_table(a)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="transformer-hessian", description=__doc__.splitlines()[0])
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -313,7 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dataset", required=True, help="digits, mnist or cifar100")
     s.add_argument("--root", default=None,
                    help="data root; files go to ROOT/DATASET/ (default: two levels above --manifest)")
-    s.add_argument("--mirror", default=None, help="base URL of a mirror to use instead of torchvision's")
+    s.add_argument("--mirror", default=None, help="base URL of a mirror to use instead of torchvision's ('' = none)")
+    s.add_argument("--deadline", type=float, default=3600.0, help="seconds one file may take in all")
     s.add_argument("--manifest", required=True, help="JSON manifest written on success (ROOT/DATASET/manifest.json)")
     s.set_defaults(func=cmd_download)
 
@@ -351,18 +383,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--spec", type=_json_arg, required=True, help="the experiment's config section")
     s.add_argument("--hessian", type=_json_arg, required=True, help="the 'hessian' config section")
     s.add_argument("--dynamics", type=_json_arg, required=True, help="the 'dynamics' config section")
-    s.add_argument("--data-root", required=True)
+    s.add_argument("--data-root", required=True, help=DATA_ROOT_HELP)
     s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
     s.add_argument("--saved-init-hessian", default=None, help="hessian rule's init .npz: must equal step 0")
-    s.add_argument("--tolerance", type=float, default=1e-8)
-    s.add_argument("--out-npz", required=True)
-    s.add_argument("--out-json", required=True)
+    s.add_argument("--tolerance", type=float, default=1e-8, help="largest relative error of the replayed step-0 Hessian vs the saved init Hessian")
+    s.add_argument("--out-npz", required=True, help="snapshots: weights and diagonal Hessian blocks (.npz)")
+    s.add_argument("--out-json", required=True, help="snapshots: norms and Hessian block norms (JSON)")
     s.set_defaults(func=cmd_dynamics)
 
     s = sub.add_parser("table1", help="write paper/tables/table1.{csv,tex,md} (Table 1 of the paper)")
     s.add_argument("--config", type=_json_arg, required=True, help="the whole validated config as JSON")
-    s.add_argument("--metrics", nargs="+", required=True)
-    s.add_argument("--out-dir", required=True)
+    s.add_argument("--metrics", nargs="+", required=True, help="metrics.json of each experiment (train rule)")
+    s.add_argument("--out-dir", required=True, help="folder for the table (paper/tables)")
     s.set_defaults(func=cmd_table1)
 
     s = sub.add_parser("landscape", help="per-sample losses at w*, |L_{k+1}-L_k| and its log-log slope")
@@ -375,13 +407,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_landscape)
 
     s = sub.add_parser("probe", help="landscape probes at w*: Theorem 7 off w*, Taylor model, Assumption 1")
-    s.add_argument("--checkpoint", required=True)
+    s.add_argument("--checkpoint", required=True, help="trained checkpoint w* (final.pt)")
     s.add_argument("--init-checkpoint", default=None, help="weights at initialisation (Assumption 1 control)")
-    s.add_argument("--spec", type=_json_arg, required=True)
+    s.add_argument("--spec", type=_json_arg, required=True, help="the experiment's config section as JSON")
     s.add_argument("--probe", type=_json_arg, required=True, help="the 'probe' config section")
-    s.add_argument("--data-root", required=True)
+    s.add_argument("--data-root", required=True, help=DATA_ROOT_HELP)
     s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]; float64 throughout")
-    s.add_argument("--out", required=True)
+    s.add_argument("--out", required=True, help="output JSON (results/<exp>/probe/probe.json)")
     s.set_defaults(func=cmd_probe)
 
     s = sub.add_parser("tables", help="write paper/tables/*.{csv,tex,md}")
@@ -409,31 +441,31 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_summary)
 
     s = sub.add_parser("claims", help="a verdict on each empirical claim of the paper -> claims.{md,json}")
-    s.add_argument("--norms-init", required=True)
-    s.add_argument("--norms-trained", required=True)
+    s.add_argument("--norms-init", required=True, help="block norms at initialisation (hessian rule)")
+    s.add_argument("--norms-trained", required=True, help="block norms after training (hessian rule)")
     s.add_argument("--hessian-init", default=None, help="init.npz: spread of the entries at initialisation")
-    s.add_argument("--metrics-hessian", required=True)
-    s.add_argument("--metrics-landscape", required=True)
-    s.add_argument("--landscape", required=True)
+    s.add_argument("--metrics-hessian", required=True, help="metrics.json of the Hessian experiment")
+    s.add_argument("--metrics-landscape", required=True, help="metrics.json of the landscape experiment")
+    s.add_argument("--landscape", required=True, help="landscape.json (landscape rule)")
     s.add_argument("--extra", action="append", default=[], metavar="NAME=PATH",
                    help="result of another module; rows from claims.PROVIDERS[NAME](result)")
     s.add_argument("--rows", action="append", default=[], metavar="PATH",
                    help="JSON list of finished claim rows to append")
-    s.add_argument("--config-hash", default=None)
-    s.add_argument("--out-md", required=True)
-    s.add_argument("--out-json", required=True)
+    s.add_argument("--config-hash", default=None, help="hash of the config the results came from")
+    s.add_argument("--out-md", required=True, help="paper/claims.md")
+    s.add_argument("--out-json", required=True, help="paper/claims.json")
     s.set_defaults(func=cmd_claims)
 
     s = sub.add_parser("claims-readme", help="refresh (or --check) the README's generated claims section")
     s.add_argument("--claims", required=True, help="claims JSON (paper/claims.json or docs/claims_default.json)")
-    s.add_argument("--readme", default="README.md")
+    s.add_argument("--readme", default="README.md", help="the README whose claims section is refreshed")
     s.add_argument("--check", action="store_true", help="fail if the section differs instead of writing")
     s.set_defaults(func=cmd_claims_readme)
 
     s = sub.add_parser("registry", help="list the figure registry, or write/check paper/README.md from it")
     s.add_argument("--write-readme", action="store_true", help="write paper/README.md from the registry")
     s.add_argument("--check", action="store_true", help="fail if paper/README.md differs from the registry")
-    s.add_argument("--path", default="paper/README.md")
+    s.add_argument("--path", default="paper/README.md", help="path of the generated paper README")
     s.set_defaults(func=cmd_registry)
 
     s = sub.add_parser("bench", help="benchmarks (see `bench hessian --help`)")
@@ -447,9 +479,25 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out-dir", default="results/bench", help="folder for hessian_bench.{json,md}")
     s.set_defaults(func=cmd_bench)
 
-    from .bounds.pipeline import add_parser as add_bounds_parser
-
-    add_bounds_parser(sub)
+    s = sub.add_parser("bounds", help="Hessian bounds (Theorems 1, 6, Lemma 4) vs measured curvature")
+    bsub = s.add_subparsers(dest="bounds_command", required=True)
+    e = bsub.add_parser("evaluate", help="one stage: measured norms, project and paper bounds -> JSON")
+    e.add_argument("--checkpoint", required=True, help="model checkpoint (init.pt or final.pt)")
+    e.add_argument("--stage", required=True, choices=["init", "trained"], help="which checkpoint this is")
+    e.add_argument("--spec", type=_json_arg, required=True, help="the experiment's config section")
+    e.add_argument("--hessian", type=_json_arg, required=True, help="the 'hessian' config section")
+    e.add_argument("--bounds", type=_json_arg, required=True, help="the 'bounds' config section")
+    e.add_argument("--data-root", required=True, help=DATA_ROOT_HELP)
+    e.add_argument("--norms", required=True, help="the hessian rule's <stage>_norms.json (measured CE blocks)")
+    e.add_argument("--hessian-npz", default=None, help="the hessian rule's <stage>.npz (for the total norm)")
+    e.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
+    e.add_argument("--out", required=True, help="output JSON (results/<exp>/bounds/<stage>.json)")
+    e.set_defaults(func=cmd_bounds_evaluate)
+    t = bsub.add_parser("table", help="paper/tables/bounds.{csv,tex,md}")
+    t.add_argument("--results", nargs="+", required=True, help="the bounds rule's JSON of each stage")
+    t.add_argument("--out-dir", required=True, help="folder for the table (paper/tables)")
+    t.add_argument("--claims-out", default=None, help="also write the claim rows (JSON list) here")
+    t.set_defaults(func=cmd_bounds_table)
     return p
 
 
@@ -460,16 +508,24 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.func(args)
     except (ValueError, FileNotFoundError, RuntimeError) as err:
-        # The package's own errors (ConfigError is a ValueError; DataError, TrainingError are
-        # RuntimeErrors) get one line; other RuntimeErrors propagate. Their modules are looked
+        # The package's own errors (ConfigError is a ValueError; DataError, TrainingError,
+        # CheckpointError are RuntimeErrors) get one line; other RuntimeErrors propagate. Their modules are looked
         # up only if loaded, so light commands (claims, registry) do not import torch.
         own = tuple(getattr(sys.modules[m], n) for m, n in (("transformer_hessian.data", "DataError"),
-                                                             ("transformer_hessian.train", "TrainingError"))
+                                                             ("transformer_hessian.train", "TrainingError"),
+                                                             ("transformer_hessian.checkpoints", "CheckpointError"))
                     if m in sys.modules)
         if isinstance(err, RuntimeError) and not isinstance(err, own):
             raise
         print(f"transformer-hessian {args.command}: error: {err}", file=sys.stderr)
         return 1
+    except MemoryError:
+        print(f"transformer-hessian {args.command}: error: out of memory; lower the model sizes "
+              "(experiments.<name>.model.*) or the batch sizes in the config", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"transformer-hessian {args.command}: interrupted", file=sys.stderr)
+        return 130
     return 0
 
 

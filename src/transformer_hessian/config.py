@@ -22,9 +22,26 @@ class ConfigError(ValueError):
     """A configuration value is missing, of the wrong type, or inconsistent."""
 
 
+def _is_integer(checker, instance) -> bool:
+    # jsonschema's own "integer" also takes 16.0; a float never counts as an integer here.
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+def _is_number(checker, instance) -> bool:
+    # jsonschema's own "number" also takes nan and inf; every number here must be finite.
+    if isinstance(instance, bool) or not isinstance(instance, (int, float)):
+        return False
+    return math.isfinite(instance)
+
+
 def _with_defaults(validator_class):
-    """A jsonschema validator that also fills in ``default`` values (as snakemake does)."""
+    """A jsonschema validator that also fills in ``default`` values (as snakemake does).
+
+    Its ``integer`` type rejects floats (``16.0``) and its ``number`` type rejects nan and
+    +-inf, for every key of the schema.
+    """
     validate_properties = validator_class.VALIDATORS["properties"]
+    type_checker = validator_class.TYPE_CHECKER.redefine_many({"integer": _is_integer, "number": _is_number})
 
     def set_defaults(validator, properties, instance, schema):
         if isinstance(instance, dict):
@@ -33,7 +50,7 @@ def _with_defaults(validator_class):
                     instance[name] = json.loads(json.dumps(sub["default"]))
         yield from validate_properties(validator, properties, instance, schema)
 
-    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults}, type_checker=type_checker)
 
 
 def _key_path(error: jsonschema.ValidationError) -> str:
@@ -106,6 +123,143 @@ def coerce_cli_strings(config, schema: dict, node: dict | None = None):
     return config
 
 
+def _duplicate_keys(node, path: str = "") -> list[str]:
+    """``dotted.key (lines a and b)`` for every key that occurs twice in one YAML mapping."""
+    out = []
+    if isinstance(node, yaml.MappingNode):
+        seen: dict = {}
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            dotted = f"{path}.{key}" if path else str(key)
+            if key is not None and key != "<<":
+                if key in seen:
+                    out.append(f"{dotted} (lines {seen[key] + 1} and {key_node.start_mark.line + 1})")
+                else:
+                    seen[key] = key_node.start_mark.line
+            out += _duplicate_keys(value_node, dotted)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            out += _duplicate_keys(item, f"{path}[{i}]")
+    return out
+
+
+def load_yaml(path: str | Path) -> dict:
+    """Read a YAML (or JSON) config file; :class:`ConfigError` on a duplicate key or bad syntax.
+
+    ``yaml.safe_load`` (and snakemake's loader) silently keep the last of two equal keys; here
+    the file is rejected with the dotted key and both line numbers.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"config file {path} cannot be read: {err}") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.load(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file {path} is not valid YAML: {err}") from None
+    dups = _duplicate_keys(node)
+    if dups:
+        raise ConfigError(
+            f"invalid configuration in {path}:\n" + "\n".join(f"  {d}: duplicate key" for d in dups)
+            + "\n(each key may appear once; YAML would silently keep the last value)"
+        )
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of keys at the top level")
+    return data
+
+
+def check_config_files(paths) -> None:
+    """Run :func:`load_yaml` on every config file (the Snakefile calls it for ``--configfile``)."""
+    for path in paths:
+        load_yaml(path)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _value_errors(node, path: str = "") -> list[str]:
+    """Generic checks on every value, whatever the schema: finite numbers, no control
+    characters (newlines, NUL, escapes) in strings or key names."""
+    out = []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            dotted = f"{path}.{k}" if path else str(k)
+            if isinstance(k, str) and _CONTROL.search(k):
+                out.append(f"  {dotted!r}: a key name may not contain control characters (newline, tab, NUL)")
+            out += _value_errors(v, dotted)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            out += _value_errors(v, f"{path}[{i}]")
+    elif isinstance(node, float) and not math.isfinite(node):
+        out.append(f"  {path or '<top level>'}: {node!r} is not a finite number")
+    elif isinstance(node, str) and _CONTROL.search(node):
+        out.append(f"  {path or '<top level>'}: {node!r} contains a control character (newline, tab, NUL, ...)")
+    return out
+
+
+#: Image side, channels and classes of each data set (for cross-key checks made before any data is read).
+DATASET_SHAPES = {"digits": (8, 1, 10), "mnist": (28, 1, 10), "cifar100": (32, 3, 100)}
+
+
+def training_bytes_estimate(exp: dict) -> int | None:
+    """Lower bound of training memory: 16 bytes (weights, gradients, two AdamW moments) per parameter.
+
+    Parameters: depth * (d (2 d_k + d + 2 d_ff) + 4 d [+ d_ff + d]) + C p^2 d + L d + d + d K + K.
+    ``None`` for an unknown data set.
+    """
+    if exp.get("dataset") not in DATASET_SHAPES:
+        return None
+    side, channels, classes = DATASET_SHAPES[exp["dataset"]]
+    m = exp["model"]
+    d, p = m["width"], m["patch_size"]
+    tokens = (side // p) ** 2
+    block = d * (2 * m["d_k"] + d + 2 * m["d_ff"]) + 4 * d + ((m["d_ff"] + d) if m.get("ffn_bias") else 0)
+    n = m["depth"] * block + channels * p * p * d + d + tokens * d + d * classes + classes
+    return 16 * n
+
+
+def _cross_key_errors(config: dict) -> list[str]:
+    """Checks that involve several keys; each message names the key to change."""
+    from .resources import dense_hessian_bytes, format_bytes, hessian_group_size
+
+    out = []
+    experiments = config["experiments"]
+    for name, exp in experiments.items():
+        m = exp["model"]
+        side = DATASET_SHAPES.get(exp["dataset"], (None,))[0]
+        if side is not None and side % m["patch_size"]:
+            out.append(f"  experiments.{name}.model.patch_size: {m['patch_size']} does not divide the "
+                       f"{side}x{side} images of {exp['dataset']!r}")
+        need = training_bytes_estimate(exp)
+        mem_mb = config.get("resources", {}).get("mem_mb")
+        if need is not None and mem_mb and need > mem_mb * 2**20:
+            out.append(f"  experiments.{name}.model: training needs at least {format_bytes(need)} (16 bytes per "
+                       f"parameter: weights, gradients, AdamW moments), more than resources.mem_mb = {mem_mb} MiB; "
+                       f"lower experiments.{name}.model.width / d_ff / d_k / depth or raise resources.mem_mb")
+    hname = config["hessian"]["experiment"]
+    hexp = experiments[hname]
+    depth = hexp["model"]["depth"]
+    if config["hessian"]["block"] >= depth:
+        out.append(f"  hessian.block: {config['hessian']['block']} but experiment {hname!r} has only {depth} "
+                   "block(s) (0-based index)")
+    if depth != 1:
+        out.append(f"  hessian.experiment: {hname!r} has model.depth {depth}, but the closed-form check (rule "
+                   f"theory) needs a single-block model: point hessian.experiment at an experiment with "
+                   f"model.depth: 1 (or set experiments.{hname}.model.depth: 1)")
+    m = hexp["model"]
+    need = dense_hessian_bytes(m["width"], m["d_k"], m["d_ff"])
+    mem_mb = config.get("resources", {}).get("mem_mb")
+    if mem_mb and need > mem_mb * 2**20:
+        p = hessian_group_size(m["width"], m["d_k"], m["d_ff"])
+        out.append(f"  hessian.experiment: the dense Hessian of {hname!r} has {p:,} x {p:,} float64 entries and its "
+                   f"jobs need about {format_bytes(need)}, more than resources.mem_mb = {mem_mb} MiB; lower "
+                   f"experiments.{hname}.model.width / d_k / d_ff or raise resources.mem_mb")
+    return out
+
+
 def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH) -> dict:
     """Validate ``config`` in place (defaults filled in) and return it.
 
@@ -113,10 +267,15 @@ def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH) -> dict
     (:func:`coerce_cli_strings`). Raises :class:`ConfigError` whose message starts with the
     dotted key that is wrong.
     """
+    if not isinstance(config, dict):
+        raise ConfigError("invalid configuration: the config must be a mapping of keys")
+    bad_values = _value_errors(config)
+    if bad_values:
+        raise ConfigError("invalid configuration:\n" + "\n".join(bad_values))
     schema = load_schema(schema_path)
     coerce_cli_strings(config, schema)
     validator = _with_defaults(jsonschema.validators.validator_for(schema))(schema)
-    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
+    errors = sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
     if errors:
         lines = [f"  {_key_path(e)}: {e.message}" for e in errors]
         raise ConfigError("invalid configuration:\n" + "\n".join(lines))
@@ -128,19 +287,15 @@ def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH) -> dict
                 f"invalid configuration:\n  {section}.experiment: {name!r} is not one of the "
                 f"experiments defined under 'experiments' ({', '.join(experiments)})"
             )
-    hexp = experiments[config["hessian"]["experiment"]]
-    if config["hessian"]["block"] >= hexp["model"]["depth"]:
-        raise ConfigError(
-            f"invalid configuration:\n  hessian.block: {config['hessian']['block']} but experiment "
-            f"{config['hessian']['experiment']!r} has only {hexp['model']['depth']} block(s) (0-based index)"
-        )
+    cross = _cross_key_errors(config)
+    if cross:
+        raise ConfigError("invalid configuration:\n" + "\n".join(cross))
     return config
 
 
 def load_config(path: str | Path) -> dict:
-    with open(path) as fh:
-        cfg = yaml.safe_load(fh) or {}
-    return validate_config(cfg)
+    """Read ``path`` with :func:`load_yaml` (duplicate keys rejected) and validate it."""
+    return validate_config(load_yaml(path))
 
 
 def config_hash(config: dict) -> str:

@@ -36,6 +36,7 @@ import re
 import shutil
 import tarfile
 import tempfile
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -48,7 +49,7 @@ from torchvision.datasets import CIFAR100, MNIST
 from torchvision.datasets.mnist import read_image_file, read_label_file
 from torchvision.datasets.utils import USER_AGENT, calculate_md5, check_integrity, extract_archive
 
-from .utils import atomic_path, write_json
+from .utils import atomic_path, remove_stale_temp_files, write_json
 
 __all__ = ["DATASETS", "DataError", "download", "write_manifest", "load_dataset"]
 
@@ -59,6 +60,10 @@ DATASETS = ("digits", "mnist", "cifar100")
 
 #: Seconds a socket may wait (connect, or each read) before a download attempt is given up.
 DEFAULT_TIMEOUT = 30.0
+
+#: Seconds one file may take in all (a server that trickles bytes never trips the per-read
+#: timeout); config key ``data.deadline``.
+DEFAULT_DEADLINE = 3600.0
 
 #: Base urls tried in order for each downloadable data set (torchvision's own tables).
 #: A ``mirror`` passed to :func:`download` replaces this list.
@@ -153,21 +158,39 @@ def _hand_placement(name: str, folder: Path, files: list[tuple[str, str, list[st
             f"{', '.join(m for m, _ in _CIFAR_MEMBERS)})"
         )
     lines.append(
-        "or give a mirror base url that serves them; the offline data set 'digits' needs no download."
+        "(config key data.root sets the data root), or set the config key data.mirror to the base url of a "
+        "mirror that serves them; the offline data set 'digits' needs no download."
     )
     return "\n".join(lines)
 
 
-def _fetch(url: str, dest: Path, md5: str, timeout: float) -> None:
+def _fetch(url: str, dest: Path, md5: str, timeout: float, deadline: float = DEFAULT_DEADLINE) -> None:
     """Download ``url`` into a temp file next to ``dest``, verify ``md5``, then rename into place.
 
-    Raises ``_FetchError`` (any network problem or a checksum mismatch); nothing is left behind.
+    Each socket wait is limited by ``timeout`` and the whole transfer by ``deadline`` seconds
+    (checked after every read, so it is overrun by at most ``timeout``). Raises ``_FetchError``
+    (any network problem, the deadline, or a checksum mismatch); nothing is left behind.
     """
+    t_end = time.monotonic() + deadline
     try:
         with atomic_path(dest, suffix=".part") as tmp:
             request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
-            with urllib.request.urlopen(request, timeout=timeout) as response, open(tmp, "wb") as fh:
-                shutil.copyfileobj(response, fh, 1 << 20)
+            with urllib.request.urlopen(request, timeout=min(timeout, deadline)) as response, open(tmp, "wb") as fh:
+                received = 0
+                while True:
+                    if time.monotonic() > t_end:
+                        raise _FetchError(
+                            f"not complete after the deadline of {deadline:g} s ({received} bytes received; "
+                            "config key data.deadline)"
+                        )
+                    # read1: returns what one socket read gives (a plain read(n) would wait for n bytes)
+                    chunk = response.read1(1 << 20)
+                    if not chunk:
+                        break
+                    fh.write(chunk)
+                    received += len(chunk)
+                if response.length:  # Content-Length promised more than arrived
+                    raise _FetchError(f"connection closed after {received} bytes, {response.length} bytes short")
             if not check_integrity(tmp, md5):
                 got = calculate_md5(tmp)
                 raise _FetchError(
@@ -197,6 +220,7 @@ def download(
     resources: list | None = None,
     *,
     timeout: float = DEFAULT_TIMEOUT,
+    deadline: float = DEFAULT_DEADLINE,
 ) -> dict:
     """Make sure the raw files of data set ``name`` are present and verified under ``root/<name>/``.
 
@@ -213,6 +237,7 @@ def download(
     resources : overrides the ``(url-or-filename, md5)`` table; a full url is used as is, a bare
         file name is appended to each mirror.
     timeout : seconds a socket may wait before an attempt is given up.
+    deadline : seconds one file may take in all (config key ``data.deadline``).
 
     Returns
     -------
@@ -224,6 +249,12 @@ def download(
     DataError naming the data set, the url(s) tried and where to place the files by hand.
     """
     _check_name(name)
+    if mirror:
+        parsed = urllib.parse.urlparse(mirror)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc or any(c.isspace() for c in mirror):
+            raise DataError(f"data.mirror: {mirror!r} is not an http(s) url (e.g. https://example.org/mnist/)")
+    if not (isinstance(deadline, (int, float)) and deadline > 0 and timeout > 0):
+        raise DataError(f"data.deadline must be a positive number of seconds, got {deadline!r}")
     if name == "digits":
         return _digits_manifest()
 
@@ -239,6 +270,10 @@ def download(
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise DataError(f"data set {name!r}: cannot create the data folder {folder}: {err}") from err
+
+    # Temp files (.<file>.<host>.<pid>.*.part, .extract-*) of a killed run on this host.
+    remove_stale_temp_files(folder)
+    _remove_stale_extract_dirs(folder)
 
     # A cluster copy of CIFAR-100 may hold only the extracted files (torchvision's layout).
     if name == "cifar100" and resources is None and not (folder / CIFAR100.filename).exists():
@@ -269,7 +304,7 @@ def download(
         for url in urls:
             log.info("%s: downloading %s -> %s", name, url, dest)
             try:
-                _fetch(url, dest, md5, timeout)
+                _fetch(url, dest, md5, timeout, deadline)
             except _FetchError as err:
                 log.warning("%s: %s failed: %s", name, url, err)
                 errors.append((url, str(err)))
@@ -347,9 +382,28 @@ def _check_tar_members(name: str, archive: Path) -> None:
             )
 
 
+def _extract_prefix() -> str:
+    from .tempfiles import _host_tag
+
+    return f".extract-{_host_tag()}-{os.getpid()}-"
+
+
+def _remove_stale_extract_dirs(folder: Path) -> None:
+    """Remove ``.extract-<host>-<pid>-*`` folders of dead processes on this host (killed extractions)."""
+    from .tempfiles import _host_tag, _pid_alive
+
+    prefix = f".extract-{_host_tag()}-"
+    for d in folder.glob(".extract-*"):
+        rest = d.name[len(prefix):] if d.name.startswith(prefix) else ""
+        pid = rest.split("-", 1)[0]
+        if d.is_dir() and pid.isdigit() and not _pid_alive(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
+            log.info("removed %s, left by an interrupted extraction", d)
+
+
 def _extract_atomic(name: str, archive: Path, folder: Path, target: str) -> None:
     """Extract ``archive`` into a temp folder inside ``folder``; rename its ``target`` into place."""
-    tmp = Path(tempfile.mkdtemp(dir=folder, prefix=".extract-"))
+    tmp = Path(tempfile.mkdtemp(dir=folder, prefix=_extract_prefix()))
     try:
         try:
             extract_archive(os.fspath(archive), os.fspath(tmp))

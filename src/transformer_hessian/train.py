@@ -25,10 +25,11 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .config import config_hash
+from .checkpoints import CheckpointError, load_checkpoint, save_checkpoint
+from .config import ConfigError, config_hash
 from .data import load_dataset
 from .model import ModelConfig, ViT, count_parameters
-from .utils import log, resolve_device, torch_save, write_json
+from .utils import log, resolve_device, write_json
 
 #: Test hook: kill the process (SIGKILL) right after saving this epoch's checkpoint.
 KILL_ENV = "TRANSFORMER_HESSIAN_KILL_AFTER_EPOCH"
@@ -54,10 +55,18 @@ def load_experiment_data(spec: dict, data_root: str | Path) -> dict:
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu", dtype=torch.float32) -> ViT:
-    """Rebuild a ViT from any checkpoint written by :func:`train`."""
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    model = ViT(ModelConfig(**ckpt["model_config"]))
-    model.load_state_dict(ckpt["model"])
+    """Rebuild a ViT from any checkpoint written by :func:`train` (verified first).
+
+    Raises :class:`~transformer_hessian.checkpoints.CheckpointError` naming the file when the
+    checkpoint is damaged, unreadable, holds pickled code, or does not match its model config.
+    """
+    ckpt = load_checkpoint(path, map_location="cpu")
+    try:
+        model = ViT(ModelConfig(**ckpt["model_config"]))
+        model.load_state_dict(ckpt["model"])
+    except (TypeError, ValueError, RuntimeError, KeyError) as err:
+        raise CheckpointError(f"checkpoint {path} does not fit its own model config ({type(err).__name__}); "
+                              "delete it and run the workflow again") from None
     return model.to(device=device, dtype=dtype).eval()
 
 
@@ -73,13 +82,51 @@ def evaluate(model: ViT, x: torch.Tensor, y: torch.Tensor, batch_size: int = 512
     return total_loss / len(x), correct / len(x)
 
 
-def _latest_epoch_checkpoint(ckdir: Path) -> tuple[int, Path] | None:
+def _epoch_checkpoints(ckdir: Path) -> list[tuple[int, Path]]:
+    """``(epoch, path)`` of every epoch checkpoint in ``ckdir``, newest first."""
     found = []
     for p in ckdir.glob("epoch_*.pt"):
         m = re.fullmatch(r"epoch_(\d+)\.pt", p.name)
         if m:
             found.append((int(m.group(1)), p))
-    return max(found) if found else None
+    return sorted(found, reverse=True)
+
+
+def _newest_valid_checkpoint(name: str, ckdir: Path, dev) -> tuple[int, Path, dict] | None:
+    """The newest epoch checkpoint that verifies and loads; each one skipped is logged by name."""
+    for epoch, path in _epoch_checkpoints(ckdir):
+        try:
+            return epoch, path, load_checkpoint(path, map_location=dev)
+        except CheckpointError as err:
+            log.warning("%s: skipping %s: %s", name, path.name, err)
+    return None
+
+
+def estimate_training_bytes(model_cfg: ModelConfig, batch_size: int) -> tuple[int, int]:
+    """``(parameters, bytes)``: a lower estimate of what training allocates, without allocating.
+
+    Parameters are counted on the ``meta`` device. Bytes = 16 per parameter (float32 weights,
+    gradients and AdamW's two moments) + float32 activations kept for the backward pass, about
+    ``batch * depth * (6 L d + 2 L d_ff + 2 L^2)`` numbers.
+    """
+    with torch.device("meta"):
+        n = count_parameters(ViT(model_cfg))
+    L, c = model_cfg.num_tokens, model_cfg
+    acts = batch_size * c.depth * (6 * L * c.width + 2 * L * c.d_ff + 2 * L * L)
+    return n, 16 * n + 4 * acts
+
+
+def _check_training_memory(name: str, model_cfg: ModelConfig, batch_size: int, dev) -> None:
+    from .resources import available_bytes, format_bytes
+
+    n, need = estimate_training_bytes(model_cfg, batch_size)
+    have = available_bytes(dev)
+    if have is not None and need > have:
+        raise ConfigError(
+            f"experiments.{name}.model: training needs about {format_bytes(need)} ({n:,} parameters, batch "
+            f"{batch_size}) but only {format_bytes(have)} is available on {dev}; lower "
+            f"experiments.{name}.model.width / d_ff / d_k / depth or experiments.{name}.train.batch_size"
+        )
 
 
 def epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:
@@ -144,6 +191,7 @@ def train(name: str, spec: dict, data_root: str | Path, out_dir: str | Path, dev
     xtr, ytr = data["train_x"].to(dev), data["train_y"].to(dev)
     xva, yva = data["val_x"].to(dev), data["val_y"].to(dev)
     mcfg = model_config_for(spec, data)
+    _check_training_memory(name, mcfg, int(t["batch_size"]), dev)
 
     torch.manual_seed(seed)
     model = ViT(mcfg).to(dev)
@@ -161,13 +209,17 @@ def train(name: str, spec: dict, data_root: str | Path, out_dir: str | Path, dev
             "resume_key": resume_key,
         }
 
-    latest = _latest_epoch_checkpoint(ckdir)
-    ck = torch.load(latest[1], map_location=dev, weights_only=True) if latest else None
+    latest = _newest_valid_checkpoint(name, ckdir, dev)
+    ck = latest[2] if latest else None
     if ck is not None and ck.get("resume_key") == resume_key and latest[0] <= t["epochs"]:
-        if not (ckdir / "init.pt").exists():
-            # e.g. snakemake removed the outputs before a forced re-run: the seeded
-            # initialisation is rebuilt exactly, before the resume point is loaded.
-            torch_save(checkpoint(0), ckdir / "init.pt")
+        try:
+            load_checkpoint(ckdir / "init.pt")
+        except CheckpointError as err:
+            # e.g. snakemake removed the outputs before a forced re-run, or init.pt was damaged:
+            # the seeded initialisation is rebuilt exactly, before the resume point is loaded.
+            if (ckdir / "init.pt").exists():
+                log.warning("%s: rebuilding init.pt: %s", name, err)
+            save_checkpoint(checkpoint(0), ckdir / "init.pt")
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["optimizer"])
         history = list(ck["history"])
@@ -176,9 +228,9 @@ def train(name: str, spec: dict, data_root: str | Path, out_dir: str | Path, dev
     else:
         if ck is not None:
             log.info("%s: settings changed since the last run; starting afresh", name)
-        for old in ckdir.glob("*.pt"):
+        for old in [*ckdir.glob("*.pt"), *ckdir.glob("*.pt.sha256")]:
             old.unlink()
-        torch_save(checkpoint(0), ckdir / "init.pt")
+        save_checkpoint(checkpoint(0), ckdir / "init.pt")
 
     n, bs = len(xtr), t["batch_size"]
     epochs = tqdm(range(start_epoch, t["epochs"] + 1), desc=f"train {name}", unit="epoch",
@@ -195,7 +247,7 @@ def train(name: str, spec: dict, data_root: str | Path, out_dir: str | Path, dev
         epochs.set_postfix(loss=f"{run_loss / n:.3f}", val_acc=f"{val_acc:.3f}")
         log.info("%s epoch %d: train_loss %.4f val_loss %.4f val_acc %.4f", name, epoch,
                  run_loss / n, val_loss, val_acc)
-        torch_save(checkpoint(epoch), ckdir / f"epoch_{epoch:03d}.pt")
+        save_checkpoint(checkpoint(epoch), ckdir / f"epoch_{epoch:03d}.pt")
         if os.environ.get(KILL_ENV) == str(epoch):
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -209,7 +261,7 @@ def train(name: str, spec: dict, data_root: str | Path, out_dir: str | Path, dev
                   "val_loss": final_val[0], "val_acc": final_val[1]},
         "train_seconds": sum(h["seconds"] for h in history),
     }
-    torch_save(checkpoint(t["epochs"]), ckdir / "final.pt")
+    save_checkpoint(checkpoint(t["epochs"]), ckdir / "final.pt")
     write_json(metrics, out_dir / "metrics.json")
     return metrics
 

@@ -17,7 +17,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
+from .tempfiles import _host_tag, remove_stale_temp_files, stale_temp_files  # noqa: F401 (re-exported)
+
 log = logging.getLogger("transformer_hessian")
+
 
 
 def _umask() -> int:
@@ -30,11 +33,16 @@ def _umask() -> int:
 def atomic_path(path: str | Path, suffix: str | None = None):
     """Yield a temporary path in the same folder; rename it onto ``path`` on success only.
 
-    The file gets the usual permissions (0666 less the umask; mkstemp would leave 0600).
+    The file gets the usual permissions (0666 less the umask; mkstemp would leave 0600). The
+    temp file's name carries this host and process id (``.<name>.<host>.<pid>.<random><suffix>``),
+    so the next write of the same target removes what a killed run left behind
+    (:func:`remove_stale_temp_files`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or path.suffix, dir=path.parent)
+    remove_stale_temp_files(path.parent, path.name)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{_host_tag()}.{os.getpid()}.", suffix=suffix or path.suffix,
+                               dir=path.parent)
     os.close(fd)
     try:
         yield Path(tmp)
@@ -104,9 +112,18 @@ def resolve_device(spec: str = "auto") -> torch.device:
 
     if spec == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(spec)
+    from .config import ConfigError
+
+    try:
+        dev = torch.device(spec)
+    except RuntimeError as err:
+        raise ConfigError(f"device: {spec!r} is not a device ({err}); use auto, cpu or cuda[:N]") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"device={spec!r} was requested but CUDA is not available; use 'auto' or 'cpu'")
+        raise ConfigError(f"device: {spec!r} was requested but CUDA is not available on this machine; "
+                          "set the config key device to auto (CUDA when present) or cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ConfigError(f"device: {spec!r} but this machine has {torch.cuda.device_count()} CUDA device(s); "
+                          "set the config key device to auto, cpu or an existing cuda:N")
     return dev
 
 

@@ -10,9 +10,10 @@ rule download:
     output:
         manifest=f"{DATA_ROOT}/{{dataset}}/manifest.json",
     params:
-        mirror=lambda w: (
-            f"--mirror {config['data']['mirror']}" if config["data"]["mirror"] else ""
-        ),
+        # One quoted argument ('' = torchvision's mirrors), validated as an http(s) URL; a function,
+        # so that braces in the URL are not taken for wildcards.
+        mirror=lambda w: config["data"]["mirror"] or "",
+        deadline=config["data"].get("deadline", 3600),
     conda:
         "../../environment.yml"
     log:
@@ -24,5 +25,5 @@ rule download:
         mem_mb=2000,
         runtime=60,
     shell:
-        "transformer-hessian download --dataset {wildcards.dataset} {params.mirror} "
-        "--manifest {output.manifest:q} 2> {log:q}"
+        "transformer-hessian download --dataset {wildcards.dataset:q} --mirror={params.mirror:q} "
+        "--deadline {params.deadline:q} --manifest {output.manifest:q} 2> {log:q}"

@@ -102,7 +102,7 @@ rule summary:
         mem_mb=1000,
         runtime=10,
     shell:
-        "transformer-hessian summary --config-hash {params.config_hash} --norms {input.norms:q} "
+        "transformer-hessian summary --config-hash {params.config_hash:q} --norms {input.norms:q} "
         "--metrics {input.metrics:q} --landscape {input.landscape:q} --theory {input.theory:q} "
         "--figures {input.figures:q} --tables {input.tables:q} --registry-config {params.registry_config:q} "
         "--notebook-dir {params.notebook_dir:q} --claims {input.claims:q} --bounds {input.bounds:q} --out {output:q} 2> {log:q}"

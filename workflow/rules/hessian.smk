@@ -26,6 +26,6 @@ rule hessian:
         mem_mb=config["resources"]["mem_mb"],
         runtime=config["resources"]["runtime"],
     shell:
-        "transformer-hessian --threads {threads} hessian --checkpoint {input.checkpoint:q} --stage {wildcards.stage} "
-        "--spec {params.spec:q} --hessian {params.hessian:q} --data-root {params.data_root:q} --device {params.device} "
+        "transformer-hessian --threads {threads} hessian --checkpoint {input.checkpoint:q} --stage {wildcards.stage:q} "
+        "--spec {params.spec:q} --hessian {params.hessian:q} --data-root {params.data_root:q} --device {params.device:q} "
         "--out-npz {output.npz:q} --out-norms {output.norms:q} 2> {log:q}"

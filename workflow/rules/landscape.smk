@@ -26,4 +26,4 @@ rule landscape:
         runtime=config["resources"]["runtime"],
     shell:
         "transformer-hessian --threads {threads} landscape --checkpoint {input.checkpoint:q} --spec {params.spec:q} "
-        "--landscape {params.landscape:q} --data-root {params.data_root:q} --device {params.device} --out {output:q} 2> {log:q}"
+        "--landscape {params.landscape:q} --data-root {params.data_root:q} --device {params.device:q} --out {output:q} 2> {log:q}"

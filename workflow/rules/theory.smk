@@ -31,7 +31,7 @@ rule theory:
         mem_mb=config["resources"]["mem_mb"],
         runtime=config["resources"]["runtime"],
     shell:
-        "transformer-hessian --threads {threads} theory --checkpoint {input.checkpoint:q} --stage {wildcards.stage} "
-        "--spec {params.spec:q} --hessian {params.hessian:q} --data-root {params.data_root:q} --device {params.device} "
-        "--tolerance {params.tolerance} --hessian-npz {input.npz:q} --norms {input.norms:q} --probes {params.probes} "
+        "transformer-hessian --threads {threads} theory --checkpoint {input.checkpoint:q} --stage {wildcards.stage:q} "
+        "--spec {params.spec:q} --hessian {params.hessian:q} --data-root {params.data_root:q} --device {params.device:q} "
+        "--tolerance {params.tolerance:q} --hessian-npz {input.npz:q} --norms {input.norms:q} --probes {params.probes:q} "
         "--out {output:q} 2> {log:q}"

@@ -26,5 +26,5 @@ rule train:
         mem_mb=config["resources"]["mem_mb"],
         runtime=config["resources"]["runtime"],
     shell:
-        "transformer-hessian --threads {threads} train --experiment {wildcards.exp} --spec {params.spec:q} "
-        "--data-root {params.data_root:q} --out {params.out:q} --device {params.device} 2> {log:q}"
+        "transformer-hessian --threads {threads} train --experiment {wildcards.exp:q} --spec {params.spec:q} "
+        "--data-root {params.data_root:q} --out {params.out:q} --device {params.device:q} 2> {log:q}"

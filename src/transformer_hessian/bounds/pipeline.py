@@ -411,31 +411,3 @@ def run_table(a) -> None:
                 "(Theorems 1 and 6 with Lemma 4), ratio project/measured, fraction of samples where each held. "
                 "theory = per-sample MSE to the next sample's output (like for like); experiment = the CE Hessian "
                 "of Figs 3-5 vs the project CE bound (like for like) and the paper's MSE bound (not like for like)")
-
-
-def add_parser(sub) -> None:
-    """The ``bounds`` subcommand (``evaluate`` and ``table``) on an argparse subparsers object."""
-    import json
-
-    def js(text):
-        return json.loads(text)
-
-    s = sub.add_parser("bounds", help="Hessian bounds (Theorems 1, 6, Lemma 4) vs measured curvature")
-    bsub = s.add_subparsers(dest="bounds_command", required=True)
-    e = bsub.add_parser("evaluate", help="one stage: measured norms, project and paper bounds -> JSON")
-    e.add_argument("--checkpoint", required=True)
-    e.add_argument("--stage", required=True, choices=["init", "trained"])
-    e.add_argument("--spec", type=js, required=True, help="the experiment's config section")
-    e.add_argument("--hessian", type=js, required=True, help="the 'hessian' config section")
-    e.add_argument("--bounds", type=js, required=True, help="the 'bounds' config section")
-    e.add_argument("--data-root", required=True)
-    e.add_argument("--norms", required=True, help="the hessian rule's <stage>_norms.json (measured CE blocks)")
-    e.add_argument("--hessian-npz", default=None, help="the hessian rule's <stage>.npz (for the total norm)")
-    e.add_argument("--device", default="auto")
-    e.add_argument("--out", required=True)
-    e.set_defaults(func=run_evaluate)
-    t = bsub.add_parser("table", help="paper/tables/bounds.{csv,tex,md}")
-    t.add_argument("--results", nargs="+", required=True)
-    t.add_argument("--out-dir", required=True)
-    t.add_argument("--claims-out", default=None, help="also write the claim rows (JSON list) here")
-    t.set_defaults(func=run_table)
