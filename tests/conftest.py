@@ -26,8 +26,16 @@ def tiny_spec(**train):
     spec = {
         "dataset": "digits",
         "model": {"patch_size": 4, "width": 6, "depth": 1, "d_k": 4, "d_ff": 10, "ffn_bias": False, "ln_eps": 1e-5},
-        "train": {"epochs": 4, "batch_size": 32, "lr": 3e-3, "weight_decay": 0.01, "seed": 0,
-                  "val_fraction": 0.2, "max_train": 160, "max_val": 60},
+        "train": {
+            "epochs": 4,
+            "batch_size": 32,
+            "lr": 3e-3,
+            "weight_decay": 0.01,
+            "seed": 0,
+            "val_fraction": 0.2,
+            "max_train": 160,
+            "max_val": 60,
+        },
     }
     spec["train"].update(train)
     return spec

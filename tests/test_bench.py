@@ -27,8 +27,20 @@ def cli_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        rc = main(["bench", "hessian", "--widths", str(WIDTH), "--batch-size", str(BATCH), "--repeats", "1",
-                   "--out-dir", str(out)])
+        rc = main(
+            [
+                "bench",
+                "hessian",
+                "--widths",
+                str(WIDTH),
+                "--batch-size",
+                str(BATCH),
+                "--repeats",
+                "1",
+                "--out-dir",
+                str(out),
+            ]
+        )
     return rc, out, buf.getvalue()
 
 
@@ -40,7 +52,13 @@ def test_cli_writes_json_and_markdown(cli_run):
     assert result["complete"] and result["passed"]
     assert result["disagreements"] == [] and result["errors"] == []
     assert [r["label"] for r in result["rows"]] == ["a", "b", "c", "d", "e"]
-    assert [r["method"] for r in result["rows"]] == ["curvlinops", "torch_func_hessian", "closed_form", "pipeline", "vmap"]
+    assert [r["method"] for r in result["rows"]] == [
+        "curvlinops",
+        "torch_func_hessian",
+        "closed_form",
+        "pipeline",
+        "vmap",
+    ]
     for r in result["rows"]:
         assert f"| ({r['label']}) | {r['method']}" in md
     assert "| d | P |" in md
@@ -70,7 +88,9 @@ def test_times_memory_and_ratios_are_consistent(cli_run):
         assert r["ratio_to_a"] == pytest.approx(t_a / r["median_s"], rel=1e-12)
         assert r["baseline_rss_mib"] > 0 and r["peak_rss_mib"] > 0
         assert r["peak_above_baseline_mib"] >= 0
-        assert r["peak_above_baseline_mib"] == pytest.approx(max(r["peak_rss_mib"] - r["baseline_rss_mib"], 0), abs=1e-6)
+        assert r["peak_above_baseline_mib"] == pytest.approx(
+            max(r["peak_rss_mib"] - r["baseline_rss_mib"], 0), abs=1e-6
+        )
         assert "rlimit_as" in r["memory_mechanisms"]
     assert rows[0]["ratio_to_a"] == 1.0
 
@@ -83,8 +103,14 @@ def test_cli_prints_table(cli_run):
 
 def test_method_over_memory_cap_is_recorded_not_raised(tmp_path):
     """(a) forced over a 1 MiB cap: recorded as out of memory, (a') takes over as the reference."""
-    s = BenchSettings(widths=[WIDTH], batch_size=BATCH, repeats=1, methods=["a", "e"], out_dir=str(tmp_path),
-                      cap_overrides_mib={"a": 1.0})
+    s = BenchSettings(
+        widths=[WIDTH],
+        batch_size=BATCH,
+        repeats=1,
+        methods=["a", "e"],
+        out_dir=str(tmp_path),
+        cap_overrides_mib={"a": 1.0},
+    )
     result = bench.benchmark(s)  # must not raise
     a, a_chunked, e = result["rows"]
     assert [r["label"] for r in result["rows"]] == ["a", "a'", "e"]
@@ -107,9 +133,19 @@ def test_timeout_is_recorded(tmp_path):
 
 
 def _fake_row(label, median, path):
-    return {"width": 2, "label": label, "method": bench.LABELS[label], "status": OK, "median_s": median,
-            "rel_error_vs_a": None, "max_abs_error_vs_a": None, "agrees_with_a": None, "ratio_to_a": None,
-            "message": None, "_hessian_path": str(path)}
+    return {
+        "width": 2,
+        "label": label,
+        "method": bench.LABELS[label],
+        "status": OK,
+        "median_s": median,
+        "rel_error_vs_a": None,
+        "max_abs_error_vs_a": None,
+        "agrees_with_a": None,
+        "ratio_to_a": None,
+        "message": None,
+        "_hessian_path": str(path),
+    }
 
 
 def test_relative_error_flags_disagreement(tmp_path):
@@ -142,8 +178,15 @@ def test_disagreement_makes_the_command_fail(monkeypatch, tmp_path, capsys):
     """run_bench raises (the CLI exits 1) after the results are written when a method disagrees."""
 
     def fake_benchmark(s):
-        return {"settings": bench.asdict(s), "tolerance": s.tolerance, "environment": {}, "rows": [],
-                "disagreements": ["d=8 (e) vmap: 1.000e-06"], "errors": [], "passed": False}
+        return {
+            "settings": bench.asdict(s),
+            "tolerance": s.tolerance,
+            "environment": {},
+            "rows": [],
+            "disagreements": ["d=8 (e) vmap: 1.000e-06"],
+            "errors": [],
+            "passed": False,
+        }
 
     monkeypatch.setattr(bench, "benchmark", fake_benchmark)
     assert main(["bench", "hessian", "--widths", "8", "--out-dir", str(tmp_path)]) == 1

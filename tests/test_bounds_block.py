@@ -49,8 +49,13 @@ def draw(seed, L, d, k, dff, w_scale, kind, bias, ln_random):
     X = 2 * r(L, d)
     if kind == "small_variance":  # LayerNorm inputs with nearly constant rows
         X = r(L, 1) + 1e-3 * r(L, d)
-    p = {"W_Q": w_scale * r(d, k), "W_K": w_scale * r(d, k), "W_V": w_scale * r(d, d),
-         "W_1": w_scale * r(d, dff), "W_2": w_scale * r(dff, d)}
+    p = {
+        "W_Q": w_scale * r(d, k),
+        "W_K": w_scale * r(d, k),
+        "W_V": w_scale * r(d, d),
+        "W_1": w_scale * r(d, dff),
+        "W_2": w_scale * r(dff, d),
+    }
     if kind == "peaked":
         p["W_Q"] = 20 * p["W_Q"]
     if kind == "rescaled_qk":
@@ -120,7 +125,7 @@ def test_project_ce_bound_holds_on_the_pipeline_loss(seed, exact):
     bound = block_bound_ce(model, images, labels, exact=exact)
     for a, i in enumerate(G5):
         for b, j in enumerate(G5):
-            t = float(torch.linalg.matrix_norm(H[off[a]:off[a + 1], off[b]:off[b + 1]], 2))
+            t = float(torch.linalg.matrix_norm(H[off[a] : off[a + 1], off[b] : off[b + 1]], 2))
             assert bound[(i, j)] >= t * (1 - 1e-9), (i, j, bound[(i, j)], t)
     assert bound["total"] >= float(torch.linalg.matrix_norm(H, 2)) * (1 - 1e-9)
 
@@ -156,8 +161,13 @@ def test_lemma4_as_stated_fails_on_a_zero_mean_row():
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.integers(0, 2**31 - 1), st.integers(1, 4), st.integers(2, 6), st.sampled_from([1e-3, 1.0, 30.0]),
-       st.sampled_from([0.0, 5.0]))
+@given(
+    st.integers(0, 2**31 - 1),
+    st.integers(1, 4),
+    st.integers(2, 6),
+    st.sampled_from([1e-3, 1.0, 30.0]),
+    st.sampled_from([0.0, 5.0]),
+)
 def test_lemma4_with_row_std_holds(seed, m, n, scale, shift):
     """Read with sigma_min = the smallest row standard deviation (as the proof uses it), both
     estimates hold on random inputs (small-variance rows and large means included)."""

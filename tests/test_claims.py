@@ -33,8 +33,8 @@ def dense(seed: int, scales: dict[tuple[str, str], float]) -> np.ndarray:
         for j, b in enumerate(GROUPS[: i + 1]):
             s = scales.get((a, b), scales.get((b, a), 1.0))
             blk = s * rng.uniform(0.5, 1.5, size=(SIZES[a], SIZES[b]))
-            H[OFF[i]:OFF[i + 1], OFF[j]:OFF[j + 1]] = blk
-            H[OFF[j]:OFF[j + 1], OFF[i]:OFF[i + 1]] = blk.T
+            H[OFF[i] : OFF[i + 1], OFF[j] : OFF[j + 1]] = blk
+            H[OFF[j] : OFF[j + 1], OFF[i] : OFF[i + 1]] = blk.T
     return H
 
 
@@ -42,9 +42,16 @@ def norms_of(H: np.ndarray, stage: str) -> dict:
     blocks = []
     for i, a in enumerate(GROUPS):
         for j, b in enumerate(GROUPS):
-            blk = H[OFF[i]:OFF[i + 1], OFF[j]:OFF[j + 1]]
-            blocks.append({"row": a, "col": b, "fro": float(np.linalg.norm(blk)),
-                           "spectral": float(np.linalg.norm(blk, 2)), "max_abs": float(np.abs(blk).max())})
+            blk = H[OFF[i] : OFF[i + 1], OFF[j] : OFF[j + 1]]
+            blocks.append(
+                {
+                    "row": a,
+                    "col": b,
+                    "fro": float(np.linalg.norm(blk)),
+                    "spectral": float(np.linalg.norm(blk, 2)),
+                    "max_abs": float(np.abs(blk).max()),
+                }
+            )
     return {"stage": stage, "blocks": blocks}
 
 
@@ -63,15 +70,18 @@ def test_block_sizes_match_the_model_shapes():
 def test_hessian_rows_reproduced_when_structure_as_in_paper():
     init = dense(0, {("W_V", g): 3.0 for g in GROUPS})  # the V row dominates at init
     trained = 20 * dense(1, {("W_V", "W_V"): 40.0, ("W_K", "W_K"): 30.0})
-    rows = by_id(claims.hessian_claim_rows(norms_of(init, "init"), norms_of(trained, "trained"),
-                                           metrics(), "files", spread=claims.entry_spread(init)))
+    rows = by_id(
+        claims.hessian_claim_rows(
+            norms_of(init, "init"), norms_of(trained, "trained"), metrics(), "files", spread=claims.entry_spread(init)
+        )
+    )
     for key in ("values_larger_at_init", "every_block_grows", "vv_largest_trained", "keys_values_highest"):
         assert rows[key]["verdict"] == claims.REPRODUCED, rows[key]
     # the measured block-row RMS entry is sqrt(mean(H_row^2)), computed here directly
     v = slice(OFF[2], OFF[3])
     assert f"V {np.sqrt(np.mean(init[v, :] ** 2)):.2e}" in rows["values_larger_at_init"]["measured"]
     vv = trained[v, v]
-    assert f"V-V {np.sqrt(np.mean(vv ** 2)):.2e}" in rows["vv_largest_trained"]["measured"]
+    assert f"V-V {np.sqrt(np.mean(vv**2)):.2e}" in rows["vv_largest_trained"]["measured"]
     # entries span less than 2 decades here: heterogeneity not reproduced
     assert rows["hessian_heterogeneity"]["verdict"] == claims.NOT_REPRODUCED
     for r in rows.values():
@@ -82,15 +92,15 @@ def test_hessian_rows_reproduced_when_structure_as_in_paper():
 def test_hessian_rows_not_reproduced_when_structure_differs():
     init = dense(2, {("W_1", g): 5.0 for g in GROUPS})  # W_1 row dominates
     trained = dense(3, {("W_2", "W_2"): 50.0, ("W_1", "W_1"): 40.0})
-    trained[OFF[0]:OFF[1], OFF[0]:OFF[1]] = init[OFF[0]:OFF[1], OFF[0]:OFF[1]] * 0.5  # Q-Q shrinks
-    rows = by_id(claims.hessian_claim_rows(norms_of(init, "init"), norms_of(trained, "trained"),
-                                           metrics(), "files"))
+    trained[OFF[0] : OFF[1], OFF[0] : OFF[1]] = init[OFF[0] : OFF[1], OFF[0] : OFF[1]] * 0.5  # Q-Q shrinks
+    rows = by_id(claims.hessian_claim_rows(norms_of(init, "init"), norms_of(trained, "trained"), metrics(), "files"))
     for key in ("values_larger_at_init", "every_block_grows", "vv_largest_trained", "keys_values_highest"):
         assert rows[key]["verdict"] == claims.NOT_REPRODUCED, rows[key]
     grew = sum(
-        np.linalg.norm(trained[OFF[i]:OFF[i + 1], OFF[j]:OFF[j + 1]])
-        > np.linalg.norm(init[OFF[i]:OFF[i + 1], OFF[j]:OFF[j + 1]])
-        for i in range(5) for j in range(5)
+        np.linalg.norm(trained[OFF[i] : OFF[i + 1], OFF[j] : OFF[j + 1]])
+        > np.linalg.norm(init[OFF[i] : OFF[i + 1], OFF[j] : OFF[j + 1]])
+        for i in range(5)
+        for j in range(5)
     )
     assert grew < 25 and f"{grew}/25 blocks grew" in rows["every_block_grows"]["measured"]
     assert rows["hessian_heterogeneity"]["verdict"] == claims.NOT_TESTABLE  # no spread given
@@ -108,14 +118,16 @@ def test_entry_spread_and_heterogeneity_rule(seed, decades, zeros):
     assert spread["q99"] == pytest.approx(np.percentile(nz, 99))
     assert spread["zero_fraction"] == pytest.approx(zeros / H.size)
     init = dense(seed, {})
-    rows = by_id(claims.hessian_claim_rows(norms_of(init, "init"), norms_of(2 * init, "trained"),
-                                           metrics(), "f", spread=spread))
+    rows = by_id(
+        claims.hessian_claim_rows(norms_of(init, "init"), norms_of(2 * init, "trained"), metrics(), "f", spread=spread)
+    )
     expected = np.log10(spread["q99"] / spread["q01"]) >= 2
     assert rows["hessian_heterogeneity"]["verdict"] == claims.verdict(bool(expected))
 
 
-@pytest.mark.parametrize("acc, verdict", [(0.49, claims.NOT_REPRODUCED), (0.5, claims.NOT_REPRODUCED),
-                                          (0.51, claims.REPRODUCED)])
+@pytest.mark.parametrize(
+    "acc, verdict", [(0.49, claims.NOT_REPRODUCED), (0.5, claims.NOT_REPRODUCED), (0.51, claims.REPRODUCED)]
+)
 def test_training_rows(acc, verdict):
     rows = claims.training_claim_rows(metrics(acc), metrics(0.9, "cifar100"), "a.json", "b.json")
     assert rows[0]["verdict"] == verdict and rows[1]["verdict"] == claims.REPRODUCED
@@ -125,8 +137,7 @@ def test_training_rows(acc, verdict):
 @pytest.mark.parametrize("granularity", ["sample", "batch"])
 def test_landscape_rows_follow_the_result(granularity):
     losses = np.random.default_rng(7).exponential(size=800)
-    res = analyse_landscape(losses, n_orderings=8, seed=1, n_bootstrap=40, granularity=granularity,
-                            batch_size=10)
+    res = analyse_landscape(losses, n_orderings=8, seed=1, n_bootstrap=40, granularity=granularity, batch_size=10)
     cur = res["batch"] if granularity == "batch" else res
     rows = by_id(claims.landscape_claim_rows(res, metrics(), "landscape.json"))
     lo, hi = cur["slope_ci95"]
@@ -146,8 +157,16 @@ def test_landscape_rows_follow_the_result(granularity):
 
 
 def _dummy_provider(result):
-    return [{"id": "dummy", "claim": "q", "source": "App. A.2", "measured": str(result["x"]),
-             "verdict": claims.verdict(result["x"] > 0), "evidence": "dummy.json"}]
+    return [
+        {
+            "id": "dummy",
+            "claim": "q",
+            "source": "App. A.2",
+            "measured": str(result["x"]),
+            "verdict": claims.verdict(result["x"] > 0),
+            "evidence": "dummy.json",
+        }
+    ]
 
 
 def test_collect_validates_and_takes_provider_rows(monkeypatch):
@@ -180,9 +199,16 @@ def test_readme_section_matches_the_committed_snapshot():
         "README's claims section is stale: run `transformer-hessian claims-readme --claims docs/claims_default.json`"
     )
     ids = [r["id"] for r in doc["claims"]]
-    assert {"values_larger_at_init", "every_block_grows", "vv_largest_trained", "keys_values_highest",
-            "accuracy_hessian_model", "accuracy_landscape_model", "fig6_slope",
-            "theorem7_bound_at_wstar"} <= set(ids)
+    assert {
+        "values_larger_at_init",
+        "every_block_grows",
+        "vv_largest_trained",
+        "keys_values_highest",
+        "accuracy_hessian_model",
+        "accuracy_landscape_model",
+        "fig6_slope",
+        "theorem7_bound_at_wstar",
+    } <= set(ids)
     # the section changes with the rows, and a README without markers is refused
     changed = claims.update_readme(readme, doc["claims"][:1])
     assert changed != readme and ids[1] not in changed.split(claims.README_START)[1].split(claims.README_END)[0]

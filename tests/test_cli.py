@@ -6,20 +6,36 @@ import sys
 
 import pytest
 import torch
-
 from conftest import tiny_spec
+
 from transformer_hessian.checks import closed_form_check, gauss_newton, saved_hessian_check
 from transformer_hessian.hessian import compute_hessian, fixed_batch, group_layout
 from transformer_hessian.theory import model_loss_hessian_parts
 from transformer_hessian.train import load_experiment_data, load_model, train
 
-COMMANDS = ["download", "train", "hessian", "theory", "landscape", "tables", "summary", "bench", "claims",
-            "claims-readme", "registry", "dynamics", "table1", "probe", "bounds"]
+COMMANDS = [
+    "download",
+    "train",
+    "hessian",
+    "theory",
+    "landscape",
+    "tables",
+    "summary",
+    "bench",
+    "claims",
+    "claims-readme",
+    "registry",
+    "dynamics",
+    "table1",
+    "probe",
+    "bounds",
+]
 
 
 def _cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "transformer_hessian", *args], capture_output=True, text=True,
-                          env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "transformer_hessian", *args], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -29,11 +45,20 @@ def test_every_command_has_help(command):
 
 
 def test_unreachable_download_fails_with_one_clear_message(tmp_path):
-    proc = _cli("download", "--dataset", "mnist", "--mirror", "http://127.0.0.1:9/",
-                "--manifest", str(tmp_path / "data/mnist/manifest.json"))
+    proc = _cli(
+        "download",
+        "--dataset",
+        "mnist",
+        "--mirror",
+        "http://127.0.0.1:9/",
+        "--manifest",
+        str(tmp_path / "data/mnist/manifest.json"),
+    )
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
-    assert "mnist" in proc.stderr and "http://127.0.0.1:9/" in proc.stderr and str(tmp_path / "data/mnist") in proc.stderr
+    assert (
+        "mnist" in proc.stderr and "http://127.0.0.1:9/" in proc.stderr and str(tmp_path / "data/mnist") in proc.stderr
+    )
     assert not (tmp_path / "data/mnist/manifest.json").exists()
 
 
@@ -54,9 +79,20 @@ def test_closed_form_check_passes_and_gate_fails_on_tiny_tolerance(tiny_run):
     assert res["passed"] and res["max_rel_error"] < 1e-12 and len(res["blocks"]) == 25
     assert all(0 <= b["functional_share"] <= 1 for b in res["blocks"])
 
-    base = ["--checkpoint", str(root / "run/checkpoints/final.pt"), "--stage", "trained",
-            "--spec", json.dumps(spec), "--hessian", json.dumps(hess), "--data-root", str(root / "data"),
-            "--device", "cpu"]
+    base = [
+        "--checkpoint",
+        str(root / "run/checkpoints/final.pt"),
+        "--stage",
+        "trained",
+        "--spec",
+        json.dumps(spec),
+        "--hessian",
+        json.dumps(hess),
+        "--data-root",
+        str(root / "data"),
+        "--device",
+        "cpu",
+    ]
     made = _cli("hessian", *base, "--out-npz", str(root / "H.npz"), "--out-norms", str(root / "H.json"))
     assert made.returncode == 0, made.stderr
     args = ["theory", *base, "--hessian-npz", str(root / "H.npz"), "--norms", str(root / "H.json"), "--probes", "3"]
@@ -73,8 +109,10 @@ def test_closed_form_check_passes_and_gate_fails_on_tiny_tolerance(tiny_run):
 
 def test_help_imports_no_heavy_library():
     # `--help` must answer instantly: the command line defers torch/numpy to the command that runs.
-    code = ("import sys; from transformer_hessian.cli import build_parser; build_parser(); "
-            "print(sorted(m for m in ('torch', 'numpy', 'pandas', 'matplotlib') if m in sys.modules))")
+    code = (
+        "import sys; from transformer_hessian.cli import build_parser; build_parser(); "
+        "print(sorted(m for m in ('torch', 'numpy', 'pandas', 'matplotlib') if m in sys.modules))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"

@@ -83,8 +83,22 @@ def test_snakemake_stops_before_any_job(default, root, tmp_path, env, key, value
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(cfg))
     proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "--snakefile", str(root / "Snakefile"), "--directory", str(tmp_path),
-         "--configfile", str(path)], capture_output=True, text=True, env=env, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "--snakefile",
+            str(root / "Snakefile"),
+            "--directory",
+            str(tmp_path),
+            "--configfile",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert proc.returncode != 0
     assert key in proc.stdout + proc.stderr
@@ -93,13 +107,33 @@ def test_snakemake_stops_before_any_job(default, root, tmp_path, env, key, value
 
 def test_paper_config_dry_run_builds_dag(root, tmp_path, env):
     proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "--snakefile", str(root / "Snakefile"), "--directory", str(tmp_path),
-         "--configfile", str(root / "config/paper.yaml")], capture_output=True, text=True, env=env, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "--snakefile",
+            str(root / "Snakefile"),
+            "--directory",
+            str(tmp_path),
+            "--configfile",
+            str(root / "config/paper.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout + proc.stderr
-    for needle in ("results/data/mnist/manifest.json", "results/data/cifar100/manifest.json",
-                   "results/hessian_mnist/hessian/init.npz", "results/landscape_cifar100/landscape/landscape.json",
-                   "paper/summary.json", "results/hessian_mnist/dynamics/dynamics.npz", "paper/figures/fig10.pdf",
-                   "paper/tables/table1.md"):
+    for needle in (
+        "results/data/mnist/manifest.json",
+        "results/data/cifar100/manifest.json",
+        "results/hessian_mnist/hessian/init.npz",
+        "results/landscape_cifar100/landscape/landscape.json",
+        "paper/summary.json",
+        "results/hessian_mnist/dynamics/dynamics.npz",
+        "paper/figures/fig10.pdf",
+        "paper/tables/table1.md",
+    ):
         assert needle in out

@@ -294,12 +294,16 @@ def gz(b: bytes) -> bytes:
 
 def test_mnist_download_and_load_fabricated_idx_files(server, tmp_path):
     rng = np.random.default_rng(1)
-    split = {"train": (rng.integers(0, 256, (30, 28, 28)), rng.integers(0, 10, 30)),
-             "t10k": (rng.integers(0, 256, (12, 28, 28)), rng.integers(0, 10, 12))}
+    split = {
+        "train": (rng.integers(0, 256, (30, 28, 28)), rng.integers(0, 10, 30)),
+        "t10k": (rng.integers(0, 256, (12, 28, 28)), rng.integers(0, 10, 12)),
+    }
     resources = []
     for prefix, (x, y) in split.items():
-        for fname, body in ((f"{prefix}-images-idx3-ubyte.gz", gz(idx_images(x))),
-                            (f"{prefix}-labels-idx1-ubyte.gz", gz(idx_labels(y)))):
+        for fname, body in (
+            (f"{prefix}-images-idx3-ubyte.gz", gz(idx_images(x))),
+            (f"{prefix}-labels-idx1-ubyte.gz", gz(idx_labels(y))),
+        ):
             server.add(f"/mnist-mirror/{fname}", body)
             resources.append((fname, md5(body)))
 
@@ -345,8 +349,10 @@ def cifar_tarball(rng, n_train: int, n_test: int):
             "coarse_labels": rng.integers(0, 20, n).tolist(),
             "data": rng.integers(0, 256, (n, 3072)).astype(np.uint8),
         }
-    meta = {"fine_label_names": [f"class_{i}" for i in range(100)],
-            "coarse_label_names": [f"super_{i}" for i in range(20)]}
+    meta = {
+        "fine_label_names": [f"class_{i}" for i in range(100)],
+        "coarse_label_names": [f"super_{i}" for i in range(20)],
+    }
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for name, obj in (("train", batches["train"]), ("test", batches["test"]), ("meta", meta)):

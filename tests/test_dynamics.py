@@ -3,11 +3,15 @@
 import numpy as np
 import pytest
 import torch
-
 from conftest import tiny_spec
+
 from transformer_hessian import GROUPS
 from transformer_hessian.dynamics import (
-    check_against_saved, heatmap_indices, record_dynamics, replay, snapshot_steps,
+    check_against_saved,
+    heatmap_indices,
+    record_dynamics,
+    replay,
+    snapshot_steps,
 )
 from transformer_hessian.hessian import compute_hessian, fixed_batch
 from transformer_hessian.hessian_groups import ALL_GROUPS, hessian_all_groups, layout
@@ -50,8 +54,16 @@ def test_replay_equals_the_real_trajectory(run):
     assert any(not torch.equal(seen[4][k], seen[5][k]) for k in seen[5])
     # Past the end of the run the replay is capped and ends on the final weights.
     last = {}
-    info = replay(spec, root / "data", ck / "init.pt", 99, lambda s, m, _: last.update(step=s, state=m.state_dict()),
-                  every=50, device="cpu", checkpoint_dir=ck)
+    info = replay(
+        spec,
+        root / "data",
+        ck / "init.pt",
+        99,
+        lambda s, m, _: last.update(step=s, state=m.state_dict()),
+        every=50,
+        device="cpu",
+        checkpoint_dir=ck,
+    )
     assert info["capped"] and info["steps"] == last["step"] == 10
     assert [c["identical"] for c in info["epoch_checks"]] == [True, True]
     final = _state(ck / "final.pt")
@@ -62,8 +74,15 @@ def test_record_dynamics_contents(run):
     root, spec = run
     ck = root / "run" / "checkpoints"
     hcfg = {"block": 0, "batch_size": 8, "seed": 0}
-    arrays, summary, H0 = record_dynamics(spec, root / "data", ck / "init.pt", hcfg,
-                                          {"steps": 6, "every": 5, "heatmaps": 2}, device="cpu", checkpoint_dir=ck)
+    arrays, summary, H0 = record_dynamics(
+        spec,
+        root / "data",
+        ck / "init.pt",
+        hcfg,
+        {"steps": 6, "every": 5, "heatmaps": 2},
+        device="cpu",
+        checkpoint_dir=ck,
+    )
     assert arrays["steps"].tolist() == [0, 5, 6] and arrays["heat_steps"].tolist() == [0, 6]
     assert summary["epoch_checks"] == [{"epoch": 1, "identical": True}]
     n = 3
@@ -83,7 +102,7 @@ def test_record_dynamics_contents(run):
     _, _, off = layout(model, 0)
     for i in range(9):
         for j in range(9):
-            blk = H[off[i]:off[i + 1], off[j]:off[j + 1]].numpy()
+            blk = H[off[i] : off[i + 1], off[j] : off[j + 1]].numpy()
             assert arrays["hessian_norms"][1, 0, i, j] == pytest.approx(np.linalg.norm(blk), rel=1e-9, abs=1e-300)
             assert arrays["hessian_norms"][1, 1, i, j] == pytest.approx(np.linalg.norm(blk, 2), rel=1e-9, abs=1e-300)
     assert arrays["hdiag_W_V"].shape == (2, 36, 36) and arrays["hdiag_LN"].shape == (2, 24, 24)

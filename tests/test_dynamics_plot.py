@@ -16,8 +16,13 @@ def _fake(d=4, dk=3, dff=5, steps=(0, 2, 4), heat=(0, 4), seed=0):
     rng = np.random.default_rng(seed)
     shapes = {"W_Q": (d, dk), "W_K": (d, dk), "W_V": (d, d), "W_1": (d, dff), "W_2": (dff, d)}
     n, k = len(steps), len(heat)
-    data = {"steps": np.array(steps), "heat_steps": np.array(heat), "names": list(ALL_GROUPS),
-            "weight_norms": rng.uniform(0.5, 2, (n, 2, 9)), "hessian_norms": rng.uniform(1e-6, 1, (n, 3, 9, 9))}
+    data = {
+        "steps": np.array(steps),
+        "heat_steps": np.array(heat),
+        "names": list(ALL_GROUPS),
+        "weight_norms": rng.uniform(0.5, 2, (n, 2, 9)),
+        "hessian_norms": rng.uniform(1e-6, 1, (n, 3, 9, 9)),
+    }
     for g in ALL_GROUPS:
         data[f"weights_{g}"] = rng.standard_normal((n, *shapes.get(g, (d,)))).astype(np.float32)
     for g, s in shapes.items():
@@ -25,8 +30,12 @@ def _fake(d=4, dk=3, dff=5, steps=(0, 2, 4), heat=(0, 4), seed=0):
         data[f"hdiag_{g}"] = rng.standard_normal((k, p, p)).astype(np.float32)
     data["hdiag_LN"] = rng.standard_normal((k, 4 * d, 4 * d)).astype(np.float32)
     data["hdiag_LN"][:, 0, :] = 0.0  # exact zeros get their own colour
-    summary = {"steps": list(steps), "batch_size": 8, "dataset": "digits",
-               "model": {"depth": 1, "width": d, "d_ff": dff, "patch_size": 2}}
+    summary = {
+        "steps": list(steps),
+        "batch_size": 8,
+        "dataset": "digits",
+        "model": {"depth": 1, "width": d, "d_ff": dff, "patch_size": 2},
+    }
     return data, summary
 
 

@@ -40,9 +40,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-
 from conftest import tiny_spec
 from test_workflow import TINY
+
 from transformer_hessian.config import ConfigError, load_schema, validate_config
 from transformer_hessian.data import DataError, download
 from transformer_hessian.model import ModelConfig, ViT, count_parameters
@@ -246,9 +246,12 @@ def dry_run_in_process(configfile: Path, workdir: Path) -> tuple[bool, str]:
 
     try:
         with SnakemakeApi(OutputSettings(quiet={Quietness.ALL})) as api:
-            wf = api.workflow(resource_settings=ResourceSettings(cores=1),
-                              config_settings=ConfigSettings(configfiles=[configfile]),
-                              snakefile=ROOT / "Snakefile", workdir=workdir)
+            wf = api.workflow(
+                resource_settings=ResourceSettings(cores=1),
+                config_settings=ConfigSettings(configfiles=[configfile]),
+                snakefile=ROOT / "Snakefile",
+                workdir=workdir,
+            )
             wf.dag().execute_workflow(executor="dryrun")
     except SystemExit as err:
         return False, str(err.code)
@@ -258,9 +261,14 @@ def dry_run_in_process(configfile: Path, workdir: Path) -> tuple[bool, str]:
 
 
 def _snakemake(args, cwd: Path, env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"),
-                           "--directory", str(cwd), *args], capture_output=True, text=True, env=env,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(cwd), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def _names_key(message: str, key: str) -> bool:
@@ -305,8 +313,15 @@ def test_good_configs_still_pass(tmp_path):
         os.chdir(cwd)
 
 
-SAMPLE = ["width 16.0", "lr .nan", "duplicate nested key", "hessian.experiment 2 blocks", "mirror not a url",
-          "180k-parameter dense Hessian", "width 10^6 (training memory)"]
+SAMPLE = [
+    "width 16.0",
+    "lr .nan",
+    "duplicate nested key",
+    "hessian.experiment 2 blocks",
+    "mirror not a url",
+    "180k-parameter dense Hessian",
+    "width 10^6 (training memory)",
+]
 
 
 def test_bad_configs_through_the_snakemake_command(tmp_path, env):
@@ -364,8 +379,14 @@ def test_training_memory_estimate_counts_parameters_exactly():
         ds = rng.choice(sorted(DATASET_SHAPES))
         side, channels, classes = DATASET_SHAPES[ds]
         p = rng.choice([q for q in (1, 2, 4, 7, 8) if side % q == 0])
-        m = {"patch_size": p, "width": rng.randint(1, 9), "depth": rng.randint(1, 3), "d_k": rng.randint(1, 7),
-             "d_ff": rng.randint(1, 11), "ffn_bias": rng.random() < 0.5}
+        m = {
+            "patch_size": p,
+            "width": rng.randint(1, 9),
+            "depth": rng.randint(1, 3),
+            "d_k": rng.randint(1, 7),
+            "d_ff": rng.randint(1, 11),
+            "ffn_bias": rng.random() < 0.5,
+        }
         n = count_parameters(ViT(ModelConfig(image_size=side, channels=channels, num_classes=classes, **m)))
         assert training_bytes_estimate({"dataset": ds, "model": m}) == 16 * n
         blk = ViT(ModelConfig(image_size=side, channels=channels, num_classes=classes, **m)).group_params(0)
@@ -383,12 +404,27 @@ with open(os.environ["STUB_LOG"], "a") as fh:
 
 def hostile_strings(marker: Path) -> list[str]:
     m = str(marker)
-    plain = [f"$(touch {m})", f"`touch {m}`", f"x; touch {m}", f"x' ; touch {m} ; echo '", f'x" ; touch {m} ; echo "',
-             f"x | touch {m}", f"x && touch {m} #", f"dir with spaces/$(touch {m})/it's", f"x\ntouch {m}",
-             f"x > {m}", f"$'\\x41' ${{IFS}}; touch {m}"]
-    urlish = [f"http://127.0.0.1:9/$(touch${{IFS}}{m})", f"http://127.0.0.1:9/;touch${{IFS}}{m};",
-              f"http://127.0.0.1:9/'$(touch${{IFS}}{m})'", f"http://127.0.0.1:9/`touch${{IFS}}{m}`",
-              f'http://127.0.0.1:9/"&&touch${{IFS}}{m}&&"', f"http://127.0.0.1:9/a|touch${{IFS}}{m}"]
+    plain = [
+        f"$(touch {m})",
+        f"`touch {m}`",
+        f"x; touch {m}",
+        f"x' ; touch {m} ; echo '",
+        f'x" ; touch {m} ; echo "',
+        f"x | touch {m}",
+        f"x && touch {m} #",
+        f"dir with spaces/$(touch {m})/it's",
+        f"x\ntouch {m}",
+        f"x > {m}",
+        f"$'\\x41' ${{IFS}}; touch {m}",
+    ]
+    urlish = [
+        f"http://127.0.0.1:9/$(touch${{IFS}}{m})",
+        f"http://127.0.0.1:9/;touch${{IFS}}{m};",
+        f"http://127.0.0.1:9/'$(touch${{IFS}}{m})'",
+        f"http://127.0.0.1:9/`touch${{IFS}}{m}`",
+        f'http://127.0.0.1:9/"&&touch${{IFS}}{m}&&"',
+        f"http://127.0.0.1:9/a|touch${{IFS}}{m}",
+    ]
     return plain + urlish
 
 
@@ -396,7 +432,7 @@ def _shell_commands(text: str) -> list[str]:
     cmds, cur = [], None
     for line in text.splitlines():
         if line.startswith("Shell command: "):
-            cur = [line[len("Shell command: "):]]
+            cur = [line[len("Shell command: ") :]]
             cmds.append(cur)
         elif cur is not None:
             if not line.strip():
@@ -421,8 +457,11 @@ def test_hostile_strings_in_every_string_key_never_reach_a_shell(tmp_path, env):
         (stubs / name).write_text(STUB.format(python=sys.executable))
         (stubs / name).chmod(0o755)
     base = tiny_config()
-    keys = [(p, leaf) for p, leaf in schema_leaves(load_schema(), base)
-            if "string" in ([leaf.get("type")] if isinstance(leaf.get("type"), str) else leaf.get("type", []))]
+    keys = [
+        (p, leaf)
+        for p, leaf in schema_leaves(load_schema(), base)
+        if "string" in ([leaf.get("type")] if isinstance(leaf.get("type"), str) else leaf.get("type", []))
+    ]
     assert {"data.root", "data.mirror", "device", "hessian.experiment"} <= {".".join(p) for p, _ in keys}
     accepted, rejected, total = [], 0, 0
     for path, _leaf in keys:
@@ -471,8 +510,11 @@ def test_hostile_strings_in_every_string_key_never_reach_a_shell(tmp_path, env):
                 assert intact, (key, value, argv[:20])
     assert not marker.exists()
     _count("hostile strings rejected by validation", rejected, total)
-    _count("hostile strings accepted, run through every rule's shell command (stubbed), marker absent",
-           len(accepted), total - rejected)
+    _count(
+        "hostile strings accepted, run through every rule's shell command (stubbed), marker absent",
+        len(accepted),
+        total - rejected,
+    )
     _count("accepted hostile strings that reached a command as one intact argument", reached, len(accepted))
     assert len(accepted) >= 10  # paths with spaces, quotes and $(...) are legal data roots and mirrors
 
@@ -485,8 +527,9 @@ def test_hostile_root_and_mirror_real_download_job(tmp_path, env):
     cfg["data"]["mirror"] = f"http://127.0.0.1:9/$(touch${{IFS}}{marker})'\"`;touch${{IFS}}{marker}`"
     _write_config(cfg, tmp_path / "hostile.yaml")
     target = f"{cfg['data']['root']}/digits/manifest.json"
-    proc = _snakemake(["--cores", "1", target, "--configfile", str(tmp_path / "hostile.yaml")], tmp_path, env,
-                      timeout=300)
+    proc = _snakemake(
+        ["--cores", "1", target, "--configfile", str(tmp_path / "hostile.yaml")], tmp_path, env, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not marker.exists()
     assert json.loads((tmp_path / target).read_text())["dataset"] == "digits"
@@ -600,8 +643,9 @@ def _free_port() -> int:
 
 
 def _dead_pid() -> int:
-    p = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                       check=True)
+    p = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
     return int(p.stdout)
 
 
@@ -613,10 +657,15 @@ def test_download_faults_leave_nothing_and_end_in_bounded_time(server, tmp_path)
     md5 = hashlib.md5(server.body, usedforsecurity=False).hexdigest()
     res = [("blob.bin", md5)]
     faults = {
-        "404": f"{server.base}/404/", "500": f"{server.base}/500/", "truncated": f"{server.base}/truncated/",
-        "wrong checksum": f"{server.base}/wrongmd5/", "hanging server": f"{server.base}/hang/",
-        "one byte every 0.25 s": f"{server.base}/trickle/", "connection closed": f"{server.base}/close/",
-        "connection refused": f"http://127.0.0.1:{_free_port()}/", "html instead of data": f"{server.base}/html/",
+        "404": f"{server.base}/404/",
+        "500": f"{server.base}/500/",
+        "truncated": f"{server.base}/truncated/",
+        "wrong checksum": f"{server.base}/wrongmd5/",
+        "hanging server": f"{server.base}/hang/",
+        "one byte every 0.25 s": f"{server.base}/trickle/",
+        "connection closed": f"{server.base}/close/",
+        "connection refused": f"http://127.0.0.1:{_free_port()}/",
+        "html instead of data": f"{server.base}/html/",
     }
     handled = 0
     for i, (label, mirror) in enumerate(faults.items()):
@@ -656,9 +705,11 @@ def test_download_faults_leave_nothing_and_end_in_bounded_time(server, tmp_path)
 
 def test_download_killed_mid_transfer_then_rerun_cleans_up(server, tmp_path, env):
     md5 = hashlib.md5(server.body, usedforsecurity=False).hexdigest()
-    code = ("from transformer_hessian.data import download\n"
-            f"download('mnist', {str(tmp_path)!r}, mirror={server.base + '/trickle/'!r}, "
-            f"resources=[('blob.bin', {md5!r})], timeout=5, deadline=60)\n")
+    code = (
+        "from transformer_hessian.data import download\n"
+        f"download('mnist', {str(tmp_path)!r}, mirror={server.base + '/trickle/'!r}, "
+        f"resources=[('blob.bin', {md5!r})], timeout=5, deadline=60)\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     folder = tmp_path / "mnist"
     t0 = time.monotonic()
@@ -781,32 +832,102 @@ def test_expected_errors_print_one_message_and_no_traceback(reference_run, tmp_p
     common = ["--data-root", str(root / "data")]
 
     def hessian(ckpt, spec_=spec, device="cpu"):
-        return ["hessian", "--checkpoint", str(ckpt), "--stage", "trained", "--spec", json.dumps(spec_), "--hessian",
-                hess, *common, "--device", device, "--out-npz", str(tmp_path / "h.npz"), "--out-norms",
-                str(tmp_path / "h.json")]
+        return [
+            "hessian",
+            "--checkpoint",
+            str(ckpt),
+            "--stage",
+            "trained",
+            "--spec",
+            json.dumps(spec_),
+            "--hessian",
+            hess,
+            *common,
+            "--device",
+            device,
+            "--out-npz",
+            str(tmp_path / "h.npz"),
+            "--out-norms",
+            str(tmp_path / "h.json"),
+        ]
 
     cases = {
         "device cuda without CUDA": (hessian(final, device=no_cuda), ["device"]),
-        "train on cuda without CUDA": (["train", "--experiment", "t", "--spec", json.dumps(spec), *common, "--out",
-                                        str(tmp_path / "o1"), "--device", no_cuda], ["device"]),
-        "width 10^6": (["train", "--experiment", "huge", "--spec", json.dumps(huge), *common, "--out",
-                        str(tmp_path / "o2"), "--device", "cpu"], ["experiments.huge.model", "width"]),
+        "train on cuda without CUDA": (
+            [
+                "train",
+                "--experiment",
+                "t",
+                "--spec",
+                json.dumps(spec),
+                *common,
+                "--out",
+                str(tmp_path / "o1"),
+                "--device",
+                no_cuda,
+            ],
+            ["device"],
+        ),
+        "width 10^6": (
+            [
+                "train",
+                "--experiment",
+                "huge",
+                "--spec",
+                json.dumps(huge),
+                *common,
+                "--out",
+                str(tmp_path / "o2"),
+                "--device",
+                "cpu",
+            ],
+            ["experiments.huge.model", "width"],
+        ),
         "180k-parameter dense Hessian": (hessian(final, spec_=big), ["hessian.experiment", "width"]),
         "pickled code in a checkpoint": (hessian(evil), [str(evil), "cannot be loaded safely"]),
         "truncated checkpoint": (hessian(damaged / "final.pt"), [str(damaged / "final.pt"), "sha256 mismatch"]),
         "missing checkpoint": (hessian(tmp_path / "nope.pt"), [str(tmp_path / "nope.pt"), "missing"]),
-        "mirror not a url": (["download", "--dataset", "mnist", "--mirror", "not a url", "--manifest",
-                              str(tmp_path / "d/mnist/manifest.json")], ["data.mirror"]),
-        "mnist not in place, offline": (["train", "--experiment", "m", "--spec",
-                                         json.dumps({**spec, "dataset": "mnist"}), "--data-root",
-                                         str(tmp_path / "nodata"), "--out", str(tmp_path / "o3"), "--device", "cpu"],
-                                        ["mnist", str(tmp_path / "nodata")]),
+        "mirror not a url": (
+            [
+                "download",
+                "--dataset",
+                "mnist",
+                "--mirror",
+                "not a url",
+                "--manifest",
+                str(tmp_path / "d/mnist/manifest.json"),
+            ],
+            ["data.mirror"],
+        ),
+        "mnist not in place, offline": (
+            [
+                "train",
+                "--experiment",
+                "m",
+                "--spec",
+                json.dumps({**spec, "dataset": "mnist"}),
+                "--data-root",
+                str(tmp_path / "nodata"),
+                "--out",
+                str(tmp_path / "o3"),
+                "--device",
+                "cpu",
+            ],
+            ["mnist", str(tmp_path / "nodata")],
+        ),
     }
 
     def one(item):
         label, (args, needles) = item
-        proc = subprocess.run([sys.executable, "-m", "transformer_hessian", *args], capture_output=True, text=True,
-                              env=env, timeout=300, cwd=tmp_path, check=False)
+        proc = subprocess.run(
+            [sys.executable, "-m", "transformer_hessian", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            cwd=tmp_path,
+            check=False,
+        )
         return label, needles, proc
 
     clean = 0
@@ -847,10 +968,22 @@ def _kill_tree(proc: subprocess.Popen) -> None:
 
 def _make_reproduce(work: Path, env: dict, extra: str = "", **popen) -> subprocess.Popen:
     venv = Path(sys.executable).parent.parent
-    args = (f"--snakefile {shlex.quote(str(ROOT / 'Snakefile'))} --directory {shlex.quote(str(work))} {extra} "
-            f"--configfile {shlex.quote(str(work / 'tiny.yaml'))}")
-    cmd = ["make", "--no-print-directory", "-C", str(ROOT), "-o", str(venv / ".installed"), f"VENV={venv}",
-           f"BIN={venv / 'bin'}", "reproduce", f"SNAKEMAKE_ARGS={args}"]
+    args = (
+        f"--snakefile {shlex.quote(str(ROOT / 'Snakefile'))} --directory {shlex.quote(str(work))} {extra} "
+        f"--configfile {shlex.quote(str(work / 'tiny.yaml'))}"
+    )
+    cmd = [
+        "make",
+        "--no-print-directory",
+        "-C",
+        str(ROOT),
+        "-o",
+        str(venv / ".installed"),
+        f"VENV={venv}",
+        f"BIN={venv / 'bin'}",
+        "reproduce",
+        f"SNAKEMAKE_ARGS={args}",
+    ]
     return subprocess.Popen(cmd, env=env, start_new_session=True, text=True, **popen)
 
 
@@ -927,9 +1060,25 @@ def test_kill_at_random_moment_of_each_rule_then_make_reproduce(tmp_path, env):
         while "rule train" not in final_log.read_text() and proc.poll() is None and time.monotonic() - t0 < 600:
             time.sleep(0.05)
         second = _make_reproduce(work, env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        plain = subprocess.Popen([sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"),
-                                  "--directory", str(work), "--cores", "1", "--configfile", str(work / "tiny.yaml")],
-                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        plain = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "snakemake",
+                "--snakefile",
+                str(ROOT / "Snakefile"),
+                "--directory",
+                str(work),
+                "--cores",
+                "1",
+                "--configfile",
+                str(work / "tiny.yaml"),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         out2 = second.communicate(timeout=300)[0]
         out3 = plain.communicate(timeout=300)[0]
         rc = proc.wait(timeout=900)
@@ -950,8 +1099,10 @@ def test_kill_at_random_moment_of_each_rule_then_make_reproduce(tmp_path, env):
     assert "final.pt is damaged" in text
     after = torch.load(final_pt, weights_only=True)["model"]
     assert all(torch.equal(before[k], after[k]) for k in before)
-    assert json.loads((work / "results/landscape_tiny/landscape/landscape.json").read_text())["slope"] == \
-        s["landscape"]["slope"]
+    assert (
+        json.loads((work / "results/landscape_tiny/landscape/landscape.json").read_text())["slope"]
+        == s["landscape"]["slope"]
+    )
     _count("damaged final checkpoint recovered by `make reproduce`", 1, 1)
     assert second.returncode != 0 and "another guarded run" in out2, out2[-2000:]
     assert plain.returncode != 0 and "cannot be locked" in out3, out3[-2000:]

@@ -8,15 +8,30 @@ from torch.func import functional_call
 
 from transformer_hessian import GROUPS
 from transformer_hessian.hessian import (
-    block_norms, compute_hessian, fixed_batch, group_layout, hessian_curvlinops, hessian_vmap, weight_norms,
+    block_norms,
+    compute_hessian,
+    fixed_batch,
+    group_layout,
+    hessian_curvlinops,
+    hessian_vmap,
+    weight_norms,
 )
 from transformer_hessian.model import ModelConfig, ViT
 
 
 def _model(depth=1, width=5, d_k=3, d_ff=7, bias=False, seed=0):
     torch.manual_seed(seed)
-    cfg = ModelConfig(image_size=4, channels=1, num_classes=3, patch_size=2, width=width, depth=depth,
-                      d_k=d_k, d_ff=d_ff, ffn_bias=bias)
+    cfg = ModelConfig(
+        image_size=4,
+        channels=1,
+        num_classes=3,
+        patch_size=2,
+        width=width,
+        depth=depth,
+        d_k=d_k,
+        d_ff=d_ff,
+        ffn_bias=bias,
+    )
     model = ViT(cfg).double()
     x = torch.randn(6, 1, 4, 4, dtype=torch.float64)
     y = torch.randint(0, 3, (6,))
@@ -68,7 +83,7 @@ def test_layout_and_norms_against_numpy():
     assert len(rows) == 25
     for r in rows:
         i, j = names.index(r["row"]), names.index(r["col"])
-        blk = H[off[i]:off[i + 1], off[j]:off[j + 1]]
+        blk = H[off[i] : off[i + 1], off[j] : off[j + 1]]
         assert r["fro"] == pytest.approx(np.linalg.norm(blk, "fro"))
         assert r["spectral"] == pytest.approx(np.linalg.svd(blk, compute_uv=False)[0])
         assert r["max_abs"] == pytest.approx(np.abs(blk).max())

@@ -18,15 +18,30 @@ from torch.func import functional_call
 from transformer_hessian import GROUPS
 from transformer_hessian.hessian import block_norms
 from transformer_hessian.hessian_groups import (
-    ALL_GROUPS, LN_GROUPS, hessian_all_groups, hessian_columns, layout, symmetric_block_norms, weight_norms_all,
+    ALL_GROUPS,
+    LN_GROUPS,
+    hessian_all_groups,
+    hessian_columns,
+    layout,
+    symmetric_block_norms,
+    weight_norms_all,
 )
 from transformer_hessian.model import ModelConfig, ViT
 
 
 def _setup(width, d_k, d_ff, depth, bias, batch, seed):
     torch.manual_seed(seed)
-    cfg = ModelConfig(image_size=4, channels=1, num_classes=3, patch_size=2, width=width, depth=depth,
-                      d_k=d_k, d_ff=d_ff, ffn_bias=bias)
+    cfg = ModelConfig(
+        image_size=4,
+        channels=1,
+        num_classes=3,
+        patch_size=2,
+        width=width,
+        depth=depth,
+        d_k=d_k,
+        d_ff=d_ff,
+        ffn_bias=bias,
+    )
     model = ViT(cfg).double()
     # Non-trivial LayerNorm parameters (at init gamma = 1, beta = 0).
     with torch.no_grad():
@@ -59,10 +74,22 @@ def _reference(model, block, x, y, groups=ALL_GROUPS):
     return torch.autograd.functional.hessian(loss, w)
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow],
-          phases=(Phase.explicit, Phase.reuse, Phase.generate))
-@given(width=st.integers(2, 6), d_k=st.integers(1, 5), d_ff=st.integers(1, 7), depth=st.integers(1, 2),
-       bias=st.booleans(), batch=st.integers(1, 5), seed=st.integers(0, 10_000), data=st.data())
+@settings(
+    max_examples=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    phases=(Phase.explicit, Phase.reuse, Phase.generate),
+)
+@given(
+    width=st.integers(2, 6),
+    d_k=st.integers(1, 5),
+    d_ff=st.integers(1, 7),
+    depth=st.integers(1, 2),
+    bias=st.booleans(),
+    batch=st.integers(1, 5),
+    seed=st.integers(0, 10_000),
+    data=st.data(),
+)
 def test_all_group_hessian_matches_torch_func(width, d_k, d_ff, depth, bias, batch, seed, data):
     model, x, y = _setup(width, d_k, d_ff, depth, bias, batch, seed)
     block = data.draw(st.integers(0, depth - 1))
@@ -76,7 +103,7 @@ def test_all_group_hessian_matches_torch_func(width, d_k, d_ff, depth, bias, bat
         assert torch.equal(H, H.T)
     # The LayerNorm blocks are not all zero (the test would be vacuous otherwise).
     _, _, off = layout(model, block)
-    assert ref[off[5]:, :].abs().max() > 1e-6 * scale
+    assert ref[off[5] :, :].abs().max() > 1e-6 * scale
     # Central finite differences of the gradient along two LayerNorm coordinates.
     loss, w = _flat_loss(model, block, x, y, ALL_GROUPS)
     g = torch.func.grad(loss)

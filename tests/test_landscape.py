@@ -20,9 +20,9 @@ from transformer_hessian.landscape import (
     analyse_landscape,
     batch_loss_differences,
     bootstrap_slope_ci,
-    log_binned_median,
     ema,
     fit_loglog_slope,
+    log_binned_median,
     loss_differences,
     orderings,
     thin_indices,
@@ -110,9 +110,7 @@ def test_bad_losses_raise_clear_errors(bad, match):
     losses=hnp.arrays(
         np.float64,
         st.integers(2, 60),
-        elements=st.floats(
-            0.0, 1e6, allow_nan=False, allow_infinity=False, allow_subnormal=False
-        ),
+        elements=st.floats(0.0, 1e6, allow_nan=False, allow_infinity=False, allow_subnormal=False),
     ),
     seed=st.integers(0, 2**31 - 1),
 )
@@ -255,16 +253,27 @@ def test_bootstrap_deterministic_with_seed():
 
 
 EXPECTED_KEYS = {
-    "n_samples", "n_orderings", "ema_factor", "k", "D_mean", "D_ema", "slope", "intercept",
-    "slope_ci95", "fit_k_min", "fit_k_max", "loss_mean", "loss_max", "theorem7_bound_2L",
+    "n_samples",
+    "n_orderings",
+    "ema_factor",
+    "k",
+    "D_mean",
+    "D_ema",
+    "slope",
+    "intercept",
+    "slope_ci95",
+    "fit_k_min",
+    "fit_k_max",
+    "loss_mean",
+    "loss_max",
+    "theorem7_bound_2L",
     "bound_holds",
 }
 
 
 def test_analyse_landscape_contents():
     losses = np.random.default_rng(4).exponential(size=1800)
-    res = analyse_landscape(losses, n_orderings=20, seed=0, ema_factor=0.99, k_min=10,
-                            n_bootstrap=100)
+    res = analyse_landscape(losses, n_orderings=20, seed=0, ema_factor=0.99, k_min=10, n_bootstrap=100)
     assert EXPECTED_KEYS <= set(res)
     json.dumps(res, allow_nan=False)  # JSON-ready: plain types, no NaN
     assert res["n_samples"] == 1800 and res["n_orderings"] == 20
@@ -360,27 +369,25 @@ def test_batch_differences_match_brute_force_loop(n, b, r, seed):
     d = batch_loss_differences(losses, r, seed, b)
     assert d.shape == (r, n // b - 1)
     for row, perm in enumerate(orderings(n, r, seed)):
-        np.testing.assert_allclose(d[row], brute_force_batch_differences(losses, perm, b),
-                                   rtol=1e-10, atol=1e-13)
+        np.testing.assert_allclose(d[row], brute_force_batch_differences(losses, perm, b), rtol=1e-10, atol=1e-13)
 
 
 def test_batch_size_one_is_the_per_sample_curve():
     losses = np.random.default_rng(5).exponential(size=50)
-    np.testing.assert_allclose(batch_loss_differences(losses, 3, 9, 1),
-                               loss_differences(losses, 3, 9), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(
+        batch_loss_differences(losses, 3, 9, 1), loss_differences(losses, 3, 9), rtol=1e-12, atol=1e-15
+    )
 
 
 def test_analyse_landscape_batch_entry():
     rng = np.random.default_rng(21)
     losses = rng.exponential(size=1003)
-    res = analyse_landscape(losses, n_orderings=6, seed=2, n_bootstrap=30, k_min=10,
-                            granularity="batch", batch_size=16)
+    res = analyse_landscape(losses, n_orderings=6, seed=2, n_bootstrap=30, k_min=10, granularity="batch", batch_size=16)
     bt = res["batch"]
     assert res["granularity"] == "batch"
     assert bt["n_batches"] == 1003 // 16 and len(bt["k"]) == bt["n_batches"] - 1
     assert bt["k"] == [16 * j for j in bt["j"]]
-    loops = np.mean([brute_force_batch_differences(losses, p, 16) for p in orderings(1003, 6, 2)],
-                    axis=0)
+    loops = np.mean([brute_force_batch_differences(losses, p, 16) for p in orderings(1003, 6, 2)], axis=0)
     np.testing.assert_allclose(bt["D_mean"], loops, rtol=1e-10)
     k = np.array(bt["k"], dtype=float)
     slope, _ = fit_loglog_slope(k, loops, k_min=16)

@@ -3,7 +3,8 @@
 import math
 
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from transformer_hessian.model import ModelConfig, PostNormBlock, ViT, patchify
 
@@ -15,8 +16,15 @@ def _ln(U, g, b, eps):
 
 
 @settings(max_examples=10, deadline=None)
-@given(L=st.integers(2, 6), d=st.integers(2, 7), dk=st.integers(1, 5), dff=st.integers(1, 9),
-       bias=st.booleans(), eps=st.sampled_from([1e-5, 1e-1]), seed=st.integers(0, 10_000))
+@given(
+    L=st.integers(2, 6),
+    d=st.integers(2, 7),
+    dk=st.integers(1, 5),
+    dff=st.integers(1, 9),
+    bias=st.booleans(),
+    eps=st.sampled_from([1e-5, 1e-1]),
+    seed=st.integers(0, 10_000),
+)
 def test_block_matches_handwritten_formula(L, d, dk, dff, bias, eps, seed):
     torch.manual_seed(seed)
     blk = PostNormBlock(d, dk, dff, ffn_bias=bias, eps=eps).double()

@@ -51,13 +51,15 @@ def norms_doc(h: np.ndarray, stage: str, seed: int) -> dict:
         for j, col in enumerate(GROUPS):
             b = h[OFFSETS[i] : OFFSETS[i + 1], OFFSETS[j] : OFFSETS[j + 1]]
             blocks.append(
-                {"row": row, "col": col, "fro": float(np.linalg.norm(b)),
-                 "spectral": float(np.linalg.norm(b, 2)), "max_abs": float(np.abs(b).max())}
+                {
+                    "row": row,
+                    "col": col,
+                    "fro": float(np.linalg.norm(b)),
+                    "spectral": float(np.linalg.norm(b, 2)),
+                    "max_abs": float(np.abs(b).max()),
+                }
             )
-    weights = {
-        g: {"spectral": float(rng.uniform(0.5, 3)), "fro": float(rng.uniform(2, 9))}
-        for g in GROUPS
-    }
+    weights = {g: {"spectral": float(rng.uniform(0.5, 3)), "fro": float(rng.uniform(2, 9))} for g in GROUPS}
     return {"stage": stage, "blocks": blocks, "weights": weights}
 
 
@@ -211,8 +213,10 @@ def test_hessian_heatmap_zeros_ticks_separators(tmp_path):
 
 
 def test_dataset_model_label_names_data_and_sizes():
-    m = {"dataset": "digits", "model": {"image_size": 8, "patch_size": 2, "depth": 1, "width": 16,
-                                        "d_k": 16, "d_ff": 64}}
+    m = {
+        "dataset": "digits",
+        "model": {"image_size": 8, "patch_size": 2, "depth": 1, "width": 16, "d_k": 16, "d_ff": 64},
+    }
     text = plotting.dataset_model_label(m, "MNIST")
     assert text.startswith("8x8 digits (scikit-learn; stand-in for MNIST)")
     assert "1 block," in text and "16 tokens" in text and "d_ff=64" in text
@@ -252,8 +256,7 @@ def test_norms_figure(tmp_path):
     assert panel_b.get_yscale() == "log"  # block norms span three decades
     heights = sorted(p.get_height() for p in panel_b.patches if p.get_height() > 0)
     expected = sorted(
-        e[f] for doc in (init, trained) for e in doc["blocks"] if e["row"] == e["col"]
-        for f in ("spectral", "fro")
+        e[f] for doc in (init, trained) for e in doc["blocks"] if e["row"] == e["col"] for f in ("spectral", "fro")
     )
     np.testing.assert_allclose(heights, expected)
     plotting.save_figure(fig, tmp_path / "fig5")
@@ -336,8 +339,7 @@ def test_landscape_figure_legend_smoother_and_bound(tmp_path):
 
 def test_landscape_figure_draws_the_batch_curve_when_asked():
     losses = np.random.default_rng(3).exponential(size=2000)
-    res = analyse_landscape(losses, n_orderings=6, seed=0, n_bootstrap=30, granularity="batch",
-                            batch_size=20)
+    res = analyse_landscape(losses, n_orderings=6, seed=0, n_bootstrap=30, granularity="batch", batch_size=20)
     cur = plotting.landscape_curve(res)
     assert cur["granularity"] == "batch" and cur["label"] == "data added batch-by-batch (b = 20)"
     fig = plotting.landscape_figure(res)
@@ -388,15 +390,26 @@ def write_results(root: Path) -> None:
     hdir.mkdir(parents=True)
     h_init, h_trained = synthetic_hessian(0), synthetic_hessian(1, scale=30.0)
     for stage, h in (("init", h_init), ("trained", h_trained)):
-        np.savez(hdir / f"{stage}.npz", H=h, names=np.array(GROUPS), offsets=OFFSETS,
-                 shapes=SHAPES)
+        np.savez(hdir / f"{stage}.npz", H=h, names=np.array(GROUPS), offsets=OFFSETS, shapes=SHAPES)
         (hdir / f"{stage}_norms.json").write_text(json.dumps(norms_doc(h, stage, 3)))
     ldir = root / "results" / "exp" / "landscape"
     ldir.mkdir(parents=True)
     (ldir / "landscape.json").write_text(json.dumps(landscape_result()))
-    metrics = {"dataset": "digits", "epochs": 2, "final": {"val_acc": 0.8},
-               "model": {"image_size": 8, "channels": 1, "num_classes": 10, "patch_size": 4, "width": 4,
-                         "depth": 1, "d_k": 2, "d_ff": 6}}
+    metrics = {
+        "dataset": "digits",
+        "epochs": 2,
+        "final": {"val_acc": 0.8},
+        "model": {
+            "image_size": 8,
+            "channels": 1,
+            "num_classes": 10,
+            "patch_size": 4,
+            "width": 4,
+            "depth": 1,
+            "d_k": 2,
+            "d_ff": 6,
+        },
+    }
     (root / "results" / "exp" / "metrics.json").write_text(json.dumps(metrics))
 
 
@@ -413,8 +426,12 @@ def test_notebook_executes_with_papermill(fig, tmp_path, monkeypatch):
     out = tmp_path / "executed" / f"{fig.id}.ipynb"
     out.parent.mkdir()
     papermill.execute_notebook(
-        str(NOTEBOOKS / fig.notebook), str(out), parameters=params, kernel_name="python3",
-        cwd=str(tmp_path), progress_bar=False,
+        str(NOTEBOOKS / fig.notebook),
+        str(out),
+        parameters=params,
+        kernel_name="python3",
+        cwd=str(tmp_path),
+        progress_bar=False,
     )
     executed = nbformat.read(out, as_version=4)
     outputs = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs]
@@ -432,20 +449,34 @@ def test_architecture_diagram_shows_the_model_sizes(tmp_path):
     rng = np.random.default_rng(8)
     for _ in range(3):
         p = int(rng.choice([1, 2, 4, 7]))
-        model = {"image_size": p * int(rng.integers(1, 8)), "channels": int(rng.integers(1, 4)),
-                 "num_classes": int(rng.integers(2, 101)), "patch_size": p,
-                 "width": int(rng.integers(2, 200)), "depth": int(rng.integers(1, 13)),
-                 "d_k": int(rng.integers(1, 200)), "d_ff": int(rng.integers(1, 900))}
+        model = {
+            "image_size": p * int(rng.integers(1, 8)),
+            "channels": int(rng.integers(1, 4)),
+            "num_classes": int(rng.integers(2, 101)),
+            "patch_size": p,
+            "width": int(rng.integers(2, 200)),
+            "depth": int(rng.integers(1, 13)),
+            "d_k": int(rng.integers(1, 200)),
+            "d_ff": int(rng.integers(1, 900)),
+        }
         fig, ax = plt.subplots()
         drawn = draw_architecture(ax, model, title="t")
         text = " ".join(t.get_text() for t in ax.texts)
         tokens = (model["image_size"] // p) ** 2
         d = model["width"]
         assert drawn["sizes"]["tokens"] == tokens
-        for needle in (f"{p}x{p} patches", f"L={tokens} tokens", f"d={d}", f"{model['depth']} x",
-                       f"W_Q, W_K: {d}x{model['d_k']}", f"W_V: {d}x{d}", f"W_1: {d}x{model['d_ff']}",
-                       f"W_2: {model['d_ff']}x{d}", f"{model['num_classes']} class logits",
-                       f"image {model['channels']}x{model['image_size']}x{model['image_size']}"):
+        for needle in (
+            f"{p}x{p} patches",
+            f"L={tokens} tokens",
+            f"d={d}",
+            f"{model['depth']} x",
+            f"W_Q, W_K: {d}x{model['d_k']}",
+            f"W_V: {d}x{d}",
+            f"W_1: {d}x{model['d_ff']}",
+            f"W_2: {model['d_ff']}x{d}",
+            f"{model['num_classes']} class logits",
+            f"image {model['channels']}x{model['image_size']}x{model['image_size']}",
+        ):
             assert needle in text, needle
         # post-norm order, bottom to top, and two residual arrows into the two Add boxes
         order = ["input", "embed", "attention", "add1", "norm1", "ffn", "add2", "norm2", "pool", "head"]

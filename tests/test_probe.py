@@ -24,8 +24,9 @@ from transformer_hessian.probe import FlatModel
 
 def tiny(seed=0, depth=1, width=3, d_k=2, d_ff=4, n=6, classes=3, scale=1.0):
     torch.manual_seed(seed)
-    cfg = ModelConfig(image_size=4, channels=1, num_classes=classes, patch_size=2, width=width, depth=depth,
-                      d_k=d_k, d_ff=d_ff)
+    cfg = ModelConfig(
+        image_size=4, channels=1, num_classes=classes, patch_size=2, width=width, depth=depth, d_k=d_k, d_ff=d_ff
+    )
     model = ViT(cfg).double()
     with torch.no_grad():
         for p in model.parameters():
@@ -126,6 +127,7 @@ def test_directional_derivatives_match_autograd():
     w = fm.w0 + 0.1 * torch.randn(fm.dim, dtype=torch.float64)
     l0, a, c = probe.directional_derivatives(fm, x, y, d, w=w)
     for i in range(len(x)):
+
         def f(p, i=i):
             return fm.sample_loss(p, x[i], y[i])
 
@@ -270,9 +272,21 @@ def test_minimiser_shift_matches_manual_gradient_descent():
 def small_run():
     model, x, y = tiny(seed=11, depth=2, n=40, scale=1.5)
     init, _, _ = tiny(seed=12, depth=2, n=1)
-    settings_ = {"max_samples": 30, "n_orderings": 6, "n_random_directions": 1, "n_t": 3, "n_t_linear": 0, "lanczos_iters": 8,
-                 "hessian_samples": 20, "curvature_samples": 4, "k_small": 3, "n_bootstrap": 20,
-                 "shift_ks": [2, 8], "shift_steps": 2, "shift_orderings": 2}
+    settings_ = {
+        "max_samples": 30,
+        "n_orderings": 6,
+        "n_random_directions": 1,
+        "n_t": 3,
+        "n_t_linear": 0,
+        "lanczos_iters": 8,
+        "hessian_samples": 20,
+        "curvature_samples": 4,
+        "k_small": 3,
+        "n_bootstrap": 20,
+        "shift_ks": [2, 8],
+        "shift_steps": 2,
+        "shift_orderings": 2,
+    }
     return probe.run_probe(model, x, y, settings_, init_model=init)
 
 
@@ -334,8 +348,11 @@ def test_block_stack_diagram_and_probe_figures(small_run):
     result = dict(small_run, dataset="digits")
     label = probe_plots.run_label(result, {"model": {"depth": 2, "width": 3, "d_ff": 4}, "n_parameters": 99})
     assert "digits" in label and "2 blocks" in label
-    for fn, n_axes in ((probe_plots.fig1_figure, 2 * 3 + 1), (probe_plots.theorem7_figure, 3),
-                       (probe_plots.fig12_figure, 2)):
+    for fn, n_axes in (
+        (probe_plots.fig1_figure, 2 * 3 + 1),
+        (probe_plots.theorem7_figure, 3),
+        (probe_plots.fig12_figure, 2),
+    ):
         fig = fn(result, label)
         assert len(fig.axes) == n_axes
         assert label in fig._suptitle.get_text()

@@ -88,9 +88,12 @@ def test_paper_readme_is_generated_from_registry():
 
 
 def test_resolve_inputs_and_captions_follow_config():
-    cfg = {**CONFIG, "hessian": {**CONFIG["hessian"], "experiment": "hx"},
-           "landscape": {**CONFIG["landscape"], "experiment": "lx", "granularity": "batch", "batch_size": 7},
-           "experiments": {"hx": {"dataset": "mnist"}, "lx": {"dataset": "cifar100"}}}
+    cfg = {
+        **CONFIG,
+        "hessian": {**CONFIG["hessian"], "experiment": "hx"},
+        "landscape": {**CONFIG["landscape"], "experiment": "lx", "granularity": "batch", "batch_size": 7},
+        "experiments": {"hx": {"dataset": "mnist"}, "lx": {"dataset": "cifar100"}},
+    }
     specs = {s["name"]: s for s in registry.rule_specs(cfg)}
     assert specs["fig3"]["inputs"]["hessian_init"] == "results/hx/hessian/init.npz"
     assert specs["fig6"]["inputs"]["landscape"] == "results/lx/landscape/landscape.json"
@@ -127,10 +130,25 @@ def test_generated_rules_run_the_registered_notebooks(env):
     """Dry-run of the workflow: one rule per entry, each calling papermill on its notebook with
     every registry input as a parameter and `out`."""
     proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "--cores", "1",
-         "--snakefile", str(REPO / "Snakefile"), "--directory", str(REPO),
-         *[f"paper/figures/{i}.pdf" for i in registry.figure_ids()]],
-        capture_output=True, text=True, env=env, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "-p",
+            "--forceall",
+            "--cores",
+            "1",
+            "--snakefile",
+            str(REPO / "Snakefile"),
+            "--directory",
+            str(REPO),
+            *[f"paper/figures/{i}.pdf" for i in registry.figure_ids()],
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     commands = [line.strip() for line in (proc.stdout + proc.stderr).splitlines() if "papermill" in line]

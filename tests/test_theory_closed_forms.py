@@ -68,9 +68,15 @@ def sample(seed: int, L: int, d: int, k: int, dff: int, bias: bool, eps: float =
     for _ in range(100):
         X = r(L, d)
         p = {
-            "W_Q": r(d, k, scale=0.8), "W_K": r(d, k, scale=0.8), "W_V": r(d, d, scale=0.8),
-            "W_1": r(d, dff, scale=0.8), "W_2": r(dff, d, scale=0.8),
-            "gamma1": 1.0 + 0.5 * r(d), "beta1": 0.5 * r(d), "gamma2": 1.0 + 0.5 * r(d), "beta2": 0.5 * r(d),
+            "W_Q": r(d, k, scale=0.8),
+            "W_K": r(d, k, scale=0.8),
+            "W_V": r(d, d, scale=0.8),
+            "W_1": r(d, dff, scale=0.8),
+            "W_2": r(dff, d, scale=0.8),
+            "gamma1": 1.0 + 0.5 * r(d),
+            "beta1": 0.5 * r(d),
+            "gamma2": 1.0 + 0.5 * r(d),
+            "beta2": 0.5 * r(d),
         }
         if bias:
             p["b_1"], p["b_2"] = 0.3 * r(dff), 0.3 * r(d)
@@ -114,8 +120,13 @@ def to_stacked(H: dict, W: dict, n_out: int, names) -> dict:
 
 
 shapes = dict(
-    L=st.integers(2, 4), d=st.integers(3, 5), k=st.integers(1, 4), dff=st.integers(2, 6),
-    eps=EPS, bias=st.booleans(), seed=st.integers(0, 10_000),
+    L=st.integers(2, 4),
+    d=st.integers(3, 5),
+    k=st.integers(1, 4),
+    dff=st.integers(2, 6),
+    eps=EPS,
+    bias=st.booleans(),
+    seed=st.integers(0, 10_000),
 )
 
 

@@ -56,8 +56,13 @@ def _attn(blk, X):
 
 @settings(max_examples=6, deadline=None, derandomize=True)
 @given(
-    L=st.integers(2, 4), d=st.integers(3, 5), k=st.integers(1, 4), dff=st.integers(2, 6),
-    eps=st.sampled_from([0.0, 1e-5, 1e-1]), bias=st.booleans(), seed=st.integers(0, 10_000),
+    L=st.integers(2, 4),
+    d=st.integers(3, 5),
+    k=st.integers(1, 4),
+    dff=st.integers(2, 6),
+    eps=st.sampled_from([0.0, 1e-5, 1e-1]),
+    bias=st.booleans(),
+    seed=st.integers(0, 10_000),
 )
 def test_block_parts_match_curvlinops_ggn_and_hessian(L, d, k, dff, eps, bias, seed):
     """MSE on Z of shape (1, L, d): torch's MSELoss(reduction='mean') is ||Z - T||^2/(L d);
@@ -79,8 +84,18 @@ def test_block_parts_match_curvlinops_ggn_and_hessian(L, d, k, dff, eps, bias, s
 
 def small_vit(bias: bool, seed: int = 0, classes: int = 3):
     torch.manual_seed(seed)
-    cfg = ModelConfig(image_size=4, channels=1, num_classes=classes, patch_size=2, width=5, depth=1,
-                      d_k=3, d_ff=7, ffn_bias=bias, ln_eps=1e-5)
+    cfg = ModelConfig(
+        image_size=4,
+        channels=1,
+        num_classes=classes,
+        patch_size=2,
+        width=5,
+        depth=1,
+        d_k=3,
+        d_ff=7,
+        ffn_bias=bias,
+        ln_eps=1e-5,
+    )
     model = ViT(cfg).double()
     with torch.no_grad():  # move away from the symmetric init: random LN affine, biases
         for prm in model.parameters():

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 import torch
-
 from conftest import tiny_spec
+
 from transformer_hessian.train import KILL_ENV, TrainingError, load_model, per_sample_losses, train
 
 
@@ -14,9 +14,26 @@ def _cli_train(out, spec, env, extra_env=None):
     e = dict(env)
     e.update(extra_env or {})
     return subprocess.run(
-        [sys.executable, "-m", "transformer_hessian", "train", "--experiment", "tiny", "--spec", json.dumps(spec),
-         "--data-root", str(out.parent / "data"), "--out", str(out), "--device", "cpu"],
-        env=e, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "transformer_hessian",
+            "train",
+            "--experiment",
+            "tiny",
+            "--spec",
+            json.dumps(spec),
+            "--data-root",
+            str(out.parent / "data"),
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+        ],
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 

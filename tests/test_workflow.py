@@ -26,20 +26,52 @@ TINY = {
         },
     },
     "hessian": {"experiment": "hessian_tiny", "batch_size": 16},
-    "landscape": {"experiment": "landscape_tiny", "n_orderings": 5, "n_bootstrap": 20, "k_min": 5,
-                  "granularity": "batch", "batch_size": 20},
-    "probe": {"max_samples": 60, "n_orderings": 5, "n_random_directions": 1, "n_t": 4, "n_t_linear": 5,
-              "lanczos_iters": 6, "hessian_samples": 30, "curvature_samples": 4, "n_bootstrap": 20,
-              "shift_ks": [4, 16], "shift_steps": 2, "shift_orderings": 2},
+    "landscape": {
+        "experiment": "landscape_tiny",
+        "n_orderings": 5,
+        "n_bootstrap": 20,
+        "k_min": 5,
+        "granularity": "batch",
+        "batch_size": 20,
+    },
+    "probe": {
+        "max_samples": 60,
+        "n_orderings": 5,
+        "n_random_directions": 1,
+        "n_t": 4,
+        "n_t_linear": 5,
+        "lanczos_iters": 6,
+        "hessian_samples": 30,
+        "curvature_samples": 4,
+        "n_bootstrap": 20,
+        "shift_ks": [4, 16],
+        "shift_steps": 2,
+        "shift_orderings": 2,
+    },
     "dynamics": {"steps": 9, "every": 3, "heatmaps": 2},
 }
 
 
 def _snakemake(root, workdir, env, *args, timeout=900):
     return subprocess.run(
-        [sys.executable, "-m", "snakemake", "--snakefile", str(root / "Snakefile"), "--directory", str(workdir),
-         "--configfile", str(workdir / "tiny.yaml"), "--cores", "2", *args],
-        capture_output=True, text=True, env=env, timeout=timeout,
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "--snakefile",
+            str(root / "Snakefile"),
+            "--directory",
+            str(workdir),
+            "--configfile",
+            str(workdir / "tiny.yaml"),
+            "--cores",
+            "2",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
     )
 
 
@@ -171,9 +203,17 @@ def test_claims_verdicts_printed_and_in_summary(run):
 
     doc = json.loads((run / "paper/claims.json").read_text())
     rows = {r["id"]: r for r in doc["claims"]}
-    assert {"hessian_heterogeneity", "values_larger_at_init", "every_block_grows", "vv_largest_trained",
-            "keys_values_highest", "accuracy_hessian_model", "accuracy_landscape_model", "fig6_slope",
-            "theorem7_bound_at_wstar"} <= set(rows)
+    assert {
+        "hessian_heterogeneity",
+        "values_larger_at_init",
+        "every_block_grows",
+        "vv_largest_trained",
+        "keys_values_highest",
+        "accuracy_hessian_model",
+        "accuracy_landscape_model",
+        "fig6_slope",
+        "theorem7_bound_at_wstar",
+    } <= set(rows)
     assert all(r["verdict"] in VERDICTS and r["measured"] and r["evidence"] for r in rows.values())
     s = json.loads((run / "paper/summary.json").read_text())
     assert s["claims"] == doc["claims"]
@@ -222,8 +262,12 @@ def test_bounds_outputs_hold_and_are_complete(run):
         assert b["holds_fraction"] == 1.0 and b["violations"] == 0
         assert 1.0 <= b["median_tightness"] <= b["max_tightness"] < 1e4
         assert 1.0 <= b["experiment_median_tightness"] <= b["experiment_max_tightness"] < 1e5
-        assert set(b["paper_holds_fraction"]) == {"theorem1_statement", "theorem1_appendix", "theorem6_statement",
-                                                  "theorem6_proof"}
+        assert set(b["paper_holds_fraction"]) == {
+            "theorem1_statement",
+            "theorem1_appendix",
+            "theorem6_statement",
+            "theorem6_proof",
+        }
         assert all(0.0 <= v <= 1.0 for v in b["paper_holds_fraction"].values())
         assert b["theorem1_counterexample"]["ratio_statement"] > 1  # Theorem 1 as printed fails
         assert len(b["tightness_per_pair"]) == 25
@@ -256,7 +300,12 @@ def test_rerun_does_nothing_and_report_builds(run, root, env):
 
 
 def test_lint_is_clean(root, env):
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "--lint", "--snakefile", str(root / "Snakefile"),
-                           "--directory", str(root)], capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--lint", "--snakefile", str(root / "Snakefile"), "--directory", str(root)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 0
     assert "Congratulations" in proc.stdout + proc.stderr

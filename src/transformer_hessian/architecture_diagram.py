@@ -50,18 +50,21 @@ def model_sizes(model: Mapping[str, Any]) -> dict[str, int]:
         raise KeyError(f"model sizes lack {missing}; pass a metrics.json 'model' entry")
     sizes = {key: int(model[key]) for key in _REQUIRED}
     if sizes["image_size"] % sizes["patch_size"]:
-        raise ValueError(
-            f"patch_size {sizes['patch_size']} does not divide image_size {sizes['image_size']}"
-        )
+        raise ValueError(f"patch_size {sizes['patch_size']} does not divide image_size {sizes['image_size']}")
     sizes["tokens"] = (sizes["image_size"] // sizes["patch_size"]) ** 2
     return sizes
 
 
-def _box(ax: Axes, x: float, y: float, w: float, h: float, text: str, kind: str,
-         fontsize: float) -> FancyBboxPatch:
+def _box(ax: Axes, x: float, y: float, w: float, h: float, text: str, kind: str, fontsize: float) -> FancyBboxPatch:
     patch = FancyBboxPatch(
-        (x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.02,rounding_size=0.12",
-        facecolor=BOX_COLOURS[kind], edgecolor="0.2", linewidth=0.8, zorder=3,
+        (x - w / 2, y - h / 2),
+        w,
+        h,
+        boxstyle="round,pad=0.02,rounding_size=0.12",
+        facecolor=BOX_COLOURS[kind],
+        edgecolor="0.2",
+        linewidth=0.8,
+        zorder=3,
     )
     ax.add_patch(patch)
     ax.text(x, y, text, ha="center", va="center", fontsize=fontsize, zorder=4)
@@ -76,8 +79,9 @@ def _arrow(ax: Axes, start: tuple[float, float], end: tuple[float, float], **kw)
     return arrow
 
 
-def draw_architecture(ax: Axes, model: Mapping[str, Any], title: str | None = None,
-                      fontsize: float = 7.0) -> dict[str, Any]:
+def draw_architecture(
+    ax: Axes, model: Mapping[str, Any], title: str | None = None, fontsize: float = 7.0
+) -> dict[str, Any]:
     """Draw the post-norm ViT with the sizes of ``model`` on ``ax`` (bottom to top).
 
     ``model`` holds ``image_size, channels, num_classes, patch_size, width, depth, d_k, d_ff``
@@ -93,13 +97,17 @@ def draw_architecture(ax: Axes, model: Mapping[str, Any], title: str | None = No
     ax.set_ylim(0.2, 19.2)
     ax.set_aspect("auto")
     ax.axis("off")
-    x, w, h = 4.6, 6.4, 1.05
+    x, w = 4.6, 6.4
     rows = [
         ("input", 1.0, f"image {s['channels']}x{s['image_size']}x{s['image_size']}", "input"),
-        ("embed", 3.0, f"patch embedding: {s['patch_size']}x{s['patch_size']} patches\n"
-                       f"linear to d={d}, + positional emb.\n-> L={L} tokens x d={d}", "embed"),
-        ("attention", 5.9, f"Self-Attention (1 head)\nW_Q, W_K: {d}x{s['d_k']},  W_V: {d}x{d}",
-         "attention"),
+        (
+            "embed",
+            3.0,
+            f"patch embedding: {s['patch_size']}x{s['patch_size']} patches\n"
+            f"linear to d={d}, + positional emb.\n-> L={L} tokens x d={d}",
+            "embed",
+        ),
+        ("attention", 5.9, f"Self-Attention (1 head)\nW_Q, W_K: {d}x{s['d_k']},  W_V: {d}x{d}", "attention"),
         ("add1", 7.5, "Add", "add"),
         ("norm1", 8.9, "LayerNorm", "norm"),
         ("ffn", 10.6, f"FeedForward: ReLU\nW_1: {d}x{s['d_ff']},  W_2: {s['d_ff']}x{d}", "ffn"),
@@ -126,28 +134,44 @@ def draw_architecture(ax: Axes, model: Mapping[str, Any], title: str | None = No
         residuals.append(_arrow(ax, (xr, ys[add]), (x + 0.82, ys[add])))
     # the repeated block
     frame = FancyBboxPatch(
-        (x - w / 2 - 0.35, 4.6), w + 1.55, 9.75, boxstyle="round,pad=0.05,rounding_size=0.25",
-        facecolor="none", edgecolor="0.35", linestyle="--", linewidth=1.0, zorder=1,
+        (x - w / 2 - 0.35, 4.6),
+        w + 1.55,
+        9.75,
+        boxstyle="round,pad=0.05,rounding_size=0.25",
+        facecolor="none",
+        edgecolor="0.35",
+        linestyle="--",
+        linewidth=1.0,
+        zorder=1,
     )
     ax.add_patch(frame)
     depth_text = f"{s['depth']} x"
-    ax.text(x - w / 2 - 0.55, 9.6, depth_text, ha="right", va="center", fontsize=fontsize + 2,
-            fontweight="bold")
-    ax.text(x - w / 2 - 0.55, 8.7, "post-norm\nblock", ha="right", va="top", fontsize=fontsize - 0.5,
-            style="italic", color="0.3")
+    ax.text(x - w / 2 - 0.55, 9.6, depth_text, ha="right", va="center", fontsize=fontsize + 2, fontweight="bold")
+    ax.text(
+        x - w / 2 - 0.55,
+        8.7,
+        "post-norm\nblock",
+        ha="right",
+        va="top",
+        fontsize=fontsize - 0.5,
+        style="italic",
+        color="0.3",
+    )
     texts += [depth_text, "post-norm\nblock"]
     if title:
         ax.set_title(title, fontsize=fontsize + 1.5)
     return {"boxes": boxes, "residuals": residuals, "sizes": s, "texts": texts, "frame": frame}
 
 
-def architecture_figure(panels: Sequence[tuple[str, Mapping[str, Any]]],
-                        panel_size: tuple[float, float] = (3.4, 6.4)) -> Figure:
+def architecture_figure(
+    panels: Sequence[tuple[str, Mapping[str, Any]]], panel_size: tuple[float, float] = (3.4, 6.4)
+) -> Figure:
     """Figure 2: one :func:`draw_architecture` panel per ``(title, model)`` pair, side by side."""
     if not panels:
         raise ValueError("architecture_figure needs at least one (title, model) panel")
-    fig, axes = plt.subplots(1, len(panels), figsize=(panel_size[0] * len(panels), panel_size[1]),
-                             layout="constrained", squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(panel_size[0] * len(panels), panel_size[1]), layout="constrained", squeeze=False
+    )
     for ax, (title, model) in zip(axes[0], panels):
         draw_architecture(ax, model, title=title)
     return fig

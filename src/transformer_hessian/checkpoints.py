@@ -94,15 +94,27 @@ def verify_checkpoint(path: str | Path) -> str | None:
 def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
     """Verify and load a checkpoint (``weights_only=True``); :class:`CheckpointError` if it cannot be trusted."""
     path = Path(path)
-    hint = ("delete it (and its .sha256) and run the workflow again: training resumes from the newest "
-            "valid epoch checkpoint")
+    hint = (
+        "delete it (and its .sha256) and run the workflow again: training resumes from the newest "
+        "valid epoch checkpoint"
+    )
     reason = verify_checkpoint(path)
     if reason is not None:
         raise CheckpointError(f"checkpoint {path} is damaged: {reason}; {hint}")
     try:
         ck = torch.load(path, map_location=map_location, weights_only=True)
-    except (OSError, RuntimeError, EOFError, ValueError, KeyError, IndexError, pickle.UnpicklingError,
-            zipfile.BadZipFile, AttributeError, TypeError) as err:
+    except (
+        OSError,
+        RuntimeError,
+        EOFError,
+        ValueError,
+        KeyError,
+        IndexError,
+        pickle.UnpicklingError,
+        zipfile.BadZipFile,
+        AttributeError,
+        TypeError,
+    ) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise CheckpointError(
             f"checkpoint {path} cannot be loaded safely ({type(err).__name__}: {first[:200]}); {hint}"
@@ -131,11 +143,19 @@ def set_aside_damaged(paths, dry_run: bool = False, recheck_s: float = 1.0) -> l
             continue
         damaged.append(p)
         if dry_run:
-            log.warning("%s is damaged (%s); a real run sets it aside and retrains from the newest valid epoch "
-                        "checkpoint", p, reason)
+            log.warning(
+                "%s is damaged (%s); a real run sets it aside and retrains from the newest valid epoch checkpoint",
+                p,
+                reason,
+            )
             continue
         target = p.with_name(p.name + ".damaged")
         os.replace(p, target)
-        log.warning("%s is damaged (%s); moved it to %s so that training runs again (it resumes from the newest "
-                    "valid epoch checkpoint)", p, reason, target.name)
+        log.warning(
+            "%s is damaged (%s); moved it to %s so that training runs again (it resumes from the newest "
+            "valid epoch checkpoint)",
+            p,
+            reason,
+            target.name,
+        )
     return damaged

@@ -40,20 +40,29 @@ def closed_form_check(model: ViT, images, labels, tolerance: float = 1e-8) -> di
         ref_max = float(ref.abs().max())
         fo = float(torch.linalg.matrix_norm(outer_b, "fro"))
         ff = float(torch.linalg.matrix_norm(func_b, "fro"))
-        rows.append({
-            "row": ri, "col": cj, "max_abs_error": err,
-            "rel_error": err / scale if scale > 0 else err,
-            "block_rel_error": err / ref_max if ref_max > 0 else err,
-            "fro_exact": float(torch.linalg.matrix_norm(ref, "fro")),
-            "fro_outer": fo, "fro_functional": ff,
-            "functional_share": ff / (fo + ff) if fo + ff > 0 else 0.0,
-        })
+        rows.append(
+            {
+                "row": ri,
+                "col": cj,
+                "max_abs_error": err,
+                "rel_error": err / scale if scale > 0 else err,
+                "block_rel_error": err / ref_max if ref_max > 0 else err,
+                "fro_exact": float(torch.linalg.matrix_norm(ref, "fro")),
+                "fro_outer": fo,
+                "fro_functional": ff,
+                "functional_share": ff / (fo + ff) if fo + ff > 0 else 0.0,
+            }
+        )
     max_rel = max(r["rel_error"] for r in rows)
     return {
-        "blocks": rows, "max_rel_error": max_rel, "tolerance": tolerance,
+        "blocks": rows,
+        "max_rel_error": max_rel,
+        "tolerance": tolerance,
         "passed": bool(max_rel <= tolerance and np.isfinite(max_rel)),
-        "seconds_curvlinops": t_ref, "seconds_closed_form": t_cf,
-        "n_params": int(off[-1]), "batch_size": int(len(images)),
+        "seconds_curvlinops": t_ref,
+        "seconds_closed_form": t_cf,
+        "n_params": int(off[-1]),
+        "batch_size": int(len(images)),
     }
 
 
@@ -96,8 +105,9 @@ def gauss_newton(model: ViT, block: int, images, labels) -> torch.Tensor:
     return 0.5 * (G + G.T)
 
 
-def saved_hessian_check(H, model: ViT, images, labels, probes: int = 8, seed: int = 0,
-                        tolerance: float = 1e-8, block: int = 0) -> dict:
+def saved_hessian_check(
+    H, model: ViT, images, labels, probes: int = 8, seed: int = 0, tolerance: float = 1e-8, block: int = 0
+) -> dict:
     """Check a saved dense Hessian H (five GROUPS, float64) against curvlinops HVPs on probes.
 
     For each group j, ``probes`` standard normal vectors supported on group j form V (P x 5
@@ -124,7 +134,8 @@ def saved_hessian_check(H, model: ViT, images, labels, probes: int = 8, seed: in
     V = torch.zeros(P, n * probes, dtype=torch.float64)
     for j in range(n):
         V[off[j] : off[j + 1], j * probes : (j + 1) * probes] = torch.randn(
-            int(off[j + 1] - off[j]), probes, generator=gen, dtype=torch.float64)
+            int(off[j + 1] - off[j]), probes, generator=gen, dtype=torch.float64
+        )
     V = V.to(images.device)
     params = [p for _, p in model.group_params(block).items()]
     for p in model.parameters():
@@ -132,8 +143,9 @@ def saved_hessian_check(H, model: ViT, images, labels, probes: int = 8, seed: in
     for p in params:
         p.requires_grad_(True)
     t0 = time.perf_counter()
-    op = HessianLinearOperator(model, torch.nn.CrossEntropyLoss(), params, [(images, labels)],
-                               check_deterministic=False)
+    op = HessianLinearOperator(
+        model, torch.nn.CrossEntropyLoss(), params, [(images, labels)], check_deterministic=False
+    )
     R = op @ V
     t_ref = time.perf_counter() - t0
     HV = H @ V
@@ -151,19 +163,31 @@ def saved_hessian_check(H, model: ViT, images, labels, probes: int = 8, seed: in
         ref_max = float(ref.abs().max())
         fo = float(torch.linalg.matrix_norm(Gb, "fro"))
         ff = float(torch.linalg.matrix_norm(Hb - Gb, "fro"))
-        rows.append({
-            "row": ri, "col": cj, "max_abs_error": err,
-            "rel_error": err / scale if scale > 0 else err,
-            "block_rel_error": err / ref_max if ref_max > 0 else err,
-            "fro_exact": float(torch.linalg.matrix_norm(Hb, "fro")),
-            "fro_outer": fo, "fro_functional": ff,
-            "functional_share": ff / (fo + ff) if fo + ff > 0 else 0.0,
-        })
+        rows.append(
+            {
+                "row": ri,
+                "col": cj,
+                "max_abs_error": err,
+                "rel_error": err / scale if scale > 0 else err,
+                "block_rel_error": err / ref_max if ref_max > 0 else err,
+                "fro_exact": float(torch.linalg.matrix_norm(Hb, "fro")),
+                "fro_outer": fo,
+                "fro_functional": ff,
+                "functional_share": ff / (fo + ff) if fo + ff > 0 else 0.0,
+            }
+        )
     max_rel = max(r["rel_error"] for r in rows)
     return {
-        "check": "probes", "blocks": rows, "max_rel_error": max_rel, "tolerance": tolerance,
+        "check": "probes",
+        "blocks": rows,
+        "max_rel_error": max_rel,
+        "tolerance": tolerance,
         "passed": bool(max_rel <= tolerance and np.isfinite(max_rel)),
-        "n_probes": int(n * probes), "probes_per_group": int(probes), "probe_seed": int(seed),
-        "seconds_curvlinops": t_ref, "seconds_gauss_newton": t_gn,
-        "n_params": P, "batch_size": int(len(images)),
+        "n_probes": int(n * probes),
+        "probes_per_group": int(probes),
+        "probe_seed": int(seed),
+        "seconds_curvlinops": t_ref,
+        "seconds_gauss_newton": t_gn,
+        "n_params": P,
+        "batch_size": int(len(images)),
     }

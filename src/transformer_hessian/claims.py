@@ -112,8 +112,7 @@ def _rms(norms: Mapping[str, Any], sizes: Mapping[str, int]) -> dict[tuple[str, 
 def _row_rms(norms: Mapping[str, Any], sizes: Mapping[str, int]) -> dict[str, float]:
     fro = _blocks(norms, "fro")
     total = sum(sizes.values())
-    return {r: math.sqrt(sum(fro[(r, c)] ** 2 for c in GROUPS)) / math.sqrt(sizes[r] * total)
-            for r in GROUPS}
+    return {r: math.sqrt(sum(fro[(r, c)] ** 2 for c in GROUPS)) / math.sqrt(sizes[r] * total) for r in GROUPS}
 
 
 def _pair(key: tuple[str, str]) -> str:
@@ -136,9 +135,13 @@ def entry_spread(H: Any) -> dict[str, float]:
     return {"q01": q01, "q99": q99, "zero_fraction": float(1.0 - nz.size / a.size) if a.size else 0.0}
 
 
-def hessian_claim_rows(norms_init: Mapping[str, Any], norms_trained: Mapping[str, Any],
-                       metrics: Mapping[str, Any], evidence: str,
-                       spread: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
+def hessian_claim_rows(
+    norms_init: Mapping[str, Any],
+    norms_trained: Mapping[str, Any],
+    metrics: Mapping[str, Any],
+    evidence: str,
+    spread: Mapping[str, float] | None = None,
+) -> list[dict[str, Any]]:
     """Rows on the structure of the Hessian (Figures 3-5), from the ``hessian`` rule's norms.
 
     ``metrics`` is the Hessian experiment's ``metrics.json`` (model sizes, data set);
@@ -163,105 +166,132 @@ def hessian_claim_rows(norms_init: Mapping[str, Any], norms_trained: Mapping[str
         measured_h, holds_h = f"{note}: entry quantiles not given", None
     else:
         decades = math.log10(spread["q99"] / spread["q01"])
-        measured_h = (f"{note}: nonzero |H_ij| 1%/99% quantiles {spread['q01']:.1e} / {spread['q99']:.1e} "
-                      f"({decades:.1f} decades); {100 * spread['zero_fraction']:.1f}% exact zeros; block RMS "
-                      f"entries from {_pair(lo)} {rms0[lo]:.1e} to {_pair(hi)} {rms0[hi]:.1e}")
+        measured_h = (
+            f"{note}: nonzero |H_ij| 1%/99% quantiles {spread['q01']:.1e} / {spread['q99']:.1e} "
+            f"({decades:.1f} decades); {100 * spread['zero_fraction']:.1f}% exact zeros; block RMS "
+            f"entries from {_pair(lo)} {rms0[lo]:.1e} to {_pair(hi)} {rms0[hi]:.1e}"
+        )
         holds_h = decades >= 2.0
-    rows.append({
-        "id": "hessian_heterogeneity",
-        "claim": "Visualizing it in a log-scale, in Figure~\\ref{fig:hessian_entries} we emphasize the "
-                 "heterogenity in the magnitues of the entries.",
-        "source": "Sec. 5, Hessian entries (Fig. 3 text)",
-        "rule": "at init, the 1% and 99% quantiles of the nonzero |H_ij| are at least 2 decades apart",
-        "measured": measured_h,
-        "verdict": verdict(holds_h),
-        "evidence": evidence,
-    })
+    rows.append(
+        {
+            "id": "hessian_heterogeneity",
+            "claim": "Visualizing it in a log-scale, in Figure~\\ref{fig:hessian_entries} we emphasize the "
+            "heterogenity in the magnitues of the entries.",
+            "source": "Sec. 5, Hessian entries (Fig. 3 text)",
+            "rule": "at init, the 1% and 99% quantiles of the nonzero |H_ij| are at least 2 decades apart",
+            "measured": measured_h,
+            "verdict": verdict(holds_h),
+            "evidence": evidence,
+        }
+    )
 
     rr = _row_rms(norms_init, sizes)
     order = sorted(rr, key=rr.get, reverse=True)
-    rows.append({
-        "id": "values_larger_at_init",
-        "claim": "We see the entire magnitudes' heterogeneity, while the Values corresponding blocks have "
-                 "larger values.",
-        "source": "Fig. 3 caption (initialized model)",
-        "rule": "at init, the W_V block row has the largest RMS entry ||H_i,:||_F/sqrt(n_i P) of the five block rows",
-        "measured": f"{note}: block-row RMS entry " + ", ".join(f"{_SHORT[g]} {rr[g]:.2e}" for g in order),
-        "verdict": verdict(order[0] == "W_V"),
-        "evidence": evidence,
-    })
+    rows.append(
+        {
+            "id": "values_larger_at_init",
+            "claim": "We see the entire magnitudes' heterogeneity, while the Values corresponding blocks have "
+            "larger values.",
+            "source": "Fig. 3 caption (initialized model)",
+            "rule": "at init, the W_V block row has the largest RMS entry ||H_i,:||_F/sqrt(n_i P) of the five block rows",
+            "measured": f"{note}: block-row RMS entry " + ", ".join(f"{_SHORT[g]} {rr[g]:.2e}" for g in order),
+            "verdict": verdict(order[0] == "W_V"),
+            "evidence": evidence,
+        }
+    )
 
     fro0, fro1 = _blocks(norms_init, "fro"), _blocks(norms_trained, "fro")
     growth = {key: fro1[key] / fro0[key] if fro0[key] > 0 else math.inf for key in fro0}
     grown = sum(1 for v in growth.values() if v > 1.0)
     least = min(growth, key=growth.get)
-    rows.append({
-        "id": "every_block_grows",
-        "claim": "One can see that each of the Hessian's blocks becomes more magnituted",
-        "source": "Sec. 5 (Fig. 4 text)",
-        "rule": "all 25 blocks H_ij have a larger Frobenius norm after training than at init",
-        "measured": f"{note}: {grown}/{len(growth)} blocks grew; smallest growth {_pair(least)} "
-                    f"x{growth[least]:.2f}, median x{sorted(growth.values())[len(growth) // 2]:.1f}",
-        "verdict": verdict(grown == len(growth)),
-        "evidence": evidence,
-    })
+    rows.append(
+        {
+            "id": "every_block_grows",
+            "claim": "One can see that each of the Hessian's blocks becomes more magnituted",
+            "source": "Sec. 5 (Fig. 4 text)",
+            "rule": "all 25 blocks H_ij have a larger Frobenius norm after training than at init",
+            "measured": f"{note}: {grown}/{len(growth)} blocks grew; smallest growth {_pair(least)} "
+            f"x{growth[least]:.2f}, median x{sorted(growth.values())[len(growth) // 2]:.1f}",
+            "verdict": verdict(grown == len(growth)),
+            "evidence": evidence,
+        }
+    )
 
     top = sorted(rms1, key=rms1.get, reverse=True)
     spec1 = _blocks(norms_trained, "spectral")
     top_spec = max(spec1, key=spec1.get)
-    rows.append({
-        "id": "vv_largest_trained",
-        "claim": "however the Values-Values block exhibits the highest one.",
-        "source": "Sec. 5; Fig. 4 caption; Discussion",
-        "rule": "after training, H_VV has the largest RMS entry ||H_ij||_F/sqrt(n_i n_j) of the 25 blocks",
-        "measured": f"{note}: largest RMS entry {_pair(top[0])} {rms1[top[0]]:.2e}, next {_pair(top[1])} "
-                    f"{rms1[top[1]]:.2e}; largest spectral norm {_pair(top_spec)} {spec1[top_spec]:.2e}",
-        "verdict": verdict(top[0] == ("W_V", "W_V")),
-        "evidence": evidence,
-    })
+    rows.append(
+        {
+            "id": "vv_largest_trained",
+            "claim": "however the Values-Values block exhibits the highest one.",
+            "source": "Sec. 5; Fig. 4 caption; Discussion",
+            "rule": "after training, H_VV has the largest RMS entry ||H_ij||_F/sqrt(n_i n_j) of the 25 blocks",
+            "measured": f"{note}: largest RMS entry {_pair(top[0])} {rms1[top[0]]:.2e}, next {_pair(top[1])} "
+            f"{rms1[top[1]]:.2e}; largest spectral norm {_pair(top_spec)} {spec1[top_spec]:.2e}",
+            "verdict": verdict(top[0] == ("W_V", "W_V")),
+            "evidence": evidence,
+        }
+    )
 
     diag = {g: spec1[(g, g)] for g in GROUPS}
     ranked = sorted(diag, key=diag.get, reverse=True)
-    rows.append({
-        "id": "keys_values_highest",
-        "claim": "Results show that the highest magnitude corresponds to the Keys and Values, while the other "
-                 "blocks exhibit much smaller absolute entries.",
-        "source": "Sec. 5, after Fig. 5",
-        "rule": "after training, W_K and W_V are the two largest diagonal Hessian blocks by spectral norm",
-        "measured": f"{note}: ||H_ii||_2 trained " + ", ".join(f"{_SHORT[g]} {diag[g]:.2e}" for g in ranked),
-        "verdict": verdict(set(ranked[:2]) == {"W_K", "W_V"}),
-        "evidence": evidence,
-    })
+    rows.append(
+        {
+            "id": "keys_values_highest",
+            "claim": "Results show that the highest magnitude corresponds to the Keys and Values, while the other "
+            "blocks exhibit much smaller absolute entries.",
+            "source": "Sec. 5, after Fig. 5",
+            "rule": "after training, W_K and W_V are the two largest diagonal Hessian blocks by spectral norm",
+            "measured": f"{note}: ||H_ii||_2 trained " + ", ".join(f"{_SHORT[g]} {diag[g]:.2e}" for g in ranked),
+            "verdict": verdict(set(ranked[:2]) == {"W_K", "W_V"}),
+            "evidence": evidence,
+        }
+    )
     return rows
 
 
-def training_claim_rows(metrics_hessian: Mapping[str, Any], metrics_landscape: Mapping[str, Any],
-                        evidence_hessian: str, evidence_landscape: str) -> list[dict[str, Any]]:
+def training_claim_rows(
+    metrics_hessian: Mapping[str, Any],
+    metrics_landscape: Mapping[str, Any],
+    evidence_hessian: str,
+    evidence_landscape: str,
+) -> list[dict[str, Any]]:
     """Validation accuracy > 50 % of both trained models (rule: final ``val_acc > 0.5``)."""
     rows = []
     for key, metrics, paper_data, quote, evidence in (
-        ("accuracy_hessian_model", metrics_hessian, "MNIST",
-         "We train the model for a number of epochs, obtaining pretty high accuracy on a validation dataset (>50\\%)",
-         evidence_hessian),
-        ("accuracy_landscape_model", metrics_landscape, "CIFAR-100",
-         "During traning, it is also trained for a number of epochs to achieve >50\\% Accuracy on a validation dataset.",
-         evidence_landscape),
+        (
+            "accuracy_hessian_model",
+            metrics_hessian,
+            "MNIST",
+            "We train the model for a number of epochs, obtaining pretty high accuracy on a validation dataset (>50\\%)",
+            evidence_hessian,
+        ),
+        (
+            "accuracy_landscape_model",
+            metrics_landscape,
+            "CIFAR-100",
+            "During traning, it is also trained for a number of epochs to achieve >50\\% Accuracy on a validation dataset.",
+            evidence_landscape,
+        ),
     ):
         acc = float(metrics["final"]["val_acc"])
-        rows.append({
-            "id": key,
-            "claim": quote,
-            "source": "Sec. 5" + (" (MNIST model)" if paper_data == "MNIST" else " (CIFAR-100 model)"),
-            "rule": "final validation accuracy > 0.50",
-            "measured": f"{_data_note(metrics, paper_data)}: val acc {acc:.3f} after {metrics['epochs']} epochs",
-            "verdict": verdict(acc > 0.5),
-            "evidence": evidence,
-        })
+        rows.append(
+            {
+                "id": key,
+                "claim": quote,
+                "source": "Sec. 5" + (" (MNIST model)" if paper_data == "MNIST" else " (CIFAR-100 model)"),
+                "rule": "final validation accuracy > 0.50",
+                "measured": f"{_data_note(metrics, paper_data)}: val acc {acc:.3f} after {metrics['epochs']} epochs",
+                "verdict": verdict(acc > 0.5),
+                "evidence": evidence,
+            }
+        )
     return rows
 
 
-def landscape_claim_rows(landscape: Mapping[str, Any], metrics: Mapping[str, Any],
-                         evidence: str) -> list[dict[str, Any]]:
+def landscape_claim_rows(
+    landscape: Mapping[str, Any], metrics: Mapping[str, Any], evidence: str
+) -> list[dict[str, Any]]:
     """Figure 6 slope and Theorem 7 at w*, on the curve the result's ``granularity`` names.
 
     * ``fig6_slope``: the bootstrap 95 % interval of the fitted log-log slope contains -1.
@@ -271,39 +301,45 @@ def landscape_claim_rows(landscape: Mapping[str, Any], metrics: Mapping[str, Any
     note = _data_note(metrics, "CIFAR-100")
     granularity = landscape.get("granularity", "sample")
     cur = landscape["batch"] if granularity == "batch" and landscape.get("batch") else landscape
-    what = (f"batch-by-batch (b = {cur['batch_size']})" if cur is not landscape else "sample-by-sample")
+    what = f"batch-by-batch (b = {cur['batch_size']})" if cur is not landscape else "sample-by-sample"
     lo, hi = cur["slope_ci95"]
     other = ""
     if landscape.get("batch") and cur is landscape:
         b = landscape["batch"]
         other = f"; batch-by-batch (b = {b['batch_size']}): {b['slope']:.3f} [{b['slope_ci95'][0]:.3f}, {b['slope_ci95'][1]:.3f}]"
     elif cur is not landscape:
-        other = (f"; sample-by-sample: {landscape['slope']:.3f} [{landscape['slope_ci95'][0]:.3f}, "
-                 f"{landscape['slope_ci95'][1]:.3f}]")
-    rows = [{
-        "id": "fig6_slope",
-        "claim": "The log–log trend in Figure~\\ref{fig:loss_landscape_convergence} follows this prediction, "
-                 "supporting the claim that increasing data size stabilizes the local geometry of the "
-                 "Transformer objective.",
-        "source": "Discussion; Fig. 6; Theorem 7 (O(1/k))",
-        "rule": "the bootstrap 95% interval of the fitted log-log slope of |L_(k+1) - L_k| (drawn curve) contains -1",
-        "measured": f"{note}, data added {what}: slope {cur['slope']:.3f} [{lo:.3f}, {hi:.3f}] over "
-                    f"k in [{cur['fit_k_min']:g}, {cur['fit_k_max']:g}], {landscape['n_orderings']} orderings{other}",
-        "verdict": verdict(lo <= -1.0 <= hi),
-        "evidence": evidence,
-    }]
+        other = (
+            f"; sample-by-sample: {landscape['slope']:.3f} [{landscape['slope_ci95'][0]:.3f}, "
+            f"{landscape['slope_ci95'][1]:.3f}]"
+        )
+    rows = [
+        {
+            "id": "fig6_slope",
+            "claim": "The log–log trend in Figure~\\ref{fig:loss_landscape_convergence} follows this prediction, "
+            "supporting the claim that increasing data size stabilizes the local geometry of the "
+            "Transformer objective.",
+            "source": "Discussion; Fig. 6; Theorem 7 (O(1/k))",
+            "rule": "the bootstrap 95% interval of the fitted log-log slope of |L_(k+1) - L_k| (drawn curve) contains -1",
+            "measured": f"{note}, data added {what}: slope {cur['slope']:.3f} [{lo:.3f}, {hi:.3f}] over "
+            f"k in [{cur['fit_k_min']:g}, {cur['fit_k_max']:g}], {landscape['n_orderings']} orderings{other}",
+            "verdict": verdict(lo <= -1.0 <= hi),
+            "evidence": evidence,
+        }
+    ]
     ratio = cur.get("bound_max_ratio")
-    rows.append({
-        "id": "theorem7_bound_at_wstar",
-        "claim": "\\left| \\mathcal{L}_{k+1}(\\mathbf{w}) - \\mathcal{L}_k(\\mathbf{w}) \\right| \\leqslant "
-                 "\\dfrac{2L}{k+1} + \\dfrac{M \\left\\| \\mathbf{w} - \\mathbf{w}^* \\right\\|_2^2}{(k+1)}",
-        "source": "Sec. 4.3, Theorem 7 at w = w*",
-        "rule": "D_k <= 2L/(k+1) (2L/(j+1) per batch) on every ordering and every k, L = max per-sample loss",
-        "measured": f"{note}, data added {what}: L = {landscape['loss_max']:.3f}; largest D_k (k+1)/(2L) = "
-                    + (f"{ratio:.3f}" if ratio is not None else "n/a (L = 0)"),
-        "verdict": verdict(bool(cur["bound_holds"])),
-        "evidence": evidence,
-    })
+    rows.append(
+        {
+            "id": "theorem7_bound_at_wstar",
+            "claim": "\\left| \\mathcal{L}_{k+1}(\\mathbf{w}) - \\mathcal{L}_k(\\mathbf{w}) \\right| \\leqslant "
+            "\\dfrac{2L}{k+1} + \\dfrac{M \\left\\| \\mathbf{w} - \\mathbf{w}^* \\right\\|_2^2}{(k+1)}",
+            "source": "Sec. 4.3, Theorem 7 at w = w*",
+            "rule": "D_k <= 2L/(k+1) (2L/(j+1) per batch) on every ordering and every k, L = max per-sample loss",
+            "measured": f"{note}, data added {what}: L = {landscape['loss_max']:.3f}; largest D_k (k+1)/(2L) = "
+            + (f"{ratio:.3f}" if ratio is not None else "n/a (L = 0)"),
+            "verdict": verdict(bool(cur["bound_holds"])),
+            "evidence": evidence,
+        }
+    )
     return rows
 
 
@@ -312,8 +348,9 @@ def _provider(spec: str):
     return getattr(importlib.import_module(module), function)
 
 
-def collect_claims(*row_lists: Iterable[Mapping[str, Any]],
-                   extra: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+def collect_claims(
+    *row_lists: Iterable[Mapping[str, Any]], extra: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """Validate and concatenate rows; ``extra`` maps a :data:`PROVIDERS` name to its loaded
     result, whose ``claim_rows(result)`` rows are appended. Duplicate ids raise ``ValueError``."""
     rows = [validate_row(r) for rows_ in row_lists for r in rows_]
@@ -330,7 +367,7 @@ def collect_claims(*row_lists: Iterable[Mapping[str, Any]],
 
 
 def _cell(text: str) -> str:
-    """Table-cell text: pipes escaped as ``\\|`` (GitHub tables treat every backslash-pipe as
+    r"""Table-cell text: pipes escaped as ``\\|`` (GitHub tables treat every backslash-pipe as
     cell text, also after another backslash as in LaTeX ``\\|``), newlines as spaces."""
     return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -346,18 +383,25 @@ def render_markdown(rows: Iterable[Mapping[str, Any]]) -> str:
     for r in rows:
         mark = {REPRODUCED: "**reproduced**", NOT_REPRODUCED: "**NOT reproduced**"}.get(r["verdict"], r["verdict"])
         quote = r["claim"] if len(r["claim"]) <= 140 else r["claim"][:137] + "..."
-        lines.append(f"| `{r['id']}`: \"{_cell(quote)}\" | {_cell(r['source'])} | {mark} | "
-                     f"{_cell(r['measured'])} | {_cell(r.get('rule', ''))} |")
-    summary = (f"{counts[REPRODUCED]} reproduced, {counts[NOT_REPRODUCED]} not reproduced, "
-               f"{counts[NOT_TESTABLE]} not testable on this data set (of {len(rows)} claims).")
+        lines.append(
+            f'| `{r["id"]}`: "{_cell(quote)}" | {_cell(r["source"])} | {mark} | '
+            f"{_cell(r['measured'])} | {_cell(r.get('rule', ''))} |"
+        )
+    summary = (
+        f"{counts[REPRODUCED]} reproduced, {counts[NOT_REPRODUCED]} not reproduced, "
+        f"{counts[NOT_TESTABLE]} not testable on this data set (of {len(rows)} claims)."
+    )
     return "\n".join(lines) + "\n\n" + summary + "\n"
 
 
 def claims_document(rows: Iterable[Mapping[str, Any]], config_hash: str | None = None) -> str:
     """Text of ``paper/claims.md``: a heading, the table and where the evidence is."""
-    head = ["# The paper's empirical claims, checked", "",
-            "Each verdict is computed by `transformer_hessian.claims` from the result files named in "
-            "`paper/claims.json` (`evidence`); the rule of each verdict is in the last column."]
+    head = [
+        "# The paper's empirical claims, checked",
+        "",
+        "Each verdict is computed by `transformer_hessian.claims` from the result files named in "
+        "`paper/claims.json` (`evidence`); the rule of each verdict is in the last column.",
+    ]
     if config_hash:
         head.append(f"Config hash: `{config_hash}`.")
     return "\n".join(head) + "\n\n" + render_markdown(rows)
@@ -368,8 +412,10 @@ README_START, README_END = "<!-- claims:start -->", "<!-- claims:end -->"
 
 def readme_section(rows: Iterable[Mapping[str, Any]]) -> str:
     """The generated README block, markers included."""
-    return (f"{README_START}\n<!-- generated by `transformer-hessian claims-readme`; do not edit -->\n\n"
-            f"{render_markdown(rows)}\n{README_END}")
+    return (
+        f"{README_START}\n<!-- generated by `transformer-hessian claims-readme`; do not edit -->\n\n"
+        f"{render_markdown(rows)}\n{README_END}"
+    )
 
 
 def update_readme(text: str, rows: Iterable[Mapping[str, Any]]) -> str:
@@ -380,4 +426,4 @@ def update_readme(text: str, rows: Iterable[Mapping[str, Any]]) -> str:
     start, end = text.find(README_START), text.find(README_END)
     if start < 0 or end < start:
         raise ValueError(f"README lacks the markers {README_START} ... {README_END}")
-    return text[:start] + readme_section(rows) + text[end + len(README_END):]
+    return text[:start] + readme_section(rows) + text[end + len(README_END) :]

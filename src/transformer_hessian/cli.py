@@ -18,7 +18,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from .utils import log, set_threads, setup_logging
 
-
 DATA_ROOT_HELP = "data root (data.root); the data set lies in DATA_ROOT/DATASET/"
 
 
@@ -30,6 +29,7 @@ def _json_arg(text: str) -> dict:
 
 
 def cmd_download(a) -> None:
+    """Rule download: fetch and verify a data set, then write its manifest."""
     from .data import download, write_manifest
 
     root = a.root or Path(a.manifest).resolve().parent.parent
@@ -39,6 +39,7 @@ def cmd_download(a) -> None:
 
 
 def cmd_train(a) -> None:
+    """Rule train: train (or resume) one experiment."""
     from .train import train
 
     m = train(a.experiment, a.spec, a.data_root, a.out, device=a.device)
@@ -80,6 +81,7 @@ def _hessian_inputs(a):
 
 
 def cmd_hessian(a) -> None:
+    """Rule hessian: dense Hessian of one block's five groups and its block norms."""
     from .hessian import block_norms, compute_hessian, group_layout, weight_norms
     from .utils import save_npz, write_json
 
@@ -90,15 +92,22 @@ def cmd_hessian(a) -> None:
     Hn = H.cpu().numpy()
     save_npz(a.out_npz, H=Hn, names=names, offsets=offsets, shapes=shapes)
     norms = {
-        "stage": a.stage, "experiment": a.hessian["experiment"], "block": block, "method": method,
-        "seconds": seconds, "batch_size": int(len(images)), "n_params": int(offsets[-1]),
-        "blocks": block_norms(Hn, offsets, names), "weights": weight_norms(model, block),
+        "stage": a.stage,
+        "experiment": a.hessian["experiment"],
+        "block": block,
+        "method": method,
+        "seconds": seconds,
+        "batch_size": int(len(images)),
+        "n_params": int(offsets[-1]),
+        "blocks": block_norms(Hn, offsets, names),
+        "weights": weight_norms(model, block),
     }
     write_json(norms, a.out_norms)
     log.info("hessian %s: %d x %d via %s in %.2f s", a.stage, Hn.shape[0], Hn.shape[1], method, seconds)
 
 
 def cmd_theory(a) -> None:
+    """Rule theory: check the saved Hessian against curvlinops products; fail above the tolerance."""
     import numpy as np
 
     from .checks import saved_hessian_check
@@ -107,15 +116,30 @@ def cmd_theory(a) -> None:
     model, images, labels = _hessian_inputs(a)
     with np.load(a.hessian_npz, allow_pickle=False) as saved:
         H = saved["H"]
-    result = saved_hessian_check(H, model, images, labels, probes=a.probes, seed=a.hessian["seed"],
-                                 tolerance=a.tolerance, block=a.hessian["block"])
+    result = saved_hessian_check(
+        H,
+        model,
+        images,
+        labels,
+        probes=a.probes,
+        seed=a.hessian["seed"],
+        tolerance=a.tolerance,
+        block=a.hessian["block"],
+    )
     result["stage"] = a.stage
     result["hessian_file"] = a.hessian_npz
     result["hessian_method"] = read_json(a.norms)["method"] if a.norms else "unknown"
     write_json(result, a.out)
     worst = max(result["blocks"], key=lambda r: r["rel_error"])
-    log.info("saved Hessian (%s) vs curvlinops on %d probes (%s): max relative error %.3e (block %s-%s)",
-             result["hessian_method"], result["n_probes"], a.stage, result["max_rel_error"], worst["row"], worst["col"])
+    log.info(
+        "saved Hessian (%s) vs curvlinops on %d probes (%s): max relative error %.3e (block %s-%s)",
+        result["hessian_method"],
+        result["n_probes"],
+        a.stage,
+        result["max_rel_error"],
+        worst["row"],
+        worst["col"],
+    )
     if not result["passed"]:
         raise ValueError(
             f"the saved {result['hessian_method']} Hessian {a.hessian_npz} disagrees with curvlinops at stage "
@@ -125,12 +149,20 @@ def cmd_theory(a) -> None:
 
 
 def cmd_dynamics(a) -> None:
+    """Rule dynamics: replay the first training steps and record the snapshots of Figures 7-11."""
     from .dynamics import check_against_saved, record_dynamics
     from .plotting import load_hessian
     from .utils import save_npz, write_json
 
-    arrays, summary, H0 = record_dynamics(a.spec, a.data_root, a.checkpoint, a.hessian, a.dynamics,
-                                          device=a.device, checkpoint_dir=Path(a.checkpoint).parent)
+    arrays, summary, H0 = record_dynamics(
+        a.spec,
+        a.data_root,
+        a.checkpoint,
+        a.hessian,
+        a.dynamics,
+        device=a.device,
+        checkpoint_dir=Path(a.checkpoint).parent,
+    )
     summary["experiment"] = a.hessian["experiment"]
     summary["dataset"] = a.spec["dataset"]
     summary["model"] = a.spec["model"]
@@ -141,11 +173,20 @@ def cmd_dynamics(a) -> None:
         summary["init_hessian_check"] = chk
     save_npz(a.out_npz, **arrays)
     write_json(summary, a.out_json)
-    log.info("dynamics: %d snapshots over %d steps in %.1f s (Hessians %.1f s via %s)", len(summary["steps"]),
-             summary["steps"][-1], summary["seconds"], summary["hessian_seconds"], summary["hessian_method"])
+    log.info(
+        "dynamics: %d snapshots over %d steps in %.1f s (Hessians %.1f s via %s)",
+        len(summary["steps"]),
+        summary["steps"][-1],
+        summary["seconds"],
+        summary["hessian_seconds"],
+        summary["hessian_method"],
+    )
     if summary["capped"]:
-        log.warning("dynamics: dynamics.steps=%d exceeds the run's %d steps; recorded those",
-                    summary["requested_steps"], summary["replayed_steps"])
+        log.warning(
+            "dynamics: dynamics.steps=%d exceeds the run's %d steps; recorded those",
+            summary["requested_steps"],
+            summary["replayed_steps"],
+        )
     bad = [c["epoch"] for c in summary["epoch_checks"] if not c["identical"]]
     if bad:
         log.warning("dynamics: the replay differs from the saved epoch checkpoint(s) %s", bad)
@@ -157,22 +198,25 @@ def cmd_dynamics(a) -> None:
 
 
 def cmd_table1(a) -> None:
-    from .table1 import table1
+    """Rule table1: Table 1 from the config and the runs' metrics."""
     from .report import write_table
+    from .table1 import table1
     from .utils import read_json
 
     metrics = {m["experiment"]: m for m in map(read_json, a.metrics)}
     df = table1(a.config, metrics)
-    write_table(df, Path(a.out_dir) / "table1",
-                "Table 1: ViT hyperparameters of both experiments, this run next to the paper's values")
+    write_table(
+        df,
+        Path(a.out_dir) / "table1",
+        "Table 1: ViT hyperparameters of both experiments, this run next to the paper's values",
+    )
 
 
 def cmd_landscape(a) -> None:
+    """Rule landscape: per-sample losses at w*, D_k over orderings and the fitted slope."""
     from .landscape import analyse_landscape
     from .train import load_experiment_data, load_model, per_sample_losses
-    from .utils import write_json
-
-    from .utils import resolve_device
+    from .utils import resolve_device, write_json
 
     data = load_experiment_data(a.spec, a.data_root)
     model = load_model(a.checkpoint, device=resolve_device(a.device))
@@ -181,19 +225,30 @@ def cmd_landscape(a) -> None:
         x, y = x[: a.landscape["max_samples"]], y[: a.landscape["max_samples"]]
     losses = per_sample_losses(model, x, y)
     L = a.landscape
-    result = analyse_landscape(losses, n_orderings=L["n_orderings"], seed=L["seed"], ema_factor=L["ema_factor"],
-                               k_min=L["k_min"], n_bootstrap=L["n_bootstrap"],
-                               granularity=L.get("granularity", "sample"), batch_size=L.get("batch_size", 16))
+    result = analyse_landscape(
+        losses,
+        n_orderings=L["n_orderings"],
+        seed=L["seed"],
+        ema_factor=L["ema_factor"],
+        k_min=L["k_min"],
+        n_bootstrap=L["n_bootstrap"],
+        granularity=L.get("granularity", "sample"),
+        batch_size=L.get("batch_size", 16),
+    )
     result["experiment"] = L["experiment"]
     write_json(result, a.out)
     log.info("landscape: slope %.3f, 95%% CI [%.3f, %.3f]", result["slope"], *result["slope_ci95"])
     if not result["ci95_contains_minus_one"]:
-        log.warning("landscape: the 95%% interval [%.3f, %.3f] of the fitted slope excludes -1, the paper's "
-                    "O(1/k) rate (Theorem 7's bound 2L/(k+1) itself %s)", *result["slope_ci95"],
-                    "holds" if result["bound_holds"] else "is violated")
+        log.warning(
+            "landscape: the 95%% interval [%.3f, %.3f] of the fitted slope excludes -1, the paper's "
+            "O(1/k) rate (Theorem 7's bound 2L/(k+1) itself %s)",
+            *result["slope_ci95"],
+            "holds" if result["bound_holds"] else "is violated",
+        )
 
 
 def cmd_probe(a) -> None:
+    """Rule probe: Theorem 7 off w*, the Taylor model and Assumption 1 around w*."""
     import torch
 
     from .probe import run_probe
@@ -209,38 +264,58 @@ def cmd_probe(a) -> None:
     result["dataset"] = a.spec["dataset"]
     write_json(result, a.out)
     s = result["theorem7_summary"]
-    log.info("probe: Theorem 7 off w* held in %.4f%% of %d comparisons (M = %.3g); Assumption 1 slope %.3f "
-             "[%.3f, %.3f]; %.1f s", 100 * s["held_fraction"], s["n_comparisons"], result["M"],
-             result["assumption1"]["slope"], *result["assumption1"]["slope_ci95"], result["timings"]["total"])
+    log.info(
+        "probe: Theorem 7 off w* held in %.4f%% of %d comparisons (M = %.3g); Assumption 1 slope %.3f "
+        "[%.3f, %.3f]; %.1f s",
+        100 * s["held_fraction"],
+        s["n_comparisons"],
+        result["M"],
+        result["assumption1"]["slope"],
+        *result["assumption1"]["slope_ci95"],
+        result["timings"]["total"],
+    )
     if s["n_violations"]:
         w = s["worst"]
-        log.warning("probe: Theorem 7's bound fails in %d comparisons; worst lhs/rhs = %.3g (%s, t = %.3g, k = %d)",
-                    s["n_violations"], w["ratio"], w["direction"], w["t"], w["k"])
+        log.warning(
+            "probe: Theorem 7's bound fails in %d comparisons; worst lhs/rhs = %.3g (%s, t = %.3g, k = %d)",
+            s["n_violations"],
+            w["ratio"],
+            w["direction"],
+            w["t"],
+            w["k"],
+        )
 
 
 def cmd_tables(a) -> None:
+    """Rule tables: block norms, run summary and closed-form check tables."""
     from .report import block_norm_table, closed_form_table, run_summary_table, write_table
     from .utils import read_json
 
     out = Path(a.out_dir)
-    write_table(block_norm_table(read_json(a.norms_init), read_json(a.norms_trained)), out / "block_norms",
-                "Hessian block norms of the loss w.r.t. (W_Q, W_K, W_V, W_1, W_2) at initialisation and after training")
+    write_table(
+        block_norm_table(read_json(a.norms_init), read_json(a.norms_trained)),
+        out / "block_norms",
+        "Hessian block norms of the loss w.r.t. (W_Q, W_K, W_V, W_1, W_2) at initialisation and after training",
+    )
     metrics = {m["experiment"]: m for m in map(read_json, a.metrics)}
     write_table(run_summary_table(metrics), out / "run_summary", "Runs behind the figures")
     checks = {c["stage"]: c for c in map(read_json, a.theory)}
-    write_table(closed_form_table(checks), out / "closed_form_check",
-                "Saved Hessian vs curvlinops Hessian-vector products on random probes: errors and functional "
-                "share per block pair")
+    write_table(
+        closed_form_table(checks),
+        out / "closed_form_check",
+        "Saved Hessian vs curvlinops Hessian-vector products on random probes: errors and functional "
+        "share per block pair",
+    )
 
 
 def cmd_summary(a) -> None:
+    """Rule summary: paper/summary.json with provenance, claims and bounds."""
     from .report import build_summary
     from .utils import write_json
 
     figures = {Path(p).stem: p for p in a.figures}
     tables = {Path(p).stem: p for p in a.tables}
-    summary = build_summary(a.config_hash, a.norms, a.metrics, a.landscape, a.theory, figures, tables,
-                            bounds=a.bounds)
+    summary = build_summary(a.config_hash, a.norms, a.metrics, a.landscape, a.theory, figures, tables, bounds=a.bounds)
     if a.registry_config:
         from .registry import provenance
 
@@ -253,6 +328,7 @@ def cmd_summary(a) -> None:
 
 
 def cmd_claims(a) -> None:
+    """Rule claims: one verdict per empirical claim of the paper."""
     from . import claims
     from .utils import read_json, write_json, write_text
 
@@ -264,9 +340,12 @@ def cmd_claims(a) -> None:
         with np.load(a.hessian_init) as data:
             spread = claims.entry_spread(data["H"])
     rows = claims.hessian_claim_rows(
-        read_json(a.norms_init), read_json(a.norms_trained), mh,
+        read_json(a.norms_init),
+        read_json(a.norms_trained),
+        mh,
         evidence=", ".join(p for p in (a.hessian_init, a.norms_init, a.norms_trained, a.metrics_hessian) if p),
-        spread=spread)
+        spread=spread,
+    )
     rows += claims.training_claim_rows(mh, ml, a.metrics_hessian, a.metrics_landscape)
     rows += claims.landscape_claim_rows(read_json(a.landscape), ml, evidence=a.landscape)
     extra = {}
@@ -282,6 +361,7 @@ def cmd_claims(a) -> None:
 
 
 def cmd_claims_readme(a) -> None:
+    """Refresh (or check) the README's generated claims section."""
     from . import claims
     from .utils import read_json, write_text
 
@@ -291,8 +371,10 @@ def cmd_claims_readme(a) -> None:
     new = claims.update_readme(text, rows)
     if a.check:
         if new != text:
-            raise ValueError(f"{a.readme}: the claims section differs from {a.claims}; run "
-                             f"`transformer-hessian claims-readme --claims {a.claims} --readme {a.readme}`")
+            raise ValueError(
+                f"{a.readme}: the claims section differs from {a.claims}; run "
+                f"`transformer-hessian claims-readme --claims {a.claims} --readme {a.readme}`"
+            )
         log.info("%s: claims section up to date", a.readme)
     else:
         write_text(new, a.readme)
@@ -300,6 +382,7 @@ def cmd_claims_readme(a) -> None:
 
 
 def cmd_registry(a) -> None:
+    """List the figure registry, or write / check paper/README.md from it."""
     from . import registry
     from .utils import write_text
 
@@ -317,24 +400,28 @@ def cmd_registry(a) -> None:
 
 
 def cmd_bench(a) -> None:
+    """The Hessian extraction benchmark."""
     from .bench import run_bench
 
     run_bench(a)
 
 
 def cmd_bounds_evaluate(a) -> None:
+    """Rule bounds: measured norms against the project's and the paper's bounds, one stage."""
     from .bounds.pipeline import run_evaluate
 
     run_evaluate(a)
 
 
 def cmd_bounds_table(a) -> None:
+    """Rule bounds_table: paper/tables/bounds.* and the bound claim rows."""
     from .bounds.pipeline import run_table
 
     run_table(a)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every command (imports nothing heavy, so --help is instant)."""
     p = argparse.ArgumentParser(prog="transformer-hessian", description=__doc__.splitlines()[0])
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
@@ -342,8 +429,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("download", help="fetch and verify a data set (digits needs no download)")
     s.add_argument("--dataset", required=True, help="digits, mnist or cifar100")
-    s.add_argument("--root", default=None,
-                   help="data root; files go to ROOT/DATASET/ (default: two levels above --manifest)")
+    s.add_argument(
+        "--root", default=None, help="data root; files go to ROOT/DATASET/ (default: two levels above --manifest)"
+    )
     s.add_argument("--mirror", default=None, help="base URL of a mirror to use instead of torchvision's ('' = none)")
     s.add_argument("--deadline", type=float, default=3600.0, help="seconds one file may take in all")
     s.add_argument("--manifest", required=True, help="JSON manifest written on success (ROOT/DATASET/manifest.json)")
@@ -357,8 +445,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
     s.set_defaults(func=cmd_train)
 
-    for name, helptext in (("hessian", "exact dense Hessian of one block's five weight groups"),
-                           ("theory", "closed-form Hessian vs curvlinops on the same batch")):
+    for name, helptext in (
+        ("hessian", "exact dense Hessian of one block's five weight groups"),
+        ("theory", "closed-form Hessian vs curvlinops on the same batch"),
+    ):
         s = sub.add_parser(name, help=helptext)
         s.add_argument("--checkpoint", required=True, help="model checkpoint (init.pt or final.pt)")
         s.add_argument("--stage", required=True, choices=["init", "trained"], help="which checkpoint this is")
@@ -386,7 +476,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--data-root", required=True, help=DATA_ROOT_HELP)
     s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
     s.add_argument("--saved-init-hessian", default=None, help="hessian rule's init .npz: must equal step 0")
-    s.add_argument("--tolerance", type=float, default=1e-8, help="largest relative error of the replayed step-0 Hessian vs the saved init Hessian")
+    s.add_argument(
+        "--tolerance",
+        type=float,
+        default=1e-8,
+        help="largest relative error of the replayed step-0 Hessian vs the saved init Hessian",
+    )
     s.add_argument("--out-npz", required=True, help="snapshots: weights and diagonal Hessian blocks (.npz)")
     s.add_argument("--out-json", required=True, help="snapshots: norms and Hessian block norms (JSON)")
     s.set_defaults(func=cmd_dynamics)
@@ -432,8 +527,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--theory", nargs="+", required=True, help="closed-form check of each stage (theory rule)")
     s.add_argument("--figures", nargs="+", default=[], help="figure files to list with their hashes")
     s.add_argument("--tables", nargs="+", default=[], help="table files to list with their hashes")
-    s.add_argument("--registry-config", type=_json_arg, default=None,
-                   help="the config as JSON: adds figure_provenance (notebook, rule, sha256 of inputs)")
+    s.add_argument(
+        "--registry-config",
+        type=_json_arg,
+        default=None,
+        help="the config as JSON: adds figure_provenance (notebook, rule, sha256 of inputs)",
+    )
     s.add_argument("--notebook-dir", default=None, help="folder of the figure notebooks (default ./notebooks)")
     s.add_argument("--claims", default=None, help="paper/claims.json: adds the key 'claims'")
     s.add_argument("--bounds", nargs="*", default=[], help="results/<exp>/bounds/<stage>.json (bounds rule)")
@@ -447,10 +546,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--metrics-hessian", required=True, help="metrics.json of the Hessian experiment")
     s.add_argument("--metrics-landscape", required=True, help="metrics.json of the landscape experiment")
     s.add_argument("--landscape", required=True, help="landscape.json (landscape rule)")
-    s.add_argument("--extra", action="append", default=[], metavar="NAME=PATH",
-                   help="result of another module; rows from claims.PROVIDERS[NAME](result)")
-    s.add_argument("--rows", action="append", default=[], metavar="PATH",
-                   help="JSON list of finished claim rows to append")
+    s.add_argument(
+        "--extra",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="result of another module; rows from claims.PROVIDERS[NAME](result)",
+    )
+    s.add_argument(
+        "--rows", action="append", default=[], metavar="PATH", help="JSON list of finished claim rows to append"
+    )
     s.add_argument("--config-hash", default=None, help="hash of the config the results came from")
     s.add_argument("--out-md", required=True, help="paper/claims.md")
     s.add_argument("--out-json", required=True, help="paper/claims.json")
@@ -502,6 +607,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; the package's expected errors end in one line on stderr and exit status 1."""
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
     set_threads(args.threads)
@@ -511,17 +617,25 @@ def main(argv: list[str] | None = None) -> int:
         # The package's own errors (ConfigError is a ValueError; DataError, TrainingError,
         # CheckpointError are RuntimeErrors) get one line; other RuntimeErrors propagate. Their modules are looked
         # up only if loaded, so light commands (claims, registry) do not import torch.
-        own = tuple(getattr(sys.modules[m], n) for m, n in (("transformer_hessian.data", "DataError"),
-                                                             ("transformer_hessian.train", "TrainingError"),
-                                                             ("transformer_hessian.checkpoints", "CheckpointError"))
-                    if m in sys.modules)
+        own = tuple(
+            getattr(sys.modules[m], n)
+            for m, n in (
+                ("transformer_hessian.data", "DataError"),
+                ("transformer_hessian.train", "TrainingError"),
+                ("transformer_hessian.checkpoints", "CheckpointError"),
+            )
+            if m in sys.modules
+        )
         if isinstance(err, RuntimeError) and not isinstance(err, own):
             raise
         print(f"transformer-hessian {args.command}: error: {err}", file=sys.stderr)
         return 1
     except MemoryError:
-        print(f"transformer-hessian {args.command}: error: out of memory; lower the model sizes "
-              "(experiments.<name>.model.*) or the batch sizes in the config", file=sys.stderr)
+        print(
+            f"transformer-hessian {args.command}: error: out of memory; lower the model sizes "
+            "(experiments.<name>.model.*) or the batch sizes in the config",
+            file=sys.stderr,
+        )
         return 1
     except KeyboardInterrupt:
         print(f"transformer-hessian {args.command}: interrupted", file=sys.stderr)

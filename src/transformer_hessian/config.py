@@ -63,6 +63,7 @@ def _key_path(error: jsonschema.ValidationError) -> str:
 
 
 def load_schema(path: str | Path = SCHEMA_PATH) -> dict:
+    """The config's JSON schema (workflow/schemas/config.schema.yaml), parsed."""
     with open(path) as fh:
         return yaml.safe_load(fh)
 
@@ -161,7 +162,8 @@ def load_yaml(path: str | Path) -> dict:
     dups = _duplicate_keys(node)
     if dups:
         raise ConfigError(
-            f"invalid configuration in {path}:\n" + "\n".join(f"  {d}: duplicate key" for d in dups)
+            f"invalid configuration in {path}:\n"
+            + "\n".join(f"  {d}: duplicate key" for d in dups)
             + "\n(each key may appear once; YAML would silently keep the last value)"
         )
     if data is None:
@@ -231,32 +233,42 @@ def _cross_key_errors(config: dict) -> list[str]:
         m = exp["model"]
         side = DATASET_SHAPES.get(exp["dataset"], (None,))[0]
         if side is not None and side % m["patch_size"]:
-            out.append(f"  experiments.{name}.model.patch_size: {m['patch_size']} does not divide the "
-                       f"{side}x{side} images of {exp['dataset']!r}")
+            out.append(
+                f"  experiments.{name}.model.patch_size: {m['patch_size']} does not divide the "
+                f"{side}x{side} images of {exp['dataset']!r}"
+            )
         need = training_bytes_estimate(exp)
         mem_mb = config.get("resources", {}).get("mem_mb")
         if need is not None and mem_mb and need > mem_mb * 2**20:
-            out.append(f"  experiments.{name}.model: training needs at least {format_bytes(need)} (16 bytes per "
-                       f"parameter: weights, gradients, AdamW moments), more than resources.mem_mb = {mem_mb} MiB; "
-                       f"lower experiments.{name}.model.width / d_ff / d_k / depth or raise resources.mem_mb")
+            out.append(
+                f"  experiments.{name}.model: training needs at least {format_bytes(need)} (16 bytes per "
+                f"parameter: weights, gradients, AdamW moments), more than resources.mem_mb = {mem_mb} MiB; "
+                f"lower experiments.{name}.model.width / d_ff / d_k / depth or raise resources.mem_mb"
+            )
     hname = config["hessian"]["experiment"]
     hexp = experiments[hname]
     depth = hexp["model"]["depth"]
     if config["hessian"]["block"] >= depth:
-        out.append(f"  hessian.block: {config['hessian']['block']} but experiment {hname!r} has only {depth} "
-                   "block(s) (0-based index)")
+        out.append(
+            f"  hessian.block: {config['hessian']['block']} but experiment {hname!r} has only {depth} "
+            "block(s) (0-based index)"
+        )
     if depth != 1:
-        out.append(f"  hessian.experiment: {hname!r} has model.depth {depth}, but the closed-form check (rule "
-                   f"theory) needs a single-block model: point hessian.experiment at an experiment with "
-                   f"model.depth: 1 (or set experiments.{hname}.model.depth: 1)")
+        out.append(
+            f"  hessian.experiment: {hname!r} has model.depth {depth}, but the closed-form check (rule "
+            f"theory) needs a single-block model: point hessian.experiment at an experiment with "
+            f"model.depth: 1 (or set experiments.{hname}.model.depth: 1)"
+        )
     m = hexp["model"]
     need = dense_hessian_bytes(m["width"], m["d_k"], m["d_ff"])
     mem_mb = config.get("resources", {}).get("mem_mb")
     if mem_mb and need > mem_mb * 2**20:
         p = hessian_group_size(m["width"], m["d_k"], m["d_ff"])
-        out.append(f"  hessian.experiment: the dense Hessian of {hname!r} has {p:,} x {p:,} float64 entries and its "
-                   f"jobs need about {format_bytes(need)}, more than resources.mem_mb = {mem_mb} MiB; lower "
-                   f"experiments.{hname}.model.width / d_k / d_ff or raise resources.mem_mb")
+        out.append(
+            f"  hessian.experiment: the dense Hessian of {hname!r} has {p:,} x {p:,} float64 entries and its "
+            f"jobs need about {format_bytes(need)}, more than resources.mem_mb = {mem_mb} MiB; lower "
+            f"experiments.{hname}.model.width / d_k / d_ff or raise resources.mem_mb"
+        )
     return out
 
 

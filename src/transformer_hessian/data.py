@@ -121,9 +121,7 @@ def _join(base: str, filename: str) -> str:
     return base.rstrip("/") + "/" + filename
 
 
-def _resolve_resources(
-    name: str, mirror: str | None, resources: list | None
-) -> list[tuple[str, str, list[str]]]:
+def _resolve_resources(name: str, mirror: str | None, resources: list | None) -> list[tuple[str, str, list[str]]]:
     """Return ``(filename, md5, candidate urls)`` for each raw file of ``name``."""
     bases = [mirror] if mirror else list(MIRRORS[name])
     table = RESOURCES[name] if resources is None else resources
@@ -239,12 +237,12 @@ def download(
     timeout : seconds a socket may wait before an attempt is given up.
     deadline : seconds one file may take in all (config key ``data.deadline``).
 
-    Returns
+    Returns:
     -------
     dict ``{"dataset", "files": [{"name", "md5", "bytes"}], "source"}``; ``source`` is the
     primary url (or mirror base) of the data, or ``"sklearn"`` for ``digits``.
 
-    Raises
+    Raises:
     ------
     DataError naming the data set, the url(s) tried and where to place the files by hand.
     """
@@ -279,9 +277,7 @@ def download(
     if name == "cifar100" and resources is None and not (folder / CIFAR100.filename).exists():
         if _cifar_extracted_ok(folder):
             log.info("cifar100: extracted files in %s verify; nothing to download", folder / _CIFAR_DIR)
-            entries = [
-                _file_entry(folder / _CIFAR_DIR / f, name=f"{_CIFAR_DIR}/{f}", md5=m) for f, m in _CIFAR_MEMBERS
-            ]
+            entries = [_file_entry(folder / _CIFAR_DIR / f, name=f"{_CIFAR_DIR}/{f}", md5=m) for f, m in _CIFAR_MEMBERS]
             return {"dataset": name, "files": entries, "source": source}
 
     entries = []
@@ -394,7 +390,7 @@ def _remove_stale_extract_dirs(folder: Path) -> None:
 
     prefix = f".extract-{_host_tag()}-"
     for d in folder.glob(".extract-*"):
-        rest = d.name[len(prefix):] if d.name.startswith(prefix) else ""
+        rest = d.name[len(prefix) :] if d.name.startswith(prefix) else ""
         pid = rest.split("-", 1)[0]
         if d.is_dir() and pid.isdigit() and not _pid_alive(int(pid)):
             shutil.rmtree(d, ignore_errors=True)

@@ -29,8 +29,9 @@ def _arrow(ax: Axes, start, end, **kw) -> FancyArrowPatch:
     return patch
 
 
-def draw_block_stack(ax: Axes, title: str | None = "post-norm Transformer block",
-                     hessian_label: bool = True) -> dict[str, list]:
+def draw_block_stack(
+    ax: Axes, title: str | None = "post-norm Transformer block", hessian_label: bool = True
+) -> dict[str, list]:
     """Draw the block stack SA -> LN -> FFN -> LN with residual arrows on ``ax``.
 
     Coordinates are axis units ``[0, 1] x [0, 1]``; the axis frame and ticks are turned off.
@@ -51,8 +52,15 @@ def draw_block_stack(ax: Axes, title: str | None = "post-norm Transformer block"
     centres = []
     for i, (label, colour) in enumerate(BLOCK_STACK):
         y = y_bottom + i * step
-        box = FancyBboxPatch((x0, y), width, height, boxstyle="round,pad=0.01,rounding_size=0.02",
-                             facecolor=colour, edgecolor="0.2", linewidth=1.0)
+        box = FancyBboxPatch(
+            (x0, y),
+            width,
+            height,
+            boxstyle="round,pad=0.01,rounding_size=0.02",
+            facecolor=colour,
+            edgecolor="0.2",
+            linewidth=1.0,
+        )
         ax.add_patch(box)
         boxes.append(box)
         texts.append(ax.text(x0 + width / 2, y + height / 2, label, ha="center", va="center", fontsize=8))
@@ -69,14 +77,24 @@ def draw_block_stack(ax: Axes, title: str | None = "post-norm Transformer block"
         y_from = centres[src_box] - 0.035
         y_to = centres[dst_box] + height / 2
         x_side = x0 - 0.09
-        ax.plot([xc, x_side, x_side], [y_from, y_from, y_to], color="#B45F06", linewidth=1.0,
-                solid_joinstyle="miter")
+        ax.plot([xc, x_side, x_side], [y_from, y_from, y_to], color="#B45F06", linewidth=1.0, solid_joinstyle="miter")
         arrows.append(_arrow(ax, (x_side, y_to), (x0, y_to), color="#B45F06"))
-        texts.append(ax.text(x_side - 0.01, (y_from + y_to) / 2, f"+ {label}", ha="right", va="center",
-                             fontsize=7, color="#B45F06"))
+        texts.append(
+            ax.text(
+                x_side - 0.01, (y_from + y_to) / 2, f"+ {label}", ha="right", va="center", fontsize=7, color="#B45F06"
+            )
+        )
     if hessian_label:
-        texts.append(ax.text(0.995, 0.5, "$\\mathbf{H}^{(k)}(\\mathbf{w}^*)$\n$= d^2 L_k / d\\mathbf{w}^2$",
-                             ha="right", va="center", fontsize=7))
+        texts.append(
+            ax.text(
+                0.995,
+                0.5,
+                "$\\mathbf{H}^{(k)}(\\mathbf{w}^*)$\n$= d^2 L_k / d\\mathbf{w}^2$",
+                ha="right",
+                va="center",
+                fontsize=7,
+            )
+        )
     if title:
         ax.set_title(title)
     return {"boxes": boxes, "arrows": arrows, "texts": texts}

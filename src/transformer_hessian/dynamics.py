@@ -60,8 +60,16 @@ def heatmap_indices(n_snapshots: int, heatmaps: int) -> list[int]:
     return sorted({int(round(v)) for v in np.linspace(0, n_snapshots - 1, k)})
 
 
-def replay(spec: dict, data_root, init_checkpoint, steps: int, on_snapshot, every: int = 1,
-           device: str = "cpu", checkpoint_dir=None) -> dict:
+def replay(
+    spec: dict,
+    data_root,
+    init_checkpoint,
+    steps: int,
+    on_snapshot,
+    every: int = 1,
+    device: str = "cpu",
+    checkpoint_dir=None,
+) -> dict:
     """Replay the first ``steps`` optimiser steps of the ``train`` rule from ``init_checkpoint``.
 
     Calls ``on_snapshot(step, model, batch_loss)`` at step 0 (``batch_loss`` None) and after
@@ -98,8 +106,19 @@ def replay(spec: dict, data_root, init_checkpoint, steps: int, on_snapshot, ever
             if base + s in wanted and base + s > 0:
                 on_snapshot(base + s, m, loss)
 
-        train_epoch(model, opt, xtr, ytr, seed=seed, epoch=epoch, batch_size=bs, lr=t["lr"],
-                    name="replay", on_step=on_step, max_steps=steps - base)
+        train_epoch(
+            model,
+            opt,
+            xtr,
+            ytr,
+            seed=seed,
+            epoch=epoch,
+            batch_size=bs,
+            lr=t["lr"],
+            name="replay",
+            on_step=on_step,
+            max_steps=steps - base,
+        )
         done = min(base + per_epoch, steps)
         if done == base + per_epoch and checkpoint_dir is not None:
             path = Path(checkpoint_dir) / f"epoch_{epoch:03d}.pt"
@@ -112,8 +131,9 @@ def replay(spec: dict, data_root, init_checkpoint, steps: int, on_snapshot, ever
     return {"steps": steps, "steps_per_epoch": per_epoch, "capped": capped, "epoch_checks": checks}
 
 
-def record_dynamics(spec: dict, data_root, init_checkpoint, hessian_cfg: dict, dyn_cfg: dict,
-                    device: str = "cpu", checkpoint_dir=None) -> tuple[dict, dict, np.ndarray]:
+def record_dynamics(
+    spec: dict, data_root, init_checkpoint, hessian_cfg: dict, dyn_cfg: dict, device: str = "cpu", checkpoint_dir=None
+) -> tuple[dict, dict, np.ndarray]:
     """Replay training and record weights, norms and Hessian blocks at the snapshot steps.
 
     Returns (arrays for the npz, summary for the JSON, the step-0 Hessian's W_Q..W_2 part for
@@ -129,8 +149,16 @@ def record_dynamics(spec: dict, data_root, init_checkpoint, hessian_cfg: dict, d
     images, labels = fixed_batch(data["train_x"], data["train_y"], hessian_cfg["batch_size"], hessian_cfg["seed"])
     images, labels = images.to(device=dev, dtype=torch.float64), labels.to(dev)
     steps_cfg, every = int(dyn_cfg["steps"]), int(dyn_cfg["every"])
-    rec = {"steps": [], "batch_loss": [], "hessian_loss": [], "weight_norms": [], "hessian_norms": [],
-           "weights": {g: [] for g in ALL_GROUPS}, "hdiag": {g: [] for g in (*GROUPS, "LN")}, "heat_steps": []}
+    rec = {
+        "steps": [],
+        "batch_loss": [],
+        "hessian_loss": [],
+        "weight_norms": [],
+        "hessian_norms": [],
+        "weights": {g: [] for g in ALL_GROUPS},
+        "hdiag": {g: [] for g in (*GROUPS, "LN")},
+        "heat_steps": [],
+    }
     meta = {"method": None, "hessian_seconds": 0.0}
     plan = {}
 
@@ -167,28 +195,51 @@ def record_dynamics(spec: dict, data_root, init_checkpoint, hessian_cfg: dict, d
         log.info("dynamics: step %d, loss on the Hessian batch %.4f", step, hloss)
 
     t0 = time.perf_counter()
-    info = replay(spec, data_root, init_checkpoint, steps_cfg, on_snapshot, every=every, device=device,
-                  checkpoint_dir=checkpoint_dir)
+    info = replay(
+        spec,
+        data_root,
+        init_checkpoint,
+        steps_cfg,
+        on_snapshot,
+        every=every,
+        device=device,
+        checkpoint_dir=checkpoint_dir,
+    )
     seconds = time.perf_counter() - t0
     arrays = {
         "steps": np.asarray(rec["steps"], dtype=np.int64),
-        "batch_loss": np.asarray(rec["batch_loss"]), "hessian_loss": np.asarray(rec["hessian_loss"]),
-        "weight_norms": np.stack(rec["weight_norms"]), "hessian_norms": np.stack(rec["hessian_norms"]),
-        "heat_steps": np.asarray(rec["heat_steps"], dtype=np.int64), "names": np.asarray(ALL_GROUPS),
+        "batch_loss": np.asarray(rec["batch_loss"]),
+        "hessian_loss": np.asarray(rec["hessian_loss"]),
+        "weight_norms": np.stack(rec["weight_norms"]),
+        "hessian_norms": np.stack(rec["hessian_norms"]),
+        "heat_steps": np.asarray(rec["heat_steps"], dtype=np.int64),
+        "names": np.asarray(ALL_GROUPS),
     }
     for g in ALL_GROUPS:
         arrays[f"weights_{g}"] = np.stack(rec["weights"][g])
     for g, mats in rec["hdiag"].items():
         arrays[f"hdiag_{g}"] = np.stack(mats)
     summary = {
-        "groups": list(ALL_GROUPS), "steps": rec["steps"], "heat_steps": rec["heat_steps"],
-        "requested_steps": steps_cfg, "every": every, "replayed_steps": info["steps"],
-        "steps_per_epoch": info["steps_per_epoch"], "capped": info["capped"], "epoch_checks": info["epoch_checks"],
-        "hessian_method": meta["method"], "hessian_seconds": meta["hessian_seconds"], "seconds": seconds,
-        "batch_size": int(len(images)), "block": block,
-        "batch_loss": [None if np.isnan(v) else v for v in rec["batch_loss"]], "hessian_loss": rec["hessian_loss"],
-        "weight_norms": {g: {"spectral": arrays["weight_norms"][:, 0, k].tolist(),
-                             "fro": arrays["weight_norms"][:, 1, k].tolist()} for k, g in enumerate(ALL_GROUPS)},
+        "groups": list(ALL_GROUPS),
+        "steps": rec["steps"],
+        "heat_steps": rec["heat_steps"],
+        "requested_steps": steps_cfg,
+        "every": every,
+        "replayed_steps": info["steps"],
+        "steps_per_epoch": info["steps_per_epoch"],
+        "capped": info["capped"],
+        "epoch_checks": info["epoch_checks"],
+        "hessian_method": meta["method"],
+        "hessian_seconds": meta["hessian_seconds"],
+        "seconds": seconds,
+        "batch_size": int(len(images)),
+        "block": block,
+        "batch_loss": [None if np.isnan(v) else v for v in rec["batch_loss"]],
+        "hessian_loss": rec["hessian_loss"],
+        "weight_norms": {
+            g: {"spectral": arrays["weight_norms"][:, 0, k].tolist(), "fro": arrays["weight_norms"][:, 1, k].tolist()}
+            for k, g in enumerate(ALL_GROUPS)
+        },
         "hessian_norm_fields": ["fro", "spectral", "max_abs"],
     }
     return arrays, summary, rec.get("H0_matrix_part")

@@ -16,20 +16,30 @@ LayerNorm, FeedForward), drawn from the ``dynamics`` rule's npz/JSON:
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib import colors
-from matplotlib.ticker import MaxNLocator
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from .dynamics import FAMILIES
 from .hessian_groups import ALL_GROUPS, LN_GROUPS
 
 #: Axis labels of the nine groups.
-LABELS = {"W_Q": "W_Q", "W_K": "W_K", "W_V": "W_V", "W_1": "W_1", "W_2": "W_2",
-          "gamma1": "γ1", "beta1": "β1", "gamma2": "γ2", "beta2": "β2"}
+LABELS = {
+    "W_Q": "W_Q",
+    "W_K": "W_K",
+    "W_V": "W_V",
+    "W_1": "W_1",
+    "W_2": "W_2",
+    "gamma1": "γ1",
+    "beta1": "β1",
+    "gamma2": "γ2",
+    "beta2": "β2",
+}
 #: One colour per partner group h in panel (d), the same in every figure.
 PARTNER_COLOURS = dict(zip(ALL_GROUPS, plt.get_cmap("tab10").colors))
 DATASETS = {"digits": "8x8 digits (stand-in for MNIST)", "mnist": "MNIST", "cifar100": "CIFAR-100"}
@@ -76,9 +86,11 @@ def _title(fig_id: str, summary: Mapping[str, Any]) -> str:
     family = FAMILIES[fig_id][0]
     m = summary["model"]
     ds = DATASETS.get(summary["dataset"], summary["dataset"])
-    return (f"Figure {FIGURE_NUMBERS[fig_id]} ({family}): first {summary['steps'][-1]} training steps, {ds}; "
-            f"{m['depth']}-block post-norm ViT (d={m['width']}, d_ff={m['d_ff']}, patch {m['patch_size']}); "
-            f"Hessian on a fixed batch of {summary['batch_size']}")
+    return (
+        f"Figure {FIGURE_NUMBERS[fig_id]} ({family}): first {summary['steps'][-1]} training steps, {ds}; "
+        f"{m['depth']}-block post-norm ViT (d={m['width']}, d_ff={m['d_ff']}, patch {m['patch_size']}); "
+        f"Hessian on a fixed batch of {summary['batch_size']}"
+    )
 
 
 def _entries_row(sub, data, groups, heat_idx, steps):
@@ -89,8 +101,15 @@ def _entries_row(sub, data, groups, heat_idx, steps):
         vmax = max(float(np.abs(v).max()) for v in vals.values()) or 1.0
         for ax, g in zip(axes, groups):
             v = vals[g]  # (n_snap, d)
-            im = ax.imshow(v.T, cmap="RdBu_r", vmin=-vmax, vmax=vmax, aspect="auto", interpolation="nearest",
-                           extent=(steps[0], steps[-1], v.shape[1] - 0.5, -0.5))
+            im = ax.imshow(
+                v.T,
+                cmap="RdBu_r",
+                vmin=-vmax,
+                vmax=vmax,
+                aspect="auto",
+                interpolation="nearest",
+                extent=(steps[0], steps[-1], v.shape[1] - 0.5, -0.5),
+            )
             ax.set_title(f"{LABELS[g]} − 1" if g.startswith("gamma") else LABELS[g])
             ax.set_xlabel("training step")
         axes[0].set_ylabel("coordinate")
@@ -106,8 +125,14 @@ def _entries_row(sub, data, groups, heat_idx, steps):
         vmax = max(float(np.abs(m).max()) for m in mats) or 1.0
         for c, (i, m) in enumerate(zip(heat_idx, mats)):
             ax = axes[r, c]
-            im = ax.imshow(m, cmap="RdBu_r", vmin=-vmax, vmax=vmax, interpolation="nearest",
-                           aspect="equal" if m.shape[0] == m.shape[1] else "auto")
+            im = ax.imshow(
+                m,
+                cmap="RdBu_r",
+                vmin=-vmax,
+                vmax=vmax,
+                interpolation="nearest",
+                aspect="equal" if m.shape[0] == m.shape[1] else "auto",
+            )
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.yaxis.set_major_locator(MaxNLocator(integer=True))
             name = "W_2ᵀ" if g == "W_2" else LABELS[g]
@@ -135,8 +160,14 @@ def _hessian_row(sub, data, groups, summary):
             with np.errstate(divide="ignore"):
                 img = np.ma.masked_equal(np.log10(np.abs(m)), -np.inf)
             extent = (-0.5, m.shape[1] * k - 0.5, m.shape[0] * k - 0.5, -0.5)
-            im = ax.imshow(np.ma.clip(img, vmin, vmax), cmap=cmap, norm=colors.Normalize(vmin, vmax),
-                           interpolation="nearest", aspect="equal", extent=extent)
+            im = ax.imshow(
+                np.ma.clip(img, vmin, vmax),
+                cmap=cmap,
+                norm=colors.Normalize(vmin, vmax),
+                interpolation="nearest",
+                aspect="equal",
+                extent=extent,
+            )
             if key == "LN":
                 d = m.shape[0] // 4
                 for b in (d, 2 * d, 3 * d):
@@ -182,8 +213,9 @@ def _norms_row(sub, data, groups):
     for ax, g in zip(axes[1:], groups):
         for h in ALL_GROUPS:
             y = hn[:, idx[g], idx[h]]
-            ax.plot(steps, np.where(y > 0, y, np.nan), color=PARTNER_COLOURS[h], lw=2.2 if h == g else 1.0,
-                    label=LABELS[h])
+            ax.plot(
+                steps, np.where(y > 0, y, np.nan), color=PARTNER_COLOURS[h], lw=2.2 if h == g else 1.0, label=LABELS[h]
+            )
         ax.set_yscale("log")
         ax.set_ylim(lo / 2, hi * 2)
         ax.set_xlabel("training step")
@@ -208,8 +240,14 @@ def dynamics_figure(fig_id: str, data: Mapping[str, Any], summary: Mapping[str, 
     fig = plt.figure(figsize=(11, sum(heights) + 0.6))
     subs = fig.subfigures(3, 1, height_ratios=heights)
     for sub, h in zip(subs, heights):
-        sub.subplots_adjust(left=0.11, right=0.86, bottom=0.55 / h, top=1 - 0.35 / h,
-                            wspace=0.5 if len(groups) > 2 else 0.35, hspace=0.85)
+        sub.subplots_adjust(
+            left=0.11,
+            right=0.86,
+            bottom=0.55 / h,
+            top=1 - 0.35 / h,
+            wspace=0.5 if len(groups) > 2 else 0.35,
+            hspace=0.85,
+        )
     _entries_row(subs[0], data, groups, heat_idx, steps)
     _hessian_row(subs[1], data, groups, summary)
     _norms_row(subs[2], data, groups)

@@ -25,6 +25,7 @@ from torch.func import functional_call, grad, jvp, vmap
 from . import GROUPS
 from .model import ViT
 
+
 def fixed_batch(train_x: torch.Tensor, train_y: torch.Tensor, batch_size: int, seed: int):
     """The first batch of a seeded shuffle of the training set (same for every stage)."""
     gen = torch.Generator().manual_seed(seed)
@@ -63,6 +64,7 @@ def loss_of_groups(model: ViT, block: int, images: torch.Tensor, labels: torch.T
 
 
 def hessian_vmap(model: ViT, block: int, images, labels, chunk_size: int = 64) -> torch.Tensor:
+    """Dense Hessian by vmapped Hessian-vector products (forward-over-reverse), chunk_size columns at a time."""
     f, w = loss_of_groups(model, block, images, labels)
     g = grad(f)
 
@@ -76,6 +78,7 @@ def hessian_vmap(model: ViT, block: int, images, labels, chunk_size: int = 64) -
 
 
 def hessian_curvlinops(model: ViT, block: int, images, labels, chunk_size: int = 64) -> torch.Tensor:
+    """Dense Hessian as curvlinops' HessianLinearOperator applied to column blocks of I."""
     from curvlinops import HessianLinearOperator
 
     params = [model.get_parameter(n) for n in _group_names(model, block)]
@@ -94,6 +97,7 @@ def hessian_curvlinops(model: ViT, block: int, images, labels, chunk_size: int =
 
 
 def hessian_closed_form(model: ViT, block: int, images, labels) -> torch.Tensor:
+    """Dense Hessian from the closed forms (theory.model_loss_hessian); single-block models only."""
     from .theory import model_loss_hessian
 
     if model.cfg.depth != 1 or block != 0:
@@ -106,6 +110,7 @@ METHODS = {"vmap": hessian_vmap, "curvlinops": hessian_curvlinops, "closed_form"
 
 
 def resolve_method(method: str, model: ViT) -> str:
+    """``auto`` -> closed form for a single block, vmapped HVPs otherwise; ValueError names the key."""
     if method == "auto":
         return "closed_form" if model.cfg.depth == 1 else "vmap"
     if method not in METHODS:
@@ -133,18 +138,24 @@ def block_pairs(H, offsets, names=GROUPS):
 def block_norms(H: np.ndarray, offsets, names=GROUPS) -> list[dict]:
     """Frobenius, spectral norm and max |entry| of every block pair (row-major over GROUPS)."""
     return [
-        {"row": ri, "col": cj,
-         "fro": float(torch.linalg.matrix_norm(blk, "fro")),
-         "spectral": float(torch.linalg.matrix_norm(blk, 2)),
-         "max_abs": float(blk.abs().max())}
+        {
+            "row": ri,
+            "col": cj,
+            "fro": float(torch.linalg.matrix_norm(blk, "fro")),
+            "spectral": float(torch.linalg.matrix_norm(blk, 2)),
+            "max_abs": float(blk.abs().max()),
+        }
         for ri, cj, blk in block_pairs(torch.as_tensor(H), offsets, names)
     ]
 
 
 def weight_norms(model: ViT, block: int) -> dict[str, dict[str, float]]:
+    """{group: {spectral, frobenius}} of the block's five weight matrices."""
     out = {}
     for name, W in model.group_params(block).items():
         W = W.detach().to(torch.float64)
-        out[name] = {"spectral": float(torch.linalg.matrix_norm(W, 2)),
-                     "fro": float(torch.linalg.matrix_norm(W, "fro"))}
+        out[name] = {
+            "spectral": float(torch.linalg.matrix_norm(W, 2)),
+            "fro": float(torch.linalg.matrix_norm(W, "fro")),
+        }
     return out

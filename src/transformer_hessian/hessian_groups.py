@@ -49,15 +49,17 @@ def loss_of(model: ViT, block: int, images: torch.Tensor, labels: torch.Tensor, 
 
     def f(flat: torch.Tensor) -> torch.Tensor:
         parts = torch.split(flat, sizes)
-        logits = functional_call(model, {**fixed, **{n: p.reshape(s) for n, p, s in zip(names, parts, shapes)}},
-                                 (images,))
+        logits = functional_call(
+            model, {**fixed, **{n: p.reshape(s) for n, p, s in zip(names, parts, shapes)}}, (images,)
+        )
         return F.cross_entropy(logits, labels)
 
     return f, torch.cat([model.get_parameter(n).detach().reshape(-1) for n in names])
 
 
-def hessian_columns(model: ViT, block: int, images, labels, columns, groups=ALL_GROUPS,
-                    chunk_size: int = 64) -> torch.Tensor:
+def hessian_columns(
+    model: ViT, block: int, images, labels, columns, groups=ALL_GROUPS, chunk_size: int = 64
+) -> torch.Tensor:
     """H[:, columns] (P x len(columns)) by vmapped Hessian-vector products H e_j."""
     f, w = loss_of(model, block, images, labels, groups)
     g = grad(f)
@@ -72,8 +74,9 @@ def hessian_columns(model: ViT, block: int, images, labels, columns, groups=ALL_
     return torch.cat(rows, dim=0).T if rows else w.new_zeros(w.numel(), 0)
 
 
-def hessian_all_groups(model: ViT, block: int, images, labels, method: str = "auto",
-                       chunk_size: int = 64) -> tuple[torch.Tensor, str]:
+def hessian_all_groups(
+    model: ViT, block: int, images, labels, method: str = "auto", chunk_size: int = 64
+) -> tuple[torch.Tensor, str]:
     """Dense float64 Hessian over ALL_GROUPS (P9 x P9). Returns (H, method used).
 
     ``auto``: for a single-block model the W-W part is the closed form and the rows/columns

@@ -85,13 +85,9 @@ _BOOTSTRAP_SALT = 0xB007
 def _as_losses(losses: Any) -> np.ndarray:
     arr = np.asarray(losses, dtype=np.float64)
     if arr.ndim != 1:
-        raise ValueError(
-            f"losses must be a 1-D array of per-sample losses, got an array of shape {arr.shape}"
-        )
+        raise ValueError(f"losses must be a 1-D array of per-sample losses, got an array of shape {arr.shape}")
     if arr.size < 2:
-        raise ValueError(
-            f"need at least 2 per-sample losses to form |L_(k+1) - L_k|, got {arr.size}"
-        )
+        raise ValueError(f"need at least 2 per-sample losses to form |L_(k+1) - L_k|, got {arr.size}")
     finite = np.isfinite(arr)
     if not finite.all():
         bad = np.flatnonzero(~finite)
@@ -131,7 +127,7 @@ def loss_differences(losses: Any, n_orderings: int, seed: int) -> np.ndarray:
         Seed of the :func:`numpy.random.default_rng` generator that draws the orderings; the
         same seed gives the same orderings.
 
-    Returns
+    Returns:
     -------
     numpy.ndarray
         Shape ``(R, n - 1)``; column ``k - 1`` holds ``D_k``.
@@ -168,9 +164,7 @@ def batch_loss_differences(losses: Any, n_orderings: int, seed: int, batch_size:
     n = x.size
     m = n // b
     if m < 2:
-        raise ValueError(
-            f"batch granularity needs at least 2 full batches: n = {n} samples, batch_size = {b}"
-        )
+        raise ValueError(f"batch granularity needs at least 2 full batches: n = {n} samples, batch_size = {b}")
     centred = x - x.mean()  # D is shift-invariant; centring keeps the sums well conditioned
     ordered = centred[orderings(n, r, seed)][:, : m * b]
     batch_means = ordered.reshape(r, m, b).mean(axis=2)  # (R, m)
@@ -181,9 +175,7 @@ def batch_loss_differences(losses: Any, n_orderings: int, seed: int, batch_size:
     return diff
 
 
-def log_binned_median(
-    k: Any, d: Any, bins_per_decade: int = 8, min_points: int = 1
-) -> tuple[np.ndarray, np.ndarray]:
+def log_binned_median(k: Any, d: Any, bins_per_decade: int = 8, min_points: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Median of ``d`` in log-spaced bins of ``k`` (a smoother for log-log plots).
 
     Bin edges are ``10**(i / bins_per_decade)``; bins with fewer than ``min_points`` points
@@ -238,9 +230,7 @@ def _fit_mask(k: np.ndarray, d: np.ndarray, k_min: float, k_max: float | None) -
     return mask
 
 
-def fit_loglog_slope(
-    k: Any, d: Any, k_min: float = 10, k_max: float | None = None
-) -> tuple[float, float]:
+def fit_loglog_slope(k: Any, d: Any, k_min: float = 10, k_max: float | None = None) -> tuple[float, float]:
     """Least-squares line ``log d = intercept + slope * log k`` (natural logs).
 
     Only points with ``k_min <= k <= k_max`` (``k_max=None``: no upper limit) and ``d > 0``
@@ -249,10 +239,7 @@ def fit_loglog_slope(
     k_arr = np.asarray(k, dtype=np.float64)
     d_arr = np.asarray(d, dtype=np.float64)
     if k_arr.shape != d_arr.shape or k_arr.ndim != 1:
-        raise ValueError(
-            f"k and d must be 1-D arrays of the same length, got shapes {k_arr.shape} and "
-            f"{d_arr.shape}"
-        )
+        raise ValueError(f"k and d must be 1-D arrays of the same length, got shapes {k_arr.shape} and {d_arr.shape}")
     if np.any(k_arr <= 0):
         raise ValueError("k must be positive for a log-log fit")
     mask = _fit_mask(k_arr, d_arr, k_min, k_max)
@@ -290,10 +277,7 @@ def bootstrap_slope_ci(
     diffs = np.asarray(differences, dtype=np.float64)
     k_arr = np.asarray(k, dtype=np.float64)
     if diffs.ndim != 2 or diffs.shape[1] != k_arr.size:
-        raise ValueError(
-            f"differences must have shape (n_orderings, len(k)) = (R, {k_arr.size}), "
-            f"got {diffs.shape}"
-        )
+        raise ValueError(f"differences must have shape (n_orderings, len(k)) = (R, {k_arr.size}), got {diffs.shape}")
     b_total = _check_positive_int(n_bootstrap, "n_bootstrap")
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must lie in (0, 1), got {level!r}")
@@ -302,9 +286,7 @@ def bootstrap_slope_ci(
     if k_max is not None:
         cols &= k_arr <= k_max
     if cols.sum() < 2:
-        raise ValueError(
-            f"the bootstrap fit needs at least 2 k in [k_min={k_min}, k_max={k_max}]"
-        )
+        raise ValueError(f"the bootstrap fit needs at least 2 k in [k_min={k_min}, k_max={k_max}]")
     sub = diffs[:, cols]
     x = np.log(k_arr[cols])
     x = x - x.mean()  # the slope is shift-invariant; centring keeps the sums well conditioned
@@ -315,9 +297,7 @@ def bootstrap_slope_ci(
     for start in range(0, b_total, chunk):
         b = min(chunk, b_total - start)
         draws = rng.integers(0, r, size=(b, r))
-        counts = np.bincount(
-            (draws + r * np.arange(b)[:, None]).ravel(), minlength=b * r
-        ).reshape(b, r)
+        counts = np.bincount((draws + r * np.arange(b)[:, None]).ravel(), minlength=b * r).reshape(b, r)
         means = (counts / r) @ sub  # (b, m): mean curve of each replicate
         w = (means > 0).astype(np.float64)
         y = np.log(np.where(means > 0, means, 1.0))
@@ -328,9 +308,7 @@ def bootstrap_slope_ci(
         sxy = (w * y) @ x
         denom = sw * sxx - sx * sx
         with np.errstate(invalid="ignore", divide="ignore"):
-            slopes[start : start + b] = np.where(
-                (sw >= 2) & (denom > 0), (sw * sxy - sx * sy) / denom, np.nan
-            )
+            slopes[start : start + b] = np.where((sw >= 2) & (denom > 0), (sw * sxy - sx * sy) / denom, np.nan)
     finite = slopes[np.isfinite(slopes)]
     if finite.size == 0:
         raise ValueError("no bootstrap replicate had 2 or more points with D > 0 to fit")
@@ -425,9 +403,7 @@ def analyse_landscape(
     d_mean = diffs.mean(axis=0)
     d_ema = ema(d_mean, ema_factor)
     slope, intercept = fit_loglog_slope(k, d_mean, k_min=k_min, k_max=fit_k_max)
-    lo, hi, _ = bootstrap_slope_ci(
-        diffs, k, k_min=k_min, k_max=fit_k_max, n_bootstrap=b, seed=seed
-    )
+    lo, hi, _ = bootstrap_slope_ci(diffs, k, k_min=k_min, k_max=fit_k_max, n_bootstrap=b, seed=seed)
 
     loss_max = float(x.max())
     bound_full = 2.0 * loss_max / (k + 1.0)
@@ -476,8 +452,14 @@ def analyse_landscape(
 
 
 def _analyse_batches(
-    x: np.ndarray, r: int, seed: int, batch_size: int, k_min: int, n_boot: int,
-    bins_per_decade: int, loss_max: float,
+    x: np.ndarray,
+    r: int,
+    seed: int,
+    batch_size: int,
+    k_min: int,
+    n_boot: int,
+    bins_per_decade: int,
+    loss_max: float,
 ) -> dict[str, Any]:
     """The ``batch`` entry of :func:`analyse_landscape` (see there)."""
     diffs = batch_loss_differences(x, r, seed, batch_size)  # (R, m-1)

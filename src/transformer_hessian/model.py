@@ -43,13 +43,16 @@ class ModelConfig:
 
     @property
     def num_tokens(self) -> int:
+        """Number of patches L = (image_size / patch_size)^2."""
         return (self.image_size // self.patch_size) ** 2
 
     @property
     def patch_dim(self) -> int:
+        """Length of a flattened patch, channels * patch_size^2."""
         return self.channels * self.patch_size**2
 
     def to_dict(self) -> dict:
+        """The config as a plain dict (stored in checkpoints)."""
         return asdict(self)
 
 
@@ -81,6 +84,7 @@ class PostNormBlock(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        """Seeded initialisation of the weight matrices (LayerNorm gamma = 1, beta = 0)."""
         # Xavier-uniform on the math orientation (fan_in = rows, fan_out = columns).
         for W in (self.W_Q, self.W_K, self.W_V, self.W_1, self.W_2):
             bound = math.sqrt(6.0 / (W.shape[0] + W.shape[1]))
@@ -95,6 +99,7 @@ class PostNormBlock(nn.Module):
         return out
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:  # X: (..., L, d)
+        """Y = LN_1(X + A X W_V), Z = LN_2(ReLU(Y W_1 + b_1) W_2 + b_2 + Y) for X of shape (..., L, d)."""
         T = X @ self.W_Q @ self.W_K.transpose(0, 1) @ X.transpose(-1, -2) / math.sqrt(self.d_k)
         A = torch.softmax(T, dim=-1)
         Fx = A @ X @ self.W_V
@@ -127,9 +132,7 @@ class ViT(nn.Module):
         super().__init__()
         self.cfg = cfg
         if cfg.image_size % cfg.patch_size:
-            raise ValueError(
-                f"model.patch_size={cfg.patch_size} does not divide the image size {cfg.image_size}"
-            )
+            raise ValueError(f"model.patch_size={cfg.patch_size} does not divide the image size {cfg.image_size}")
         self.embed = nn.Linear(cfg.patch_dim, cfg.width)
         self.pos = nn.Parameter(0.02 * torch.randn(cfg.num_tokens, cfg.width))
         self.blocks = nn.ModuleList(
@@ -142,6 +145,7 @@ class ViT(nn.Module):
         return self.embed(patchify(images, self.cfg.patch_size)) + self.pos
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Logits: patch embedding + positions, the blocks, mean over tokens, linear head."""
         X = self.tokens(images)
         for block in self.blocks:
             X = block(X)
@@ -161,4 +165,5 @@ class ViT(nn.Module):
 
 
 def count_parameters(model: nn.Module) -> int:
+    """Number of trainable parameters."""
     return sum(p.numel() for p in model.parameters())

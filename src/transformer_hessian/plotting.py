@@ -112,8 +112,6 @@ def _figure_base(path_without_suffix: str | os.PathLike[str]) -> Path:
     return base
 
 
-
-
 def save_figure(fig: Figure, path_without_suffix: str | os.PathLike[str]) -> list[Path]:
     """Write ``fig`` to ``<path>.pdf`` and ``<path>.png``; returns the two paths.
 
@@ -224,9 +222,7 @@ def shared_log_range(*Hs: Any, floor: float = -12) -> tuple[float, float]:
     return float(vmin), float(vmax)
 
 
-def robust_log_range(
-    *Hs: Any, quantiles: tuple[float, float] = HEATMAP_QUANTILES
-) -> tuple[float, float]:
+def robust_log_range(*Hs: Any, quantiles: tuple[float, float] = HEATMAP_QUANTILES) -> tuple[float, float]:
     """Colour range ``(vmin, vmax)``: quantiles of log10 |H_ij| over the nonzero entries.
 
     The entries of all the given matrices are pooled (so Figures 3 and 4 share one scale) and
@@ -275,9 +271,7 @@ def contrast_ratio(c1: Any, c2: Any) -> float:
     return (l1 + 0.05) / (l2 + 0.05)
 
 
-def dataset_model_label(
-    metrics: Mapping[str, Any], stands_in_for: str | None = None, sep: str = "; "
-) -> str:
+def dataset_model_label(metrics: Mapping[str, Any], stands_in_for: str | None = None, sep: str = "; ") -> str:
     """``"8x8 digits (scikit-learn; stand-in for MNIST), ViT: 1 block, 16 tokens, d=16, ..."``.
 
     ``metrics`` is a training ``metrics.json`` (keys ``dataset`` and ``model``); the text names
@@ -289,10 +283,7 @@ def dataset_model_label(
         name = name.replace(")", f"; stand-in for {stands_in_for})")
     tokens = (int(m["image_size"]) // int(m["patch_size"])) ** 2
     blocks = f"{m['depth']} block" + ("s" if int(m["depth"]) != 1 else "")
-    return (
-        f"{name}{sep}ViT, {blocks}, {tokens} tokens, d={m['width']}, "
-        f"d_K={m['d_k']}, d_ff={m['d_ff']}"
-    )
+    return f"{name}{sep}ViT, {blocks}, {tokens} tokens, d={m['width']}, d_K={m['d_k']}, d_ff={m['d_ff']}"
 
 
 def _check_blocks(H: np.ndarray, offsets: Any, names: Sequence[str]) -> np.ndarray:
@@ -302,13 +293,9 @@ def _check_blocks(H: np.ndarray, offsets: Any, names: Sequence[str]) -> np.ndarr
         raise ValueError("H has non-finite entries; recompute the Hessian")
     off = np.asarray(offsets, dtype=np.int64).ravel()
     if off.size != len(names) + 1:
-        raise ValueError(
-            f"offsets must have len(names) + 1 = {len(names) + 1} entries, got {off.size}"
-        )
+        raise ValueError(f"offsets must have len(names) + 1 = {len(names) + 1} entries, got {off.size}")
     if off[0] != 0 or off[-1] != H.shape[0] or np.any(np.diff(off) <= 0):
-        raise ValueError(
-            f"offsets {off.tolist()} must increase strictly from 0 to P = {H.shape[0]}"
-        )
+        raise ValueError(f"offsets {off.tolist()} must increase strictly from 0 to P = {H.shape[0]}")
     return off
 
 
@@ -346,9 +333,7 @@ def hessian_heatmap(
     zeros = H == 0
     img = np.ma.masked_array(np.clip(_log_abs(H), vmin, vmax), mask=zeros)
     colour_map = plt.get_cmap(cmap).with_extremes(bad=zero_colour)
-    image = ax.imshow(
-        img, cmap=colour_map, vmin=vmin, vmax=vmax, interpolation="nearest", aspect="equal"
-    )
+    image = ax.imshow(img, cmap=colour_map, vmin=vmin, vmax=vmax, interpolation="nearest", aspect="equal")
     halo = [patheffects.Stroke(linewidth=1.8, foreground="white"), patheffects.Normal()]
     for b in off[1:-1]:
         for line in (ax.axhline(b - 0.5), ax.axvline(b - 0.5)):
@@ -373,10 +358,18 @@ def hessian_heatmap(
             from matplotlib.patches import Patch
 
             ax.legend(
-                handles=[Patch(facecolor=zero_colour, edgecolor="0.3",
-                               label=f"exact 0 ({100 * zero_fraction(H):.1f}% of entries)")],
-                loc="upper center", bbox_to_anchor=(0.5, -0.06), frameon=False,
-                handlelength=1.2, borderaxespad=0.0,
+                handles=[
+                    Patch(
+                        facecolor=zero_colour,
+                        edgecolor="0.3",
+                        label=f"exact 0 ({100 * zero_fraction(H):.1f}% of entries)",
+                    )
+                ],
+                loc="upper center",
+                bbox_to_anchor=(0.5, -0.06),
+                frameon=False,
+                handlelength=1.2,
+                borderaxespad=0.0,
             )
     return image
 
@@ -390,9 +383,7 @@ def hessian_figure(
 ) -> Figure:
     """One-panel figure of a Hessian as returned by :func:`load_hessian`."""
     fig, ax = plt.subplots(figsize=(size * 1.15, size), layout="constrained")
-    hessian_heatmap(
-        ax, hessian["H"], hessian["offsets"], hessian["names"], vmin, vmax, title=title
-    )
+    hessian_heatmap(ax, hessian["H"], hessian["offsets"], hessian["names"], vmin, vmax, title=title)
     return fig
 
 
@@ -422,9 +413,7 @@ def _block_matrix(norms: Mapping[str, Any], field: str) -> np.ndarray:
     return mat
 
 
-def _grouped_bars(
-    ax: Axes, series: dict[str, np.ndarray], hatches: dict[str, str], colours: dict[str, str]
-) -> None:
+def _grouped_bars(ax: Axes, series: dict[str, np.ndarray], hatches: dict[str, str], colours: dict[str, str]) -> None:
     n_groups = len(GROUPS)
     width = 0.8 / len(series)
     x = np.arange(n_groups)
@@ -466,9 +455,7 @@ def norms_figure(
     fig = plt.figure(figsize=(10.0, 8.0), layout="constrained")
     if title:
         fig.suptitle(title, fontsize=10)
-    axd = fig.subplot_mosaic(
-        [["legend", "legend"], ["a", "b"], ["c", "d"]], height_ratios=[0.07, 1.0, 1.0]
-    )
+    axd = fig.subplot_mosaic([["legend", "legend"], ["a", "b"], ["c", "d"]], height_ratios=[0.07, 1.0, 1.0])
     colours, hatches, weight_series, block_series = {}, {}, {}, {}
     for norm, hatch in (("spectral", ""), ("fro", "//")):
         for stage, doc in stages.items():
@@ -609,9 +596,14 @@ def landscape_figure(
         ax.plot(
             np.asarray(cur["D_binned_k"], dtype=np.float64),
             _positive(cur["D_binned"]),
-            color=palette[2], linewidth=0, marker="o", markersize=3.5,
-            markeredgecolor="black", markeredgewidth=0.4,
-            label=f"median in log-spaced bins of k ({per} per decade)", zorder=5,
+            color=palette[2],
+            linewidth=0,
+            marker="o",
+            markersize=3.5,
+            markeredgecolor="black",
+            markeredgewidth=0.4,
+            label=f"median in log-spaced bins of k ({per} per decade)",
+            zorder=5,
         )
     in_fit = (k >= k_lo) & (k <= k_hi)
     # 1/k reference c/k through the mean curve at the start of the fit range: c is the
@@ -624,13 +616,20 @@ def landscape_figure(
     k_fit = k[in_fit]
     if k_fit.size:
         fitted = np.exp(float(cur["intercept"])) * k_fit ** float(cur["slope"])
-        ax.plot(k_fit, fitted, color=palette[3], linewidth=1.6, alpha=0.9,
-                label=slope_label(cur), zorder=3)
+        ax.plot(k_fit, fitted, color=palette[3], linewidth=1.6, alpha=0.9, label=slope_label(cur), zorder=3)
     if show_bound and "theorem7_bound_2L" in cur:
-        bound_label = ("Theorem 7 bound 2L/(j+1), j = k/b batches" if cur["granularity"] == "batch"
-                       else "Theorem 7 bound 2L/(k+1)")
-        ax.plot(k, _positive(cur["theorem7_bound_2L"]), color="0.1", linestyle="--",
-                linewidth=1.0, label=bound_label, zorder=2)
+        bound_label = (
+            "Theorem 7 bound 2L/(j+1), j = k/b batches" if cur["granularity"] == "batch" else "Theorem 7 bound 2L/(k+1)"
+        )
+        ax.plot(
+            k,
+            _positive(cur["theorem7_bound_2L"]),
+            color="0.1",
+            linestyle="--",
+            linewidth=1.0,
+            label=bound_label,
+            zorder=2,
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("number of training samples k")

@@ -120,9 +120,11 @@ class FlatModel:
 
     @property
     def dim(self) -> int:
+        """Number of entries of the flat parameter vector."""
         return int(self.w0.numel())
 
     def params(self, w: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The named parameters of the flat vector ``w`` (views, for torch.func.functional_call)."""
         return {n: p.reshape(s) for n, p, s in zip(self.names, torch.split(w, self.sizes), self.shapes)}
 
     def per_sample_losses(self, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -254,8 +256,13 @@ def top_eigenpair(
 
 
 def per_sample_spectral_norms(
-    fm: FlatModel, x: torch.Tensor, y: torch.Tensor, n_iter: int = 20, seed: int = 0,
-    chunk: int = 32, w: torch.Tensor | None = None,
+    fm: FlatModel,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    n_iter: int = 20,
+    seed: int = 0,
+    chunk: int = 32,
+    w: torch.Tensor | None = None,
 ) -> np.ndarray:
     """``||H_i(w)||_2 = max |eig(d^2 l_i / dw^2)|`` for every sample (batched Lanczos, ``LM``).
 
@@ -282,7 +289,11 @@ def per_sample_spectral_norms(
 
 
 def directional_derivatives(
-    fm: FlatModel, x: torch.Tensor, y: torch.Tensor, d: torch.Tensor, w: torch.Tensor | None = None,
+    fm: FlatModel,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    d: torch.Tensor,
+    w: torch.Tensor | None = None,
     chunk: int = 128,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-sample ``l_i(w)``, ``a_i = grad l_i(w) . d`` and ``c_i = d^T H_i(w) d``.
@@ -339,7 +350,12 @@ def log_grid(k_lo: int, k_hi: int, n_points: int) -> np.ndarray:
 
 
 def theorem7_check(
-    losses: np.ndarray, ts: np.ndarray, loss_max: float, M: float, n_orderings: int, seed: int,
+    losses: np.ndarray,
+    ts: np.ndarray,
+    loss_max: float,
+    M: float,
+    n_orderings: int,
+    seed: int,
     k_store: np.ndarray,
 ) -> dict[str, Any]:
     """Theorem 7 on one direction: ``|L_{k+1}(w) - L_k(w)|`` at ``w = w* + t d`` vs its bound.
@@ -359,16 +375,26 @@ def theorem7_check(
     T, n = losses.shape
     k = np.arange(1, n, dtype=np.float64)
     store = np.asarray(k_store, dtype=np.int64) - 1
-    out: dict[str, Any] = {"t": [float(t) for t in ts], "lhs_mean": [], "lhs_max": [], "bound": [],
-                           "tight": [], "ratio_max": [], "held_fraction_t": [], "worst": None}
+    out: dict[str, Any] = {
+        "t": [float(t) for t in ts],
+        "lhs_mean": [],
+        "lhs_max": [],
+        "bound": [],
+        "tight": [],
+        "ratio_max": [],
+        "held_fraction_t": [],
+        "worst": None,
+    }
     counts = {"bound": 0, "tight": 0, "no_curvature": 0}
     held_all_orderings = {"bound": 0, "tight": 0, "no_curvature": 0}
     worst_ratio = -np.inf
     for ti, t in enumerate(ts):
         D = loss_differences(losses[ti], n_orderings, seed)  # (R, n-1)
-        rhs = {"bound": landscape_bound(k, loss_max, M, t * t),
-               "tight": landscape_bound_tight(k, loss_max, M, t * t),
-               "no_curvature": landscape_bound(k, loss_max, 0.0, 0.0)}
+        rhs = {
+            "bound": landscape_bound(k, loss_max, M, t * t),
+            "tight": landscape_bound_tight(k, loss_max, M, t * t),
+            "no_curvature": landscape_bound(k, loss_max, 0.0, 0.0),
+        }
         for key, b in rhs.items():
             ok = D <= b * (1.0 + BOUND_RTOL)
             counts[key] += int(ok.sum())
@@ -377,8 +403,14 @@ def theorem7_check(
         r_idx = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
         if ratio[r_idx] > worst_ratio:
             worst_ratio = float(ratio[r_idx])
-            out["worst"] = {"t": float(t), "k": int(r_idx[1] + 1), "ordering": int(r_idx[0]),
-                            "lhs": float(D[r_idx]), "bound": float(rhs["bound"][r_idx[1]]), "ratio": worst_ratio}
+            out["worst"] = {
+                "t": float(t),
+                "k": int(r_idx[1] + 1),
+                "ordering": int(r_idx[0]),
+                "lhs": float(D[r_idx]),
+                "bound": float(rhs["bound"][r_idx[1]]),
+                "ratio": worst_ratio,
+            }
         out["lhs_mean"].append(D.mean(axis=0)[store].tolist())
         out["lhs_max"].append(D.max(axis=0)[store].tolist())
         out["bound"].append(rhs["bound"][store].tolist())
@@ -394,8 +426,14 @@ def theorem7_check(
 
 
 def taylor_check(
-    losses: np.ndarray, ts: np.ndarray, l0: np.ndarray, a: np.ndarray, c: np.ndarray, perms: np.ndarray,
-    k_report: np.ndarray, tolerance: float,
+    losses: np.ndarray,
+    ts: np.ndarray,
+    l0: np.ndarray,
+    a: np.ndarray,
+    c: np.ndarray,
+    perms: np.ndarray,
+    k_report: np.ndarray,
+    tolerance: float,
 ) -> dict[str, Any]:
     """Second-order Taylor models of ``L_k(w* + t d)`` against the measured ``L_k``.
 
@@ -435,16 +473,20 @@ def taylor_check(
             breaks.append(float(np.min(np.abs(ts[bad]))) if bad.any() else None)
             ok = nz & (med[:, j] <= tolerance)
             within.append([float(v) for v in ts[ok]])
-        out[name] = {"rel_error_median": [[None if not np.isfinite(v) else float(v) for v in row] for row in med],
-                     "t_break": breaks, "t_within": within}
+        out[name] = {
+            "rel_error_median": [[None if not np.isfinite(v) else float(v) for v in row] for row in med],
+            "t_break": breaks,
+            "t_within": within,
+        }
     return out
 
 
 # ----------------------------------------------------------------------------- Assumption 1
 
 
-def per_sample_gradients(fm: FlatModel, x: torch.Tensor, y: torch.Tensor, chunk: int = 256,
-                         w: torch.Tensor | None = None) -> torch.Tensor:
+def per_sample_gradients(
+    fm: FlatModel, x: torch.Tensor, y: torch.Tensor, chunk: int = 256, w: torch.Tensor | None = None
+) -> torch.Tensor:
     """``(n, P)`` matrix of per-sample gradients ``grad l_i(w)`` (vmapped ``torch.func.grad``)."""
     w = fm.w0 if w is None else w
     g1 = vmap(grad(fm.sample_loss), in_dims=(None, 0, 0))
@@ -487,8 +529,9 @@ def expected_sq_grad_norm(gram: np.ndarray, k: Any) -> np.ndarray:
     return gbar2 + s2 / k * fpc
 
 
-def assumption1_analysis(norms: np.ndarray, gram: np.ndarray, k_grid: np.ndarray, n_bootstrap: int,
-                         seed: int) -> dict[str, Any]:
+def assumption1_analysis(
+    norms: np.ndarray, gram: np.ndarray, k_grid: np.ndarray, n_bootstrap: int, seed: int
+) -> dict[str, Any]:
     """Figure 12 numbers from :func:`gradient_norms` output ``norms`` (``(R, n)``).
 
     At the log-spaced ``k_grid`` (``k >= 2``): mean, 10% and 90% quantiles over orderings of
@@ -528,8 +571,9 @@ def assumption1_analysis(norms: np.ndarray, gram: np.ndarray, k_grid: np.ndarray
     }
 
 
-def minimiser_shift(fm: FlatModel, x: torch.Tensor, y: torch.Tensor, perm: np.ndarray, ks: list[int],
-                    steps: int, lr: float) -> dict[str, Any]:
+def minimiser_shift(
+    fm: FlatModel, x: torch.Tensor, y: torch.Tensor, perm: np.ndarray, ks: list[int], steps: int, lr: float
+) -> dict[str, Any]:
     """``||w*_k - w*_{k+1}||`` by short full-batch gradient-descent fine-tunes from ``w*``.
 
     ``w*_k`` is the result of ``steps`` steps ``w <- w - lr grad L_k(w)`` started at ``w0``
@@ -554,11 +598,18 @@ def minimiser_shift(fm: FlatModel, x: torch.Tensor, y: torch.Tensor, perm: np.nd
                 loss_after = float(fm.mean_loss(w, xs, ys))
             ends[kk] = (w, loss_before, loss_after, gnorm_before, float(g(w, xs, ys).norm()))
         wk, lb, la, gb, ga = ends[k]
-        rows.append({
-            "k": int(k), "shift": float((wk - ends[k + 1][0]).norm()), "move": float((wk - fm.w0).norm()),
-            "loss_before": lb, "loss_after": la, "grad_norm_before": gb, "grad_norm_after": ga,
-            "descended": bool(la <= lb),
-        })
+        rows.append(
+            {
+                "k": int(k),
+                "shift": float((wk - ends[k + 1][0]).norm()),
+                "move": float((wk - fm.w0).norm()),
+                "loss_before": lb,
+                "loss_after": la,
+                "grad_norm_before": gb,
+                "grad_norm_after": ga,
+                "descended": bool(la <= lb),
+            }
+        )
     return {"steps": int(steps), "lr": float(lr), "rows": rows}
 
 
@@ -577,8 +628,13 @@ def _subset(n_total: int, size: int | None, seed: int) -> np.ndarray:
     return np.sort(idx[: min(size, n_total)] if size else idx)
 
 
-def run_probe(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, probe: dict | None = None,
-              init_model: torch.nn.Module | None = None) -> dict[str, Any]:
+def run_probe(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    probe: dict | None = None,
+    init_model: torch.nn.Module | None = None,
+) -> dict[str, Any]:
     """The whole protocol on the trained ``model`` (its weights are ``w*``); JSON-ready dict.
 
     1. Samples: a seeded subset of ``max_samples`` training samples (all when null); ``L``
@@ -657,8 +713,16 @@ def run_probe(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, probe: d
         nzt = ts != 0
         secant = 2.0 * np.abs(losses[nzt] - l0[None] - ts[nzt, None] * a[None]) / ts[nzt, None] ** 2
         M_path = max(M_path, float(np.abs(c).max()), float(secant.max()))
-        per_dir[name] = {"l0": l0, "a": a, "c": c, "ts": ts, "losses": losses, "t_max": t_max, "c_mean": c_mean,
-                         "secant_max": float(secant.max())}
+        per_dir[name] = {
+            "l0": l0,
+            "a": a,
+            "c": c,
+            "ts": ts,
+            "losses": losses,
+            "t_max": t_max,
+            "c_mean": c_mean,
+            "secant_max": float(secant.max()),
+        }
     t0 = lap("paths", t0)
     M = max(M_star, M_path)
     i0 = int(np.flatnonzero(per_dir["top eigenvector u"]["ts"] == 0)[0])
@@ -675,14 +739,19 @@ def run_probe(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, probe: d
         theorem7[name] = theorem7_check(dd["losses"], dd["ts"], loss_max, M, R, s["seed"], k_store)
         theorem7[name]["t_max"] = dd["t_max"]
         theorem7[name]["c_mean"] = dd["c_mean"]
-        taylor[name] = taylor_check(dd["losses"], dd["ts"], dd["l0"], dd["a"], dd["c"], perms, k_report,
-                                    s["taylor_tolerance"])
+        taylor[name] = taylor_check(
+            dd["losses"], dd["ts"], dd["l0"], dd["a"], dd["c"], perms, k_report, s["taylor_tolerance"]
+        )
         Lk = prefix_means(dd["losses"], perms[:1])[:, 0, :]  # (T, n) on ordering 0
         gaps = {}
         for kk in (k_small, n - 1):
             D = np.stack([loss_differences(dd["losses"][ti], R, s["seed"])[:, kk - 1] for ti in range(len(dd["ts"]))])
-            gaps[str(kk)] = {"L_k": Lk[:, kk - 1].tolist(), "L_k1": Lk[:, kk].tolist(),
-                             "gap_mean": D.mean(axis=1).tolist(), "gap_ordering0": np.abs(Lk[:, kk] - Lk[:, kk - 1]).tolist()}
+            gaps[str(kk)] = {
+                "L_k": Lk[:, kk - 1].tolist(),
+                "L_k1": Lk[:, kk].tolist(),
+                "gap_mean": D.mean(axis=1).tolist(),
+                "gap_ordering0": np.abs(Lk[:, kk] - Lk[:, kk - 1]).tolist(),
+            }
         fig1[name] = {"t": dd["ts"].tolist(), "curves": gaps}
     t0 = lap("theorem7_taylor", t0)
 
@@ -700,12 +769,18 @@ def run_probe(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, probe: d
         "max_ratio_printed": float(np.max(D0 * (k_all + 1) / (2 * loss_max))) if loss_max > 0 else None,
         "n_comparisons": int(D0.size),
     }
-    breaks = {d: {"full": taylor[d]["full"]["t_break"][-1], "paper": taylor[d]["paper"]["t_break"][-1],
-                  "paper_within": taylor[d]["paper"]["t_within"][-1], "t_max": per_dir[d]["t_max"],
-                  "t_min": float(np.min(np.abs(per_dir[d]["ts"][per_dir[d]["ts"] != 0]))),
-                  "full_breaks_at_first_point": taylor[d]["full"]["t_break"][-1] is not None and
-                  taylor[d]["full"]["t_break"][-1] <= float(np.min(np.abs(per_dir[d]["ts"][per_dir[d]["ts"] != 0])))}
-              for d in taylor}
+    breaks = {
+        d: {
+            "full": taylor[d]["full"]["t_break"][-1],
+            "paper": taylor[d]["paper"]["t_break"][-1],
+            "paper_within": taylor[d]["paper"]["t_within"][-1],
+            "t_max": per_dir[d]["t_max"],
+            "t_min": float(np.min(np.abs(per_dir[d]["ts"][per_dir[d]["ts"] != 0]))),
+            "full_breaks_at_first_point": taylor[d]["full"]["t_break"][-1] is not None
+            and taylor[d]["full"]["t_break"][-1] <= float(np.min(np.abs(per_dir[d]["ts"][per_dir[d]["ts"] != 0]))),
+        }
+        for d in taylor
+    }
 
     # -- Assumption 1
     G = per_sample_gradients(fm, xs, ys)
@@ -718,23 +793,28 @@ def run_probe(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, probe: d
         Gi = per_sample_gradients(fmi, xs, ys)
         gram_i = (Gi @ Gi.T).cpu().numpy()
         del Gi
-        a1["init"] = assumption1_analysis(gradient_norms(gram_i, perms), gram_i, k_grid, s["n_bootstrap"],
-                                          s["seed"])
+        a1["init"] = assumption1_analysis(gradient_norms(gram_i, perms), gram_i, k_grid, s["n_bootstrap"], s["seed"])
     t0 = lap("assumption1", t0)
     ks = [int(k) for k in s["shift_ks"] if 1 <= int(k) <= n - 1]
     lr = float(s["shift_lr_scale"]) / M
-    runs = [minimiser_shift(fm, xs, ys, perms[r], ks, int(s["shift_steps"]), lr)
-            for r in range(min(R, int(s["shift_orderings"])))]
+    runs = [
+        minimiser_shift(fm, xs, ys, perms[r], ks, int(s["shift_steps"]), lr)
+        for r in range(min(R, int(s["shift_orderings"])))
+    ]
     shift = {"steps": int(s["shift_steps"]), "lr": lr, "n_orderings": len(runs), "rows": []}
     for j, k in enumerate(ks):
         per = [run["rows"][j] for run in runs]
-        shift["rows"].append({
-            "k": k, "shift": float(np.mean([p["shift"] for p in per])), "shift_each": [p["shift"] for p in per],
-            "move": float(np.mean([p["move"] for p in per])),
-            "descended": bool(all(p["descended"] for p in per)),
-            "grad_norm_before": float(np.mean([p["grad_norm_before"] for p in per])),
-            "grad_norm_after": float(np.mean([p["grad_norm_after"] for p in per])),
-        })
+        shift["rows"].append(
+            {
+                "k": k,
+                "shift": float(np.mean([p["shift"] for p in per])),
+                "shift_each": [p["shift"] for p in per],
+                "move": float(np.mean([p["move"] for p in per])),
+                "descended": bool(all(p["descended"] for p in per)),
+                "grad_norm_before": float(np.mean([p["grad_norm_before"] for p in per])),
+                "grad_norm_after": float(np.mean([p["grad_norm_after"] for p in per])),
+            }
+        )
     if len(ks) >= 2:
         sv = np.array([r["shift"] for r in shift["rows"]])
         if np.all(sv > 0):
@@ -757,10 +837,19 @@ def run_probe(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, probe: d
         "M_path": M_path,
         "M_star_selection": "highest loss at w*",
         "M_star_samples": int(nc),
-        "per_sample_spectral_norms": {"max": M_star, "median": float(np.median(spec_norms)),
-                                      "mean": float(spec_norms.mean())},
-        "directions": {d: {"t_max": per_dir[d]["t_max"], "curvature": per_dir[d]["c_mean"],
-                           "grad_component": float(per_dir[d]["a"].mean())} for d in per_dir},
+        "per_sample_spectral_norms": {
+            "max": M_star,
+            "median": float(np.median(spec_norms)),
+            "mean": float(spec_norms.mean()),
+        },
+        "directions": {
+            d: {
+                "t_max": per_dir[d]["t_max"],
+                "curvature": per_dir[d]["c_mean"],
+                "grad_component": float(per_dir[d]["a"].mean()),
+            }
+            for d in per_dir
+        },
         "k_store": k_store.tolist(),
         "theorem7": theorem7,
         "theorem7_summary": {
@@ -787,13 +876,19 @@ def run_probe(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, probe: d
 # ----------------------------------------------------------------------------- reporting
 
 
-THEOREM7_QUOTE = ("|L_{k+1}(w) - L_k(w)| <= 2L/(k+1) + M ||w - w*||_2^2/(k+1) for 0 <= l(f_{w*}(x_i), y_i) <= L "
-                  "and bounded individual Hessians")
-ASSUMPTION1_QUOTE = ("while Assumption 1 can be relaxed, its validity increases with longer sequence lengths "
-                     "(i.e., a larger number of samples)")
+THEOREM7_QUOTE = (
+    "|L_{k+1}(w) - L_k(w)| <= 2L/(k+1) + M ||w - w*||_2^2/(k+1) for 0 <= l(f_{w*}(x_i), y_i) <= L "
+    "and bounded individual Hessians"
+)
+ASSUMPTION1_QUOTE = (
+    "while Assumption 1 can be relaxed, its validity increases with longer sequence lengths "
+    "(i.e., a larger number of samples)"
+)
 
 
-def claim_rows(probe_result: dict[str, Any], evidence: str = "results/<landscape experiment>/probe/probe.json") -> list[dict]:
+def claim_rows(
+    probe_result: dict[str, Any], evidence: str = "results/<landscape experiment>/probe/probe.json"
+) -> list[dict]:
     """Verdict rows (shared claim schema) for Theorem 7 at and off ``w*`` and Assumption 1.
 
     * ``theorem7_at_w_star``: reproduced iff ``|L_{k+1}(w*) - L_k(w*)| <= 2L/(k+1)`` on every
@@ -808,45 +903,59 @@ def claim_rows(probe_result: dict[str, Any], evidence: str = "results/<landscape
     s = probe_result["theorem7_summary"]
     w0 = s["at_w_star"]
     a1 = probe_result["assumption1"]
-    rows = [{
-        "id": "theorem7_at_w_star",
-        "claim": THEOREM7_QUOTE,
-        "source": "Sec. 4.3, Theorem 7 (w = w*)",
-        "measured": (f"max over {w0['n_comparisons']} (k, ordering) of |L_(k+1)-L_k| (k+1)/(2L) = "
-                     f"{w0['max_ratio_printed']:.3g} (L = {probe_result['loss_max']:.3g}); the tight L/(k+1) "
-                     f"{'also holds' if w0['holds_tight'] else 'fails'}"),
-        "verdict": "reproduced" if w0["holds_printed"] else "not reproduced",
-        "rule": "D_k <= 2L/(k+1) at w* on every ordering and k of the probe subset, L = max per-sample loss",
-        "evidence": evidence,
-    }]
+    rows = [
+        {
+            "id": "theorem7_at_w_star",
+            "claim": THEOREM7_QUOTE,
+            "source": "Sec. 4.3, Theorem 7 (w = w*)",
+            "measured": (
+                f"max over {w0['n_comparisons']} (k, ordering) of |L_(k+1)-L_k| (k+1)/(2L) = "
+                f"{w0['max_ratio_printed']:.3g} (L = {probe_result['loss_max']:.3g}); the tight L/(k+1) "
+                f"{'also holds' if w0['holds_tight'] else 'fails'}"
+            ),
+            "verdict": "reproduced" if w0["holds_printed"] else "not reproduced",
+            "rule": "D_k <= 2L/(k+1) at w* on every ordering and k of the probe subset, L = max per-sample loss",
+            "evidence": evidence,
+        }
+    ]
     worst = s["worst"]
-    rows.append({
-        "id": "theorem7_off_w_star",
-        "claim": THEOREM7_QUOTE,
-        "source": "Sec. 4.3, Theorem 7 (w = w* + t d)",
-        "measured": (f"held in {s['held_fraction']:.4%} of {s['n_comparisons']} (direction, t, k, ordering); "
-                     f"M = {probe_result['M']:.3g}; worst lhs/rhs = {worst['ratio']:.3g} at {worst['direction']}, "
-                     f"t = {worst['t']:.3g}, k = {worst['k']}; without the curvature term "
-                     f"{s['held_fraction_no_curvature']:.4%}; second-order Taylor model of L_n breaks at |t| = "
-                     + ", ".join(f"{b['full']:.3g} ({d})" if b["full"] is not None else f"none ({d})"
-                                 for d, b in probe_result["taylor_breaks"].items())),
-        "verdict": "reproduced" if s["n_violations"] == 0 else "not reproduced",
-        "rule": "the printed right-hand side holds at every (direction, t, k, ordering) probed, M = max(M_star, M_path)",
-        "evidence": evidence,
-    })
+    rows.append(
+        {
+            "id": "theorem7_off_w_star",
+            "claim": THEOREM7_QUOTE,
+            "source": "Sec. 4.3, Theorem 7 (w = w* + t d)",
+            "measured": (
+                f"held in {s['held_fraction']:.4%} of {s['n_comparisons']} (direction, t, k, ordering); "
+                f"M = {probe_result['M']:.3g}; worst lhs/rhs = {worst['ratio']:.3g} at {worst['direction']}, "
+                f"t = {worst['t']:.3g}, k = {worst['k']}; without the curvature term "
+                f"{s['held_fraction_no_curvature']:.4%}; second-order Taylor model of L_n breaks at |t| = "
+                + ", ".join(
+                    f"{b['full']:.3g} ({d})" if b["full"] is not None else f"none ({d})"
+                    for d, b in probe_result["taylor_breaks"].items()
+                )
+            ),
+            "verdict": "reproduced" if s["n_violations"] == 0 else "not reproduced",
+            "rule": "the printed right-hand side holds at every (direction, t, k, ordering) probed, M = max(M_star, M_path)",
+            "evidence": evidence,
+        }
+    )
     lo, hi = a1["slope_ci95"]
-    rows.append({
-        "id": "assumption1_trend",
-        "claim": ASSUMPTION1_QUOTE,
-        "source": "App. A.2, Fig. 12",
-        "measured": (f"log-log slope of ||grad L_k(w*)|| vs k = {a1['slope']:.3f} [{lo:.3f}, {hi:.3f}] (95% CI, "
-                     f"k = {a1['k'][0]}..{a1['k'][-1]}); median over orderings: slope {a1['slope_median']:.3f}; "
-                     f"||grad L_n(w*)|| = {a1['full_grad_norm']:.3g} vs mean per-sample "
-                     f"{a1['mean_per_sample_grad_norm']:.3g}"),
-        "verdict": "reproduced" if hi < 0 and a1["slope_median"] < 0 else "not reproduced",
-        "rule": "the 95% interval of the log-log slope of the mean ||grad L_k(w*)|| lies below 0 and the median's slope is negative",
-        "evidence": evidence,
-    })
+    rows.append(
+        {
+            "id": "assumption1_trend",
+            "claim": ASSUMPTION1_QUOTE,
+            "source": "App. A.2, Fig. 12",
+            "measured": (
+                f"log-log slope of ||grad L_k(w*)|| vs k = {a1['slope']:.3f} [{lo:.3f}, {hi:.3f}] (95% CI, "
+                f"k = {a1['k'][0]}..{a1['k'][-1]}); median over orderings: slope {a1['slope_median']:.3f}; "
+                f"||grad L_n(w*)|| = {a1['full_grad_norm']:.3g} vs mean per-sample "
+                f"{a1['mean_per_sample_grad_norm']:.3g}"
+            ),
+            "verdict": "reproduced" if hi < 0 and a1["slope_median"] < 0 else "not reproduced",
+            "rule": "the 95% interval of the log-log slope of the mean ||grad L_k(w*)|| lies below 0 and the median's slope is negative",
+            "evidence": evidence,
+        }
+    )
     return rows
 
 
@@ -860,10 +969,15 @@ def assumption1_table(probe_result: dict[str, Any]):
     shifts = {r["k"]: r for r in probe_result["minimiser_shift"]["rows"]}
     rows = []
     for i, k in enumerate(a1["k"]):
-        row = {"k": int(k), "grad_norm_k": a1["grad_norm_k_mean"][i], "grad_norm_k_median": a1["grad_norm_k_median"][i],
-               "grad_norm_k_q10": a1["grad_norm_k_q10"][i],
-               "grad_norm_k_q90": a1["grad_norm_k_q90"][i], "grad_norm_k_minus_1": a1["grad_norm_km1_mean"][i],
-               "sampling_reference": a1["sampling_reference"][i]}
+        row = {
+            "k": int(k),
+            "grad_norm_k": a1["grad_norm_k_mean"][i],
+            "grad_norm_k_median": a1["grad_norm_k_median"][i],
+            "grad_norm_k_q10": a1["grad_norm_k_q10"][i],
+            "grad_norm_k_q90": a1["grad_norm_k_q90"][i],
+            "grad_norm_k_minus_1": a1["grad_norm_km1_mean"][i],
+            "sampling_reference": a1["sampling_reference"][i],
+        }
         if "init" in a1:
             row["grad_norm_k_init"] = a1["init"]["grad_norm_k_mean"][i]
         rows.append(row)

@@ -109,7 +109,10 @@ class Figure:
 
 
 _H = "results/{hexp}/hessian"
-_DYN = {"dynamics_npz": "results/{hexp}/dynamics/dynamics.npz", "dynamics_json": "results/{hexp}/dynamics/dynamics.json"}
+_DYN = {
+    "dynamics_npz": "results/{hexp}/dynamics/dynamics.npz",
+    "dynamics_json": "results/{hexp}/dynamics/dynamics.json",
+}
 #: The theory rule's check of the saved Hessians: Hessian figures wait for it (a failed check stops them).
 _CHECKED = ("results/{hexp}/theory/init.json", "results/{hexp}/theory/trained.json")
 
@@ -119,12 +122,11 @@ FIGURES: list[Figure] = [
         paper="Figure 2",
         label="fig:transformer",
         notebook="fig2_architecture.ipynb",
-        inputs={"metrics_hessian": "results/{hexp}/metrics.json",
-                "metrics_landscape": "results/{lexp}/metrics.json"},
+        inputs={"metrics_hessian": "results/{hexp}/metrics.json", "metrics_landscape": "results/{lexp}/metrics.json"},
         caption="Figure 2. Transformer architecture of the experiments, drawn from the sizes of the "
-                "models that ran: a post-norm ViT (patch embedding, N x [Self-Attention, Add, "
-                "LayerNorm, FeedForward, Add, LayerNorm], mean over tokens, linear head). Left: the "
-                "model of Figures 3-5 ({hessian_data}); right: the model of Figure 6 ({landscape_data}).",
+        "models that ran: a post-norm ViT (patch embedding, N x [Self-Attention, Add, "
+        "LayerNorm, FeedForward, Add, LayerNorm], mean over tokens, linear head). Left: the "
+        "model of Figures 3-5 ({hessian_data}); right: the model of Figure 6 ({landscape_data}).",
         shows="the post-norm ViT of both experiments with the sizes that ran",
         functions="`architecture_diagram.architecture_figure`, `architecture_diagram.draw_architecture`",
     ),
@@ -133,14 +135,17 @@ FIGURES: list[Figure] = [
         paper="Figure 3",
         label="fig:hessian_entries",
         notebook="fig3_fig4_hessian_heatmaps.ipynb",
-        inputs={"hessian_init": _H + "/init.npz", "hessian_trained": _H + "/trained.npz",
-                "metrics": "results/{hexp}/metrics.json"},
+        inputs={
+            "hessian_init": _H + "/init.npz",
+            "hessian_trained": _H + "/trained.npz",
+            "metrics": "results/{hexp}/metrics.json",
+        },
         params={"stage": "init"},
         caption="Figure 3. log10 |H_ij| of the exact loss Hessian w.r.t. W_Q, W_K, W_V, W_1, W_2 of "
-                "the one-block ViT at initialisation, on one fixed training batch of {hessian_data}. "
-                "Colour range: the 0.5% and 99.95% quantiles of the nonzero entries of Figures 3 and 4 "
-                "together (arrows: clipped). Exact zeros (rows and columns of ReLU units inactive on the "
-                "whole batch) have a colour of their own; their share is given below the map.",
+        "the one-block ViT at initialisation, on one fixed training batch of {hessian_data}. "
+        "Colour range: the 0.5% and 99.95% quantiles of the nonzero entries of Figures 3 and 4 "
+        "together (arrows: clipped). Exact zeros (rows and columns of ReLU units inactive on the "
+        "whole batch) have a colour of their own; their share is given below the map.",
         shows="log10 \\|H\\| at initialisation, blocks W_Q, W_K, W_V, W_1, W_2; exact zeros in their own colour",
         functions="`plotting.hessian_heatmap`, `plotting.robust_log_range`; Hessian from `hessian.compute_hessian`",
         gate=_CHECKED,
@@ -150,11 +155,14 @@ FIGURES: list[Figure] = [
         paper="Figure 4",
         label="fig:hessian_entries_trained",
         notebook="fig3_fig4_hessian_heatmaps.ipynb",
-        inputs={"hessian_init": _H + "/init.npz", "hessian_trained": _H + "/trained.npz",
-                "metrics": "results/{hexp}/metrics.json"},
+        inputs={
+            "hessian_init": _H + "/init.npz",
+            "hessian_trained": _H + "/trained.npz",
+            "metrics": "results/{hexp}/metrics.json",
+        },
         params={"stage": "trained"},
         caption="Figure 4. The same as Figure 3 after training, on Figure 3's colour scale "
-                "({hessian_data}). Exact zeros, if any, have a colour of their own.",
+        "({hessian_data}). Exact zeros, if any, have a colour of their own.",
         shows="the same after training, on fig3's colour scale",
         functions="same as fig3",
         gate=_CHECKED,
@@ -164,12 +172,15 @@ FIGURES: list[Figure] = [
         paper="Figure 5",
         label="fig:norm",
         notebook="fig5_norms.ipynb",
-        inputs={"norms_init": _H + "/init_norms.json", "norms_trained": _H + "/trained_norms.json",
-                "metrics": "results/{hexp}/metrics.json"},
+        inputs={
+            "norms_init": _H + "/init_norms.json",
+            "norms_trained": _H + "/trained_norms.json",
+            "metrics": "results/{hexp}/metrics.json",
+        },
         caption="Figure 5. Parameter block norms and Hessian block norms on one fixed training batch of "
-                "{hessian_data}, at initialisation and after training: (a) spectral and Frobenius norms "
-                "of W_Q, W_K, W_V, W_1, W_2; (b) of the diagonal Hessian blocks H_ii; (c, d) log10 of "
-                "the spectral norm of every block H_ij, one colour scale for both panels.",
+        "{hessian_data}, at initialisation and after training: (a) spectral and Frobenius norms "
+        "of W_Q, W_K, W_V, W_1, W_2; (b) of the diagonal Hessian blocks H_ii; (c, d) log10 of "
+        "the spectral norm of every block H_ij, one colour scale for both panels.",
         shows="weight-matrix norms and Hessian block norms, init vs trained",
         functions="`plotting.norms_figure`; `hessian.block_norms`, `hessian.weight_norms`",
         gate=_CHECKED,
@@ -179,13 +190,12 @@ FIGURES: list[Figure] = [
         paper="Figure 6",
         label="fig:loss_landscape_convergence",
         notebook="fig6_landscape.ipynb",
-        inputs={"landscape": "results/{lexp}/landscape/landscape.json",
-                "metrics": "results/{lexp}/metrics.json"},
+        inputs={"landscape": "results/{lexp}/landscape/landscape.json", "metrics": "results/{lexp}/metrics.json"},
         caption="Figure 6. |L_(k+1)(w*) - L_k(w*)| against the number of training samples k, log-log, "
-                "for the trained model on {landscape_data}, data added {granularity}, mean over random "
-                "orderings; dots: median in log-spaced bins of k; red: fitted power law with its "
-                "bootstrap 95% interval; dotted: 1/k; dashed: Theorem 7's bound at w*. The paper's EMA "
-                "over k is not drawn: on log axes it lags (flat up to k ~ 100) and lies above the data.",
+        "for the trained model on {landscape_data}, data added {granularity}, mean over random "
+        "orderings; dots: median in log-spaced bins of k; red: fitted power law with its "
+        "bootstrap 95% interval; dotted: 1/k; dashed: Theorem 7's bound at w*. The paper's EMA "
+        "over k is not drawn: on log axes it lags (flat up to k ~ 100) and lies above the data.",
         shows="\\|L_{k+1}(w*) - L_k(w*)\\| vs k (per sample or per batch), binned medians, 1/k line, fitted slope (95% CI), Theorem 7 bound",
         functions="`plotting.landscape_figure`; `landscape.analyse_landscape`, `train.per_sample_losses`",
     ),
@@ -197,11 +207,11 @@ FIGURES: list[Figure] = [
         group="probe_figures",
         inputs={"probe": "results/{lexp}/probe/probe.json", "metrics": "results/{lexp}/metrics.json"},
         caption="Figure 1. (a) Measured empirical losses L_k and L_(k+1) of the trained model on "
-                "{landscape_data} along w* + t d, for the top Hessian eigenvector u and a random unit "
-                "direction, at a small and a large k (first ordering of the samples), with the gap "
-                "|L_(k+1) - L_k| on log axes (mean over orderings): the paper draws this panel by hand. "
-                "(b) The post-norm block (self-attention, LayerNorm, feed-forward, LayerNorm, residuals) "
-                "drawn by code.",
+        "{landscape_data} along w* + t d, for the top Hessian eigenvector u and a random unit "
+        "direction, at a small and a large k (first ordering of the samples), with the gap "
+        "|L_(k+1) - L_k| on log axes (mean over orderings): the paper draws this panel by hand. "
+        "(b) The post-norm block (self-attention, LayerNorm, feed-forward, LayerNorm, residuals) "
+        "drawn by code.",
         shows="measured L_k, L_{k+1} along the top Hessian eigenvector and a random direction; the block stack",
         functions="`probe_plots.fig1_figure`, `diagrams.draw_block_stack`; `probe.run_probe`",
     ),
@@ -213,10 +223,10 @@ FIGURES: list[Figure] = [
         group="probe_figures",
         inputs={"probe": "results/{lexp}/probe/probe.json", "metrics": "results/{lexp}/metrics.json"},
         caption="Theorem 7 off w*, trained model on {landscape_data}: |L_(k+1)(w) - L_k(w)| at "
-                "w = w* + t d (top Hessian eigenvector and random unit directions, several t) against "
-                "the printed bound 2L/(k+1) + M t^2/(k+1): curves, the ratio to the bound (violations "
-                "above 1 marked) and the relative error of the second-order Taylor model of L_k, which "
-                "locates where the quadratic model breaks.",
+        "w = w* + t d (top Hessian eigenvector and random unit directions, several t) against "
+        "the printed bound 2L/(k+1) + M t^2/(k+1): curves, the ratio to the bound (violations "
+        "above 1 marked) and the relative error of the second-order Taylor model of L_k, which "
+        "locates where the quadratic model breaks.",
         shows="Theorem 7's bound off w*, its ratio to the measured gap, where the Taylor model breaks",
         functions="`probe_plots.theorem7_figure`; `probe.run_probe`, `bounds.landscape.landscape_bound`",
     ),
@@ -227,13 +237,15 @@ FIGURES: list[Figure] = [
         notebook="probe_figures.ipynb",
         group="probe_figures",
         inputs={"probe": "results/{lexp}/probe/probe.json", "metrics": "results/{lexp}/metrics.json"},
-        tables={"assumption1": "Assumption 1 (Figure 12): gradient norms of L_k at w* over random "
-                               "orderings and minimiser shifts"},
+        tables={
+            "assumption1": "Assumption 1 (Figure 12): gradient norms of L_k at w* over random "
+            "orderings and minimiser shifts"
+        },
         caption="Figure 12 (Assumption 1), trained model on {landscape_data}: ||grad L_k(w*)|| and "
-                "||grad L_(k-1)(w*)|| against k (mean, median and 10-90% band over random orderings, "
-                "the sampling reference and the same at initialisation), with the fitted log-log slope "
-                "and its bootstrap 95% interval, and the minimiser shift ||w*_k - w*_(k+1)|| from short "
-                "gradient-descent fine-tunes started at w*.",
+        "||grad L_(k-1)(w*)|| against k (mean, median and 10-90% band over random orderings, "
+        "the sampling reference and the same at initialisation), with the fitted log-log slope "
+        "and its bootstrap 95% interval, and the minimiser shift ||w*_k - w*_(k+1)|| from short "
+        "gradient-descent fine-tunes started at w*.",
         shows="gradient norms of L_k at w* against k, fitted slope, minimiser shifts (Assumption 1)",
         functions="`probe_plots.fig12_figure`, `probe.assumption1_table`; `probe.run_probe`",
     ),
@@ -245,9 +257,9 @@ FIGURES: list[Figure] = [
         group="fig7_fig11",
         inputs=_DYN,
         gate=_CHECKED,
-        caption="Figure 7 (App. A.1, \"Queries entries visualization\"). W_Q of the one-block ViT on "
-                "{hessian_data} during the first training steps (replayed from the init checkpoint): "
-                "entries at a few steps, log10 |H_QQ| of the Hessian diagonal block on the fixed Hessian batch, the spectral and Frobenius norms of W_Q and the spectral norms of the Hessian blocks H_(Q,g) against the step.",
+        caption='Figure 7 (App. A.1, "Queries entries visualization"). W_Q of the one-block ViT on '
+        "{hessian_data} during the first training steps (replayed from the init checkpoint): "
+        "entries at a few steps, log10 |H_QQ| of the Hessian diagonal block on the fixed Hessian batch, the spectral and Frobenius norms of W_Q and the spectral norms of the Hessian blocks H_(Q,g) against the step.",
         shows="W_Q entries, H_QQ, norms of W_Q and of its Hessian blocks over the first steps",
         functions="`dynamics_plot.dynamics_figure`; `dynamics.replay_dynamics`, `hessian_groups.hessian_all_groups`",
     ),
@@ -259,9 +271,9 @@ FIGURES: list[Figure] = [
         group="fig7_fig11",
         inputs=_DYN,
         gate=_CHECKED,
-        caption="Figure 8 (App. A.1, \"Keys entries visualization\"). W_K of the one-block ViT on "
-                "{hessian_data} during the first training steps (replayed from the init checkpoint): "
-                "entries at a few steps, log10 |H_KK| of the Hessian diagonal block on the fixed Hessian batch, the spectral and Frobenius norms of W_K and the spectral norms of the Hessian blocks H_(K,g) against the step.",
+        caption='Figure 8 (App. A.1, "Keys entries visualization"). W_K of the one-block ViT on '
+        "{hessian_data} during the first training steps (replayed from the init checkpoint): "
+        "entries at a few steps, log10 |H_KK| of the Hessian diagonal block on the fixed Hessian batch, the spectral and Frobenius norms of W_K and the spectral norms of the Hessian blocks H_(K,g) against the step.",
         shows="W_K entries, H_KK, norms of W_K and of its Hessian blocks over the first steps",
         functions="`dynamics_plot.dynamics_figure`; `dynamics.replay_dynamics`, `hessian_groups.hessian_all_groups`",
     ),
@@ -273,9 +285,9 @@ FIGURES: list[Figure] = [
         group="fig7_fig11",
         inputs=_DYN,
         gate=_CHECKED,
-        caption="Figure 9 (App. A.1, \"Values entries visualization\"). W_V of the one-block ViT on "
-                "{hessian_data} during the first training steps (replayed from the init checkpoint): "
-                "entries at a few steps, log10 |H_VV| of the Hessian diagonal block on the fixed Hessian batch, the spectral and Frobenius norms of W_V and the spectral norms of the Hessian blocks H_(V,g) against the step.",
+        caption='Figure 9 (App. A.1, "Values entries visualization"). W_V of the one-block ViT on '
+        "{hessian_data} during the first training steps (replayed from the init checkpoint): "
+        "entries at a few steps, log10 |H_VV| of the Hessian diagonal block on the fixed Hessian batch, the spectral and Frobenius norms of W_V and the spectral norms of the Hessian blocks H_(V,g) against the step.",
         shows="W_V entries, H_VV, norms of W_V and of its Hessian blocks over the first steps",
         functions="`dynamics_plot.dynamics_figure`; `dynamics.replay_dynamics`, `hessian_groups.hessian_all_groups`",
     ),
@@ -287,9 +299,9 @@ FIGURES: list[Figure] = [
         group="fig7_fig11",
         inputs=_DYN,
         gate=_CHECKED,
-        caption="Figure 10 (App. A.1, \"LayerNorm entries visualization\"). gamma1, beta1, gamma2, beta2 of the one-block ViT on "
-                "{hessian_data} during the first training steps (replayed from the init checkpoint): "
-                "entries against the step, log10 |H| of the LayerNorm-LayerNorm Hessian block at a few steps, their norms and the spectral norms of the Hessian blocks H_(g,h) (g a LayerNorm group) against the step.",
+        caption='Figure 10 (App. A.1, "LayerNorm entries visualization"). gamma1, beta1, gamma2, beta2 of the one-block ViT on '
+        "{hessian_data} during the first training steps (replayed from the init checkpoint): "
+        "entries against the step, log10 |H| of the LayerNorm-LayerNorm Hessian block at a few steps, their norms and the spectral norms of the Hessian blocks H_(g,h) (g a LayerNorm group) against the step.",
         shows="LayerNorm gamma/beta entries, their Hessian blocks and norms over the first steps",
         functions="`dynamics_plot.dynamics_figure`; `dynamics.replay_dynamics`, `hessian_groups.hessian_all_groups`",
     ),
@@ -301,9 +313,9 @@ FIGURES: list[Figure] = [
         group="fig7_fig11",
         inputs=_DYN,
         gate=_CHECKED,
-        caption="Figure 11 (App. A.1, \"FeedForward entries visualization\"). W_1 and W_2 of the one-block ViT on "
-                "{hessian_data} during the first training steps (replayed from the init checkpoint): "
-                "entries at a few steps, log10 |H| of the diagonal Hessian blocks, their norms and the spectral norms of the Hessian blocks H_(g,h) against the step.",
+        caption='Figure 11 (App. A.1, "FeedForward entries visualization"). W_1 and W_2 of the one-block ViT on '
+        "{hessian_data} during the first training steps (replayed from the init checkpoint): "
+        "entries at a few steps, log10 |H| of the diagonal Hessian blocks, their norms and the spectral norms of the Hessian blocks H_(g,h) against the step.",
         shows="W_1, W_2 entries, Hessian blocks and norms over the first steps",
         functions="`dynamics_plot.dynamics_figure`; `dynamics.replay_dynamics`, `hessian_groups.hessian_all_groups`",
     ),
@@ -313,16 +325,18 @@ FIGURES: list[Figure] = [
         label="thm:self_attention_bound",
         notebook="bounds.ipynb",
         group="bounds_figure",  # the rule `bounds` computes the bounds
-        inputs={"results_init": "results/{hexp}/bounds/init.json",
-                "results_trained": "results/{hexp}/bounds/trained.json"},
+        inputs={
+            "results_init": "results/{hexp}/bounds/init.json",
+            "results_trained": "results/{hexp}/bounds/trained.json",
+        },
         caption="Hessian spectral norms against bounds per block pair (log scale), one-block ViT on "
-                "{hessian_data}, at initialisation and after training: measured norm, the project's "
-                "proven bound and the paper's bounds (Theorem 1 for the attention layer, Theorem 6 with "
-                "Lemma 4 for the block), for the per-sample MSE loss of the theory and for the "
-                "cross-entropy Hessian of Figures 3-5. The last column rescales W_Q by 1/delta and W_K "
-                "by delta (attention scores unchanged, target F(X)): the printed Theorem 1 bound stays "
-                "constant while the Hessian grows like 1/delta^2. Red crosses mark a bound below the "
-                "measured norm.",
+        "{hessian_data}, at initialisation and after training: measured norm, the project's "
+        "proven bound and the paper's bounds (Theorem 1 for the attention layer, Theorem 6 with "
+        "Lemma 4 for the block), for the per-sample MSE loss of the theory and for the "
+        "cross-entropy Hessian of Figures 3-5. The last column rescales W_Q by 1/delta and W_K "
+        "by delta (attention scores unchanged, target F(X)): the printed Theorem 1 bound stays "
+        "constant while the Hessian grows like 1/delta^2. Red crosses mark a bound below the "
+        "measured norm.",
         shows="measured Hessian block norms vs the project's and the paper's bounds; Theorem 1 counter-example",
         functions="`bounds.plot`; `bounds.pipeline`, `bounds.attention`, `bounds.block`",
     ),
@@ -331,24 +345,64 @@ FIGURES: list[Figure] = [
 #: Artefacts that are not notebook figures (for ``paper/README.md`` only): (path, what it
 #: shows, command, rule, package function).
 OTHER_ARTEFACTS: list[tuple[str, str, str, str, str]] = [
-    ("tables/bounds.{csv,tex,md}", "per stage, setting (MSE theory / CE experiment) and block pair: measured "
-     "spectral norm, the project's bound, the paper's bounds (both forms), ratios, held or not",
-     "`transformer-hessian bounds table`", "`bounds_table` (after `bounds`)", "`bounds.pipeline`"),
-    ("tables/table1.{csv,tex,md}", "Table 1: the ViT hyperparameters of both experiments from the config, next to the "
-     "paper's, plus tokens, parameters, epochs, optimiser, learning rate, batch size and validation accuracy reached",
-     "`transformer-hessian table1`", "`table1`", "`table1.table1`"),
-    ("tables/block_norms.{csv,tex,md}", "Frobenius, spectral, max \\|entry\\| of all 25 block pairs, init and trained",
-     "`transformer-hessian tables`", "`tables`", "`report.block_norm_table`"),
-    ("tables/run_summary.{csv,tex,md}", "data set, sizes, parameter counts, epochs, accuracies, wall times",
-     "`transformer-hessian tables`", "`tables`", "`report.run_summary_table`"),
-    ("tables/closed_form_check.{csv,tex,md}", "closed form vs curvlinops per block pair; functional vs outer-product share",
-     "`transformer-hessian tables`", "`tables` (after `theory`)", "`checks.closed_form_check`, `report.closed_form_table`"),
-    ("claims.{md,json}", "one verdict per empirical claim of the paper, computed from the results",
-     "`transformer-hessian claims`", "`claims`", "`claims.collect_claims`"),
-    ("summary.json", "every number above, the claims, per-figure provenance (notebook, rule, sha256 of inputs), config hash, git commit, package versions, device",
-     "`transformer-hessian summary`", "`summary`", "`report.build_summary`, `registry.provenance`"),
-    ("report.html", "Snakemake report with the registry's captions", "`snakemake --report paper/report.html`", "-",
-     "captions from `registry.FIGURES`"),
+    (
+        "tables/bounds.{csv,tex,md}",
+        "per stage, setting (MSE theory / CE experiment) and block pair: measured "
+        "spectral norm, the project's bound, the paper's bounds (both forms), ratios, held or not",
+        "`transformer-hessian bounds table`",
+        "`bounds_table` (after `bounds`)",
+        "`bounds.pipeline`",
+    ),
+    (
+        "tables/table1.{csv,tex,md}",
+        "Table 1: the ViT hyperparameters of both experiments from the config, next to the "
+        "paper's, plus tokens, parameters, epochs, optimiser, learning rate, batch size and validation accuracy reached",
+        "`transformer-hessian table1`",
+        "`table1`",
+        "`table1.table1`",
+    ),
+    (
+        "tables/block_norms.{csv,tex,md}",
+        "Frobenius, spectral, max \\|entry\\| of all 25 block pairs, init and trained",
+        "`transformer-hessian tables`",
+        "`tables`",
+        "`report.block_norm_table`",
+    ),
+    (
+        "tables/run_summary.{csv,tex,md}",
+        "data set, sizes, parameter counts, epochs, accuracies, wall times",
+        "`transformer-hessian tables`",
+        "`tables`",
+        "`report.run_summary_table`",
+    ),
+    (
+        "tables/closed_form_check.{csv,tex,md}",
+        "closed form vs curvlinops per block pair; functional vs outer-product share",
+        "`transformer-hessian tables`",
+        "`tables` (after `theory`)",
+        "`checks.closed_form_check`, `report.closed_form_table`",
+    ),
+    (
+        "claims.{md,json}",
+        "one verdict per empirical claim of the paper, computed from the results",
+        "`transformer-hessian claims`",
+        "`claims`",
+        "`claims.collect_claims`",
+    ),
+    (
+        "summary.json",
+        "every number above, the claims, per-figure provenance (notebook, rule, sha256 of inputs), config hash, git commit, package versions, device",
+        "`transformer-hessian summary`",
+        "`summary`",
+        "`report.build_summary`, `registry.provenance`",
+    ),
+    (
+        "report.html",
+        "Snakemake report with the registry's captions",
+        "`snakemake --report paper/report.html`",
+        "-",
+        "captions from `registry.FIGURES`",
+    ),
 ]
 
 
@@ -389,8 +443,11 @@ def _data_name(config: dict, exp: str, stands_in_for: str) -> str:
 def caption(fig: Figure, config: dict) -> str:
     """The caption of ``fig`` for ``config`` (data set names and granularity filled in)."""
     land = config["landscape"]
-    granularity = ("batch-by-batch (batch size {})".format(land.get("batch_size", 16))
-                   if land.get("granularity", "sample") == "batch" else "sample-by-sample")
+    granularity = (
+        "batch-by-batch (batch size {})".format(land.get("batch_size", 16))
+        if land.get("granularity", "sample") == "batch"
+        else "sample-by-sample"
+    )
     return fig.caption.format(
         hessian_data=_data_name(config, config["hessian"]["experiment"], "MNIST"),
         landscape_data=_data_name(config, land["experiment"], "CIFAR-100"),
@@ -407,8 +464,10 @@ def groups() -> dict[str, list[Figure]]:
         first = figs[0]
         for fig in figs[1:]:
             if (fig.notebook, fig.inputs, fig.params) != (first.notebook, first.inputs, first.params):
-                raise ValueError(f"registry group {name!r}: {fig.id} differs from {first.id} in notebook, "
-                                 "inputs or params (a group is one notebook run)")
+                raise ValueError(
+                    f"registry group {name!r}: {fig.id} differs from {first.id} in notebook, "
+                    "inputs or params (a group is one notebook run)"
+                )
     return out
 
 
@@ -436,16 +495,24 @@ def rule_specs(config: dict) -> list[dict[str, Any]]:
     for name, figs in groups().items():
         first = figs[0]
         literal = " ".join(f"-p {k} {shlex.quote(str(v))}" for k, v in first.params.items())
-        specs.append({
-            "name": name, "notebook": first.notebook, "inputs": resolve_inputs(first, config),
-            "figures": [f.id for f in figs],
-            "pdf": [f"{f.out}.pdf" for f in figs], "png": [f"{f.out}.png" for f in figs],
-            "tables": [stem for f in figs for stem in f.tables],
-            "executed": first.executed, "outs": output_parameters(figs),
-            "gate": sorted({t.format(**_template_values(config)) for f in figs for t in f.gate}),
-            "caption": " ".join(caption(f, config) for f in figs), "literal": literal,
-            "paper": ", ".join(f.paper for f in figs), "label": ", ".join(f.label for f in figs),
-        })
+        specs.append(
+            {
+                "name": name,
+                "notebook": first.notebook,
+                "inputs": resolve_inputs(first, config),
+                "figures": [f.id for f in figs],
+                "pdf": [f"{f.out}.pdf" for f in figs],
+                "png": [f"{f.out}.png" for f in figs],
+                "tables": [stem for f in figs for stem in f.tables],
+                "executed": first.executed,
+                "outs": output_parameters(figs),
+                "gate": sorted({t.format(**_template_values(config)) for f in figs for t in f.gate}),
+                "caption": " ".join(caption(f, config) for f in figs),
+                "literal": literal,
+                "paper": ", ".join(f.paper for f in figs),
+                "label": ", ".join(f.label for f in figs),
+            }
+        )
     return specs
 
 
@@ -458,8 +525,9 @@ def file_sha256(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def provenance(config: dict, root: str | Path = ".",
-               notebook_dir: str | Path | None = None) -> dict[str, dict[str, Any]]:
+def provenance(
+    config: dict, root: str | Path = ".", notebook_dir: str | Path | None = None
+) -> dict[str, dict[str, Any]]:
     """Per-figure provenance for ``summary.json``: ``{id: {paper, label, notebook, rule,
     caption, inputs: {path: sha256}, outputs: {path: sha256}}}``; a missing file hashes to None.
 
@@ -481,8 +549,11 @@ def provenance(config: dict, root: str | Path = ".",
     for fig in FIGURES:
         inputs = resolve_inputs(fig, config)
         out[fig.id] = {
-            "paper": fig.paper, "label": fig.label, "notebook": f"notebooks/{fig.notebook}",
-            "rule": fig.rule, "caption": caption(fig, config),
+            "paper": fig.paper,
+            "label": fig.label,
+            "notebook": f"notebooks/{fig.notebook}",
+            "rule": fig.rule,
+            "caption": caption(fig, config),
             "inputs": {p: digest(p) for p in [f"notebooks/{fig.notebook}", *inputs.values()]},
             "outputs": {p: digest(p) for p in (f"{fig.out}.pdf", f"{fig.out}.png")},
         }
@@ -505,24 +576,36 @@ notebook, rule and sha256 of every input and output).
 
 def render_paper_readme() -> str:
     """The text of ``paper/README.md``, generated from :data:`FIGURES` and :data:`OTHER_ARTEFACTS`."""
-    lines = [README_HEADER, "## Figures", "",
-             "| artefact | paper | what it shows | notebook | rule | inputs | package function |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        README_HEADER,
+        "## Figures",
+        "",
+        "| artefact | paper | what it shows | notebook | rule | inputs | package function |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for fig in FIGURES:
         inputs = ", ".join(f"`{t}`" for t in fig.inputs.values())
         lines.append(
             f"| `figures/{fig.id}.{{pdf,png}}` | {fig.paper} (`{fig.label}`) | {fig.shows} | "
             f"`notebooks/{fig.notebook}` | `{fig.rule}` | {inputs} | {fig.functions} |"
         )
-    lines += ["", "`{hexp}` / `{lexp}`: the experiments named by `hessian.experiment` and "
-              "`landscape.experiment` in the config.", "", "## Other artefacts", "",
-              "| artefact | what it shows | command | rule | package function |", "|---|---|---|---|---|"]
+    lines += [
+        "",
+        "`{hexp}` / `{lexp}`: the experiments named by `hessian.experiment` and `landscape.experiment` in the config.",
+        "",
+        "## Other artefacts",
+        "",
+        "| artefact | what it shows | command | rule | package function |",
+        "|---|---|---|---|---|",
+    ]
     for path, shows, command, rule, function in OTHER_ARTEFACTS:
         lines.append(f"| `{path}` | {shows} | {command} | {rule} | {function} |")
     for fig in FIGURES:
         for stem, text in fig.tables.items():
-            lines.append(f"| `tables/{stem}.{{csv,tex,md}}` | {text} | `notebooks/{fig.notebook}` | "
-                         f"`{fig.rule}` | {fig.functions} |")
+            lines.append(
+                f"| `tables/{stem}.{{csv,tex,md}}` | {text} | `notebooks/{fig.notebook}` | "
+                f"`{fig.rule}` | {fig.functions} |"
+            )
     lines += ["", "Executed notebooks (with outputs) are kept in `results/notebooks/<id>.ipynb`.", ""]
     return "\n".join(lines)
 

@@ -70,6 +70,7 @@ def other_snakemakes(workdir: Path) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run a snakemake command under the run guard (one run per folder; stale locks and temp files removed)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
         print("usage: python -m transformer_hessian.runguard SNAKEMAKE_COMMAND [ARGS...]", file=sys.stderr)
@@ -86,8 +87,10 @@ def main(argv: list[str] | None = None) -> int:
         except BlockingIOError:
             time.sleep(0.25)
     else:
-        print(f"runguard: another guarded run (make reproduce) is working in {workdir}; wait for it to finish",
-              file=sys.stderr)
+        print(
+            f"runguard: another guarded run (make reproduce) is working in {workdir}; wait for it to finish",
+            file=sys.stderr,
+        )
         return 1
     os.set_inheritable(fd, True)  # held by snakemake after exec, released when it ends
 
@@ -95,8 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     if locks.is_dir() and any(locks.iterdir()):
         others = other_snakemakes(workdir)
         if others:
-            print(f"runguard: snakemake is already running in {workdir} (pid {', '.join(map(str, others))}); "
-                  "not touching its lock", file=sys.stderr)
+            print(
+                f"runguard: snakemake is already running in {workdir} (pid {', '.join(map(str, others))}); "
+                "not touching its lock",
+                file=sys.stderr,
+            )
         else:
             # What `snakemake --unlock` does (its file-based lock), without a second start-up.
             print(f"runguard: removing the stale lock of an interrupted run in {workdir}", file=sys.stderr)

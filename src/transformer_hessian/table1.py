@@ -21,10 +21,24 @@ NOT_STATED = "not stated"
 
 #: The paper's Table 1, plus what Sec. 5 says around it (image sizes give the token counts).
 PAPER = {
-    "hessian": {"dataset": "MNIST", "image_size": 28, "patch size": 4, "hidden dim": 16, "ff dim": 64,
-                "blocks": 1, "val acc": ">50% (Sec. 5)"},
-    "landscape": {"dataset": "CIFAR-100", "image_size": 32, "patch size": 4, "hidden dim": 128, "ff dim": 512,
-                  "blocks": 8, "val acc": ">50% (Sec. 5)"},
+    "hessian": {
+        "dataset": "MNIST",
+        "image_size": 28,
+        "patch size": 4,
+        "hidden dim": 16,
+        "ff dim": 64,
+        "blocks": 1,
+        "val acc": ">50% (Sec. 5)",
+    },
+    "landscape": {
+        "dataset": "CIFAR-100",
+        "image_size": 32,
+        "patch size": 4,
+        "hidden dim": 128,
+        "ff dim": 512,
+        "blocks": 8,
+        "val acc": ">50% (Sec. 5)",
+    },
 }
 
 ROLES = {"hessian": "Figs. 3-5, 7-11", "landscape": "Fig. 6"}
@@ -42,14 +56,26 @@ def table1(config: dict, metrics: dict[str, dict]) -> pd.DataFrame:
     rows = []
     for role in ("hessian", "landscape"):
         paper = PAPER[role]
-        rows.append({
-            "figures": ROLES[role], "source": "paper", "dataset": paper["dataset"],
-            "patch size": paper["patch size"], "hidden dim": paper["hidden dim"], "ff dim": paper["ff dim"],
-            "blocks": paper["blocks"], "d_k": NOT_STATED,
-            "tokens": (paper["image_size"] // paper["patch size"]) ** 2,
-            "parameters": NOT_STATED, "epochs": NOT_STATED, "optimiser": NOT_STATED, "lr": NOT_STATED,
-            "batch size": NOT_STATED, "val acc": paper["val acc"], "differs from paper": "",
-        })
+        rows.append(
+            {
+                "figures": ROLES[role],
+                "source": "paper",
+                "dataset": paper["dataset"],
+                "patch size": paper["patch size"],
+                "hidden dim": paper["hidden dim"],
+                "ff dim": paper["ff dim"],
+                "blocks": paper["blocks"],
+                "d_k": NOT_STATED,
+                "tokens": (paper["image_size"] // paper["patch size"]) ** 2,
+                "parameters": NOT_STATED,
+                "epochs": NOT_STATED,
+                "optimiser": NOT_STATED,
+                "lr": NOT_STATED,
+                "batch size": NOT_STATED,
+                "val acc": paper["val acc"],
+                "differs from paper": "",
+            }
+        )
         name = config[role]["experiment"]
         spec = config["experiments"][name]
         mdl, tr = spec["model"], spec["train"]
@@ -58,12 +84,21 @@ def table1(config: dict, metrics: dict[str, dict]) -> pd.DataFrame:
             raise ValueError(f"table1: no metrics.json for experiment {name!r} (have {sorted(metrics)})")
         image = m["model"]["image_size"] if "model" in m else IMAGE_SIZES[spec["dataset"]]
         run = {
-            "figures": ROLES[role], "source": f"this run ({name})", "dataset": DATASET_NAMES[spec["dataset"]],
-            "patch size": mdl["patch_size"], "hidden dim": mdl["width"], "ff dim": mdl["d_ff"],
-            "blocks": mdl["depth"], "d_k": mdl["d_k"], "tokens": (image // mdl["patch_size"]) ** 2,
-            "parameters": m["n_parameters"], "epochs": tr["epochs"],
-            "optimiser": f"AdamW (wd {tr.get('weight_decay', 0.01):g})", "lr": f"{tr['lr']:g}",
-            "batch size": tr["batch_size"], "val acc": f"{100 * m['final']['val_acc']:.1f}%",
+            "figures": ROLES[role],
+            "source": f"this run ({name})",
+            "dataset": DATASET_NAMES[spec["dataset"]],
+            "patch size": mdl["patch_size"],
+            "hidden dim": mdl["width"],
+            "ff dim": mdl["d_ff"],
+            "blocks": mdl["depth"],
+            "d_k": mdl["d_k"],
+            "tokens": (image // mdl["patch_size"]) ** 2,
+            "parameters": m["n_parameters"],
+            "epochs": tr["epochs"],
+            "optimiser": f"AdamW (wd {tr.get('weight_decay', 0.01):g})",
+            "lr": f"{tr['lr']:g}",
+            "batch size": tr["batch_size"],
+            "val acc": f"{100 * m['final']['val_acc']:.1f}%",
         }
         run["differs from paper"] = ", ".join(c for c in COMPARED if str(run[c]) != str(paper[c])) or "none"
         rows.append(run)

@@ -36,7 +36,9 @@ _TEMP_RE = re.compile(r"^\.(?P<name>.+)\.(?P<host>[A-Za-z0-9_-]+)\.(?P<pid>\d+)\
 _LEGACY_TEMP_AGE_S = 3600.0
 
 
-def stale_temp_files(folder: str | Path, name: str | None = None, legacy_age_s: float = _LEGACY_TEMP_AGE_S) -> list[Path]:
+def stale_temp_files(
+    folder: str | Path, name: str | None = None, legacy_age_s: float = _LEGACY_TEMP_AGE_S
+) -> list[Path]:
     """Temporary files that an interrupted :func:`atomic_path` (e.g. a killed job) left in ``folder``.
 
     A temp file is stale when it was made on this host by a process that no longer runs, or,
@@ -49,8 +51,13 @@ def stale_temp_files(folder: str | Path, name: str | None = None, legacy_age_s: 
         return []
     host, now, out = _host_tag(), time.time(), []
     pattern = f".{name}.*" if name else ".*"
-    rx = _TEMP_RE if name is None else re.compile(
-        rf"^\.{re.escape(name)}\.(?P<host>[A-Za-z0-9_-]+)\.(?P<pid>\d+)\.[A-Za-z0-9_]{{8}}(?P<suffix>.*)$")
+    rx = (
+        _TEMP_RE
+        if name is None
+        else re.compile(
+            rf"^\.{re.escape(name)}\.(?P<host>[A-Za-z0-9_-]+)\.(?P<pid>\d+)\.[A-Za-z0-9_]{{8}}(?P<suffix>.*)$"
+        )
+    )
     for p in folder.glob(pattern):
         if not p.is_file() or p.is_symlink():
             continue

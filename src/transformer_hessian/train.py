@@ -40,17 +40,25 @@ class TrainingError(RuntimeError):
 
 
 def model_config_for(spec: dict, data: dict) -> ModelConfig:
+    """The ModelConfig of an experiment for the loaded data (image size, channels, classes)."""
     return ModelConfig(
-        image_size=data["image_size"], channels=data["channels"], num_classes=data["num_classes"],
+        image_size=data["image_size"],
+        channels=data["channels"],
+        num_classes=data["num_classes"],
         **spec["model"],
     )
 
 
 def load_experiment_data(spec: dict, data_root: str | Path) -> dict:
+    """The experiment's data set as tensors: train/val split from the config's seed."""
     t = spec["train"]
     return load_dataset(
-        spec["dataset"], data_root, val_fraction=t.get("val_fraction", 0.2), seed=t.get("seed", 0),
-        max_train=t.get("max_train"), max_val=t.get("max_val"),
+        spec["dataset"],
+        data_root,
+        val_fraction=t.get("val_fraction", 0.2),
+        seed=t.get("seed", 0),
+        max_train=t.get("max_train"),
+        max_val=t.get("max_val"),
     )
 
 
@@ -65,8 +73,10 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", dtype=torch
         model = ViT(ModelConfig(**ckpt["model_config"]))
         model.load_state_dict(ckpt["model"])
     except (TypeError, ValueError, RuntimeError, KeyError) as err:
-        raise CheckpointError(f"checkpoint {path} does not fit its own model config ({type(err).__name__}); "
-                              "delete it and run the workflow again") from None
+        raise CheckpointError(
+            f"checkpoint {path} does not fit its own model config ({type(err).__name__}); "
+            "delete it and run the workflow again"
+        ) from None
     return model.to(device=device, dtype=dtype).eval()
 
 
@@ -136,9 +146,20 @@ def epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(n, generator=gen)
 
 
-def train_epoch(model: ViT, opt: torch.optim.Optimizer, xtr: torch.Tensor, ytr: torch.Tensor, *, seed: int,
-                epoch: int, batch_size: int, name: str = "", lr: float | None = None,
-                on_step=None, max_steps: int | None = None) -> tuple[float, int]:
+def train_epoch(
+    model: ViT,
+    opt: torch.optim.Optimizer,
+    xtr: torch.Tensor,
+    ytr: torch.Tensor,
+    *,
+    seed: int,
+    epoch: int,
+    batch_size: int,
+    name: str = "",
+    lr: float | None = None,
+    on_step=None,
+    max_steps: int | None = None,
+) -> tuple[float, int]:
     """One epoch of mini-batch AdamW on cross-entropy, in the order :func:`epoch_permutation`.
 
     Step s (0-based) uses the samples ``perm[s * batch_size : (s + 1) * batch_size]``. After each
@@ -199,13 +220,18 @@ def train(name: str, spec: dict, data_root: str | Path, out_dir: str | Path, dev
     history: list[dict] = []
     start_epoch = 1
     # Resume only from checkpoints of the same settings (the epoch count may grow).
-    resume_key = config_hash({k: v for k, v in spec.items() if k != "train"}
-                             | {"train": {k: v for k, v in t.items() if k != "epochs"}})
+    resume_key = config_hash(
+        {k: v for k, v in spec.items() if k != "train"} | {"train": {k: v for k, v in t.items() if k != "epochs"}}
+    )
 
     def checkpoint(epoch: int) -> dict:
         return {
-            "model_config": mcfg.to_dict(), "model": model.state_dict(), "epoch": epoch,
-            "optimizer": opt.state_dict(), "history": history, "experiment": name,
+            "model_config": mcfg.to_dict(),
+            "model": model.state_dict(),
+            "epoch": epoch,
+            "optimizer": opt.state_dict(),
+            "history": history,
+            "experiment": name,
             "resume_key": resume_key,
         }
 
@@ -233,20 +259,34 @@ def train(name: str, spec: dict, data_root: str | Path, out_dir: str | Path, dev
         save_checkpoint(checkpoint(0), ckdir / "init.pt")
 
     n, bs = len(xtr), t["batch_size"]
-    epochs = tqdm(range(start_epoch, t["epochs"] + 1), desc=f"train {name}", unit="epoch",
-                  initial=start_epoch - 1, total=t["epochs"], disable=None)
+    epochs = tqdm(
+        range(start_epoch, t["epochs"] + 1),
+        desc=f"train {name}",
+        unit="epoch",
+        initial=start_epoch - 1,
+        total=t["epochs"],
+        disable=None,
+    )
     for epoch in epochs:
         t0 = time.perf_counter()
-        run_loss, run_correct = train_epoch(model, opt, xtr, ytr, seed=seed, epoch=epoch, batch_size=bs,
-                                            name=name, lr=t["lr"])
+        run_loss, run_correct = train_epoch(
+            model, opt, xtr, ytr, seed=seed, epoch=epoch, batch_size=bs, name=name, lr=t["lr"]
+        )
         val_loss, val_acc = evaluate(model, xva, yva)
-        history.append({
-            "epoch": epoch, "train_loss": run_loss / n, "train_acc": run_correct / n,
-            "val_loss": val_loss, "val_acc": val_acc, "seconds": time.perf_counter() - t0,
-        })
+        history.append(
+            {
+                "epoch": epoch,
+                "train_loss": run_loss / n,
+                "train_acc": run_correct / n,
+                "val_loss": val_loss,
+                "val_acc": val_acc,
+                "seconds": time.perf_counter() - t0,
+            }
+        )
         epochs.set_postfix(loss=f"{run_loss / n:.3f}", val_acc=f"{val_acc:.3f}")
-        log.info("%s epoch %d: train_loss %.4f val_loss %.4f val_acc %.4f", name, epoch,
-                 run_loss / n, val_loss, val_acc)
+        log.info(
+            "%s epoch %d: train_loss %.4f val_loss %.4f val_acc %.4f", name, epoch, run_loss / n, val_loss, val_acc
+        )
         save_checkpoint(checkpoint(epoch), ckdir / f"epoch_{epoch:03d}.pt")
         if os.environ.get(KILL_ENV) == str(epoch):
             os.kill(os.getpid(), signal.SIGKILL)
@@ -254,11 +294,21 @@ def train(name: str, spec: dict, data_root: str | Path, out_dir: str | Path, dev
     final_val = evaluate(model, xva, yva)
     final_train = evaluate(model, xtr, ytr)
     metrics = {
-        "experiment": name, "dataset": spec["dataset"], "device": str(dev),
-        "model": mcfg.to_dict(), "n_parameters": count_parameters(model),
-        "n_train": len(xtr), "n_val": len(xva), "epochs": t["epochs"], "history": history,
-        "final": {"train_loss": final_train[0], "train_acc": final_train[1],
-                  "val_loss": final_val[0], "val_acc": final_val[1]},
+        "experiment": name,
+        "dataset": spec["dataset"],
+        "device": str(dev),
+        "model": mcfg.to_dict(),
+        "n_parameters": count_parameters(model),
+        "n_train": len(xtr),
+        "n_val": len(xva),
+        "epochs": t["epochs"],
+        "history": history,
+        "final": {
+            "train_loss": final_train[0],
+            "train_acc": final_train[1],
+            "val_loss": final_val[0],
+            "val_acc": final_val[1],
+        },
         "train_seconds": sum(h["seconds"] for h in history),
     }
     save_checkpoint(checkpoint(t["epochs"]), ckdir / "final.pt")

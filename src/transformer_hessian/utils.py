@@ -22,7 +22,6 @@ from .tempfiles import _host_tag, remove_stale_temp_files, stale_temp_files  # n
 log = logging.getLogger("transformer_hessian")
 
 
-
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -41,8 +40,9 @@ def atomic_path(path: str | Path, suffix: str | None = None):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temp_files(path.parent, path.name)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{_host_tag()}.{os.getpid()}.", suffix=suffix or path.suffix,
-                               dir=path.parent)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{path.name}.{_host_tag()}.{os.getpid()}.", suffix=suffix or path.suffix, dir=path.parent
+    )
     os.close(fd)
     try:
         yield Path(tmp)
@@ -56,7 +56,6 @@ def atomic_path(path: str | Path, suffix: str | None = None):
 
 def _json_default(obj):
     import numpy as np
-    import torch
 
     if isinstance(obj, (np.floating, np.integer)):
         return obj.item()
@@ -119,11 +118,15 @@ def resolve_device(spec: str = "auto") -> torch.device:
     except RuntimeError as err:
         raise ConfigError(f"device: {spec!r} is not a device ({err}); use auto, cpu or cuda[:N]") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device: {spec!r} was requested but CUDA is not available on this machine; "
-                          "set the config key device to auto (CUDA when present) or cpu")
+        raise ConfigError(
+            f"device: {spec!r} was requested but CUDA is not available on this machine; "
+            "set the config key device to auto (CUDA when present) or cpu"
+        )
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise ConfigError(f"device: {spec!r} but this machine has {torch.cuda.device_count()} CUDA device(s); "
-                          "set the config key device to auto, cpu or an existing cuda:N")
+        raise ConfigError(
+            f"device: {spec!r} but this machine has {torch.cuda.device_count()} CUDA device(s); "
+            "set the config key device to auto, cpu or an existing cuda:N"
+        )
     return dev
 
 
@@ -131,11 +134,16 @@ def git_commit() -> str:
     """The checkout's commit hash, with ``-dirty`` when tracked files differ; ``unknown`` outside git."""
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
             cwd=Path(__file__).resolve().parent,
         )
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
             cwd=Path(__file__).resolve().parent,
         ).stdout.strip()
         return out.stdout.strip() + ("-dirty" if dirty else "")
@@ -144,8 +152,17 @@ def git_commit() -> str:
 
 
 PROVENANCE_PACKAGES = (
-    "transformer-hessian", "torch", "torchvision", "curvlinops-for-pytorch", "snakemake",
-    "papermill", "numpy", "scipy", "scikit-learn", "seaborn", "matplotlib",
+    "transformer-hessian",
+    "torch",
+    "torchvision",
+    "curvlinops-for-pytorch",
+    "snakemake",
+    "papermill",
+    "numpy",
+    "scipy",
+    "scikit-learn",
+    "seaborn",
+    "matplotlib",
 )
 
 

@@ -119,8 +119,9 @@ def build_problem(width: int, batch_size: int, seed: int):
 
     from ..model import ModelConfig, ViT
 
-    cfg = ModelConfig(image_size=8, channels=1, num_classes=10, patch_size=2, width=width, depth=1,
-                      d_k=width, d_ff=4 * width)
+    cfg = ModelConfig(
+        image_size=8, channels=1, num_classes=10, patch_size=2, width=width, depth=1, d_k=width, d_ff=4 * width
+    )
     torch.manual_seed(seed)
     model = ViT(cfg).to(torch.float64)
     gen = torch.Generator().manual_seed(seed + 1)
@@ -176,8 +177,16 @@ def _method_fn(method: str, model, images, labels):
 def run_worker(spec: dict) -> dict:
     """Body of one child: set up, measure baseline, run under the cap, write spec['result']."""
     result_path = spec["result"]
-    res = {"method": spec["method"], "width": spec["width"], "status": ERROR, "stage": "setup",
-           "warmup_s": None, "times_s": [], "message": None, "pid": os.getpid()}
+    res = {
+        "method": spec["method"],
+        "width": spec["width"],
+        "status": ERROR,
+        "stage": "setup",
+        "warmup_s": None,
+        "times_s": [],
+        "message": None,
+        "pid": os.getpid(),
+    }
 
     def save():
         write_json(res, result_path)
@@ -209,10 +218,15 @@ def run_worker(spec: dict) -> dict:
 
     def fire(rss: int) -> None:  # runs in the watchdog thread, then the process exits
         snapshot = dict(res, times_s=list(res["times_s"]), memory_mechanisms=list(res.get("memory_mechanisms", [])))
-        snapshot.update(status=OOM, stage="killed by RSS watchdog", oom_by="rss_watchdog", peak_rss_mib=rss / _MIB,
-                        peak_above_baseline_mib=max(rss - baseline, 0) / _MIB,
-                        message=f"RSS {rss / _MIB:.0f} MiB exceeded baseline + cap "
-                                f"({(baseline + spec['cap_bytes']) / _MIB:.0f} MiB)")
+        snapshot.update(
+            status=OOM,
+            stage="killed by RSS watchdog",
+            oom_by="rss_watchdog",
+            peak_rss_mib=rss / _MIB,
+            peak_above_baseline_mib=max(rss - baseline, 0) / _MIB,
+            message=f"RSS {rss / _MIB:.0f} MiB exceeded baseline + cap "
+            f"({(baseline + spec['cap_bytes']) / _MIB:.0f} MiB)",
+        )
         write_json(snapshot, result_path)
 
     cap = _MemoryCap(spec["cap_bytes"], baseline, fire)
@@ -243,7 +257,9 @@ def run_worker(spec: dict) -> dict:
         del err
         gc.collect()
     st = _proc_status()
-    peak = st.get("VmHWM") if res["peak_source"] == "VmHWM" else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = (
+        st.get("VmHWM") if res["peak_source"] == "VmHWM" else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    )
     res["peak_rss_mib"] = peak / _MIB
     res["peak_above_baseline_mib"] = max(peak - baseline, 0) / _MIB
     res["stage"] = "done"
@@ -273,9 +289,15 @@ def run_case(label: str, width: int, s: BenchSettings, workdir: Path) -> dict:
     method = LABELS[label]
     tag = f"{method}_d{width}"
     spec = {
-        "method": method, "width": width, "batch_size": s.batch_size, "repeats": s.repeats,
-        "seed": s.seed, "threads": s.threads, "cap_bytes": s.cap_bytes(label),
-        "result": str(workdir / f"{tag}.json"), "hessian_out": str(workdir / f"{tag}.npy"),
+        "method": method,
+        "width": width,
+        "batch_size": s.batch_size,
+        "repeats": s.repeats,
+        "seed": s.seed,
+        "threads": s.threads,
+        "cap_bytes": s.cap_bytes(label),
+        "result": str(workdir / f"{tag}.json"),
+        "hessian_out": str(workdir / f"{tag}.npy"),
     }
     spec_path = workdir / f"{tag}.spec.json"
     write_json(spec, spec_path)
@@ -302,15 +324,32 @@ def run_case(label: str, width: int, s: BenchSettings, workdir: Path) -> dict:
     except (OSError, json.JSONDecodeError):
         res = {"status": ERROR, "times_s": [], "warmup_s": None, "stage": "not started"}
     row = {
-        "width": width, "label": label, "method": method, "description": DESCRIPTIONS[method],
-        "n_params": n_group_params(width), "batch_size": s.batch_size, "repeats": s.repeats,
-        "status": res.get("status", ERROR), "median_s": None, "warmup_s": res.get("warmup_s"),
-        "times_s": res.get("times_s", []), "baseline_rss_mib": res.get("baseline_rss_mib"),
-        "peak_rss_mib": res.get("peak_rss_mib"), "peak_above_baseline_mib": res.get("peak_above_baseline_mib"),
-        "memory_cap_mib": s.cap_bytes(label) / _MIB, "memory_mechanisms": res.get("memory_mechanisms"),
-        "peak_source": res.get("peak_source"), "threads": res.get("threads"),
-        "rel_error_vs_a": None, "max_abs_error_vs_a": None, "agrees_with_a": None, "ratio_to_a": None,
-        "subprocess_wall_s": wall, "returncode": rc, "oom_by": res.get("oom_by"), "message": res.get("message"),
+        "width": width,
+        "label": label,
+        "method": method,
+        "description": DESCRIPTIONS[method],
+        "n_params": n_group_params(width),
+        "batch_size": s.batch_size,
+        "repeats": s.repeats,
+        "status": res.get("status", ERROR),
+        "median_s": None,
+        "warmup_s": res.get("warmup_s"),
+        "times_s": res.get("times_s", []),
+        "baseline_rss_mib": res.get("baseline_rss_mib"),
+        "peak_rss_mib": res.get("peak_rss_mib"),
+        "peak_above_baseline_mib": res.get("peak_above_baseline_mib"),
+        "memory_cap_mib": s.cap_bytes(label) / _MIB,
+        "memory_mechanisms": res.get("memory_mechanisms"),
+        "peak_source": res.get("peak_source"),
+        "threads": res.get("threads"),
+        "rel_error_vs_a": None,
+        "max_abs_error_vs_a": None,
+        "agrees_with_a": None,
+        "ratio_to_a": None,
+        "subprocess_wall_s": wall,
+        "returncode": rc,
+        "oom_by": res.get("oom_by"),
+        "message": res.get("message"),
     }
     if "resolved_method" in res:
         row["resolved_method"] = res["resolved_method"]
@@ -318,7 +357,9 @@ def run_case(label: str, width: int, s: BenchSettings, workdir: Path) -> dict:
         row["status"], row["message"] = ERROR, f"child reports P={res['n_params']}, expected {row['n_params']}"
     if timed_out:
         row["status"] = TIMEOUT
-        row["message"] = f"killed after {s.timeout:g} s (stage: {res.get('stage')}; {len(row['times_s'])} timed runs done)"
+        row["message"] = (
+            f"killed after {s.timeout:g} s (stage: {res.get('stage')}; {len(row['times_s'])} timed runs done)"
+        )
     elif row["status"] == OOM:
         pass
     elif rc == _WATCHDOG_EXIT:
@@ -361,8 +402,13 @@ def _environment(threads) -> dict:
 
     from ..utils import device_description, git_commit, package_versions
 
-    return {"packages": package_versions(), "git_commit": git_commit(), "device": device_description(torch.device("cpu")),
-            "cpu_count": os.cpu_count(), "threads": threads or torch.get_num_threads()}
+    return {
+        "packages": package_versions(),
+        "git_commit": git_commit(),
+        "device": device_description(torch.device("cpu")),
+        "cpu_count": os.cpu_count(),
+        "threads": threads or torch.get_num_threads(),
+    }
 
 
 def _finalise_rows(rows: list[dict], ref: dict | None, tol: float) -> None:
@@ -398,8 +444,12 @@ def benchmark(s: BenchSettings) -> dict:
     out = Path(s.out_dir)
     labels = s.labels()
     result = {
-        "benchmark": "dense Hessian extraction", "settings": asdict(s), "tolerance": s.tolerance,
-        "environment": _environment(s.threads), "complete": False, "rows": [],
+        "benchmark": "dense Hessian extraction",
+        "settings": asdict(s),
+        "tolerance": s.tolerance,
+        "environment": _environment(s.threads),
+        "complete": False,
+        "rows": [],
     }
 
     def write() -> None:
@@ -413,10 +463,17 @@ def benchmark(s: BenchSettings) -> dict:
         row = run_case(label, width, s, workdir)
         is_ref = label in ("a", FALLBACK[0])
         _finalise_rows([row], row if is_ref else ref, s.tolerance)
-        log.info("bench hessian: d=%d (%s) %s: %s, median %s s, peak RSS %s MiB, rel. error %s%s",
-                 width, label, row["method"], row["status"], fmt(row["median_s"], ".4g"),
-                 fmt(row["peak_rss_mib"], ".0f"), fmt(row["rel_error_vs_a"], ".1e"),
-                 f" ({' '.join(str(row['message']).split())[:200]})" if row["status"] != OK and row["message"] else "")
+        log.info(
+            "bench hessian: d=%d (%s) %s: %s, median %s s, peak RSS %s MiB, rel. error %s%s",
+            width,
+            label,
+            row["method"],
+            row["status"],
+            fmt(row["median_s"], ".4g"),
+            fmt(row["peak_rss_mib"], ".0f"),
+            fmt(row["rel_error_vs_a"], ".1e"),
+            f" ({' '.join(str(row['message']).split())[:200]})" if row["status"] != OK and row["message"] else "",
+        )
         result["rows"].append(row)
         write()
         return row
@@ -442,9 +499,12 @@ def benchmark(s: BenchSettings) -> dict:
     result["disagreements"] = [
         f"d={r['width']} ({r['label']}) {r['method']}: {fmt(r['rel_error_vs_a'], '.3e', 'non-finite')} "
         f"vs ({r['reference']})"
-        for r in rows if r["agrees_with_a"] is False
+        for r in rows
+        if r["agrees_with_a"] is False
     ]
-    result["errors"] = [f"d={r['width']} ({r['label']}) {r['method']}: {r['message']}" for r in rows if r["status"] == ERROR]
+    result["errors"] = [
+        f"d={r['width']} ({r['label']}) {r['method']}: {r['message']}" for r in rows if r["status"] == ERROR
+    ]
     result["passed"] = not result["disagreements"] and not result["errors"]
     result["complete"] = True
     write()
@@ -455,9 +515,15 @@ def benchmark(s: BenchSettings) -> dict:
 
 def settings_from_args(a) -> BenchSettings:
     """BenchSettings from the parsed ``bench hessian`` options."""
-    return BenchSettings(widths=list(a.widths), batch_size=a.batch_size, repeats=a.repeats,
-                         memory_cap_gib=a.memory_cap_gib, timeout=a.timeout, out_dir=a.out_dir,
-                         threads=getattr(a, "threads", None))
+    return BenchSettings(
+        widths=list(a.widths),
+        batch_size=a.batch_size,
+        repeats=a.repeats,
+        memory_cap_gib=a.memory_cap_gib,
+        timeout=a.timeout,
+        out_dir=a.out_dir,
+        threads=getattr(a, "threads", None),
+    )
 
 
 def run_bench(a) -> dict:

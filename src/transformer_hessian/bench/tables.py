@@ -32,7 +32,11 @@ def markdown_table(result: dict) -> str:
     ]
     for r in result["rows"]:
         method = r["method"] + (f" (auto -> {r['resolved_method']})" if r.get("resolved_method") else "")
-        mem = "-" if r["peak_rss_mib"] is None else f"{r['peak_rss_mib']:.0f} ({fmt(r['peak_above_baseline_mib'], '.0f')})"
+        mem = (
+            "-"
+            if r["peak_rss_mib"] is None
+            else f"{r['peak_rss_mib']:.0f} ({fmt(r['peak_above_baseline_mib'], '.0f')})"
+        )
         err = fmt(r["rel_error_vs_a"], ".1e")
         if r["agrees_with_a"] is False:
             err += " **DISAGREES**"
@@ -44,6 +48,8 @@ def markdown_table(result: dict) -> str:
     notes = [r for r in result["rows"] if r["status"] != OK and r.get("message")]
     if notes:
         lines += ["", "Notes:", ""]
-        lines += [f"- d={r['width']} ({r['label']}) {r['method']}: {r['status']}: "
-                  f"{' '.join(str(r['message']).split())[:300]}" for r in notes]
+        lines += [
+            f"- d={r['width']} ({r['label']}) {r['method']}: {r['status']}: {' '.join(str(r['message']).split())[:300]}"
+            for r in notes
+        ]
     return "\n".join(lines) + "\n"

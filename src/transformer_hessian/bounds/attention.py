@@ -74,8 +74,9 @@ def opnorm(M: torch.Tensor) -> torch.Tensor:
 def total_from_pairs(pairs: dict, names) -> torch.Tensor | float:
     """||H||_2 <= || N ||_2 with N_ij = bound on ||H_ij||_2 (a non-negative matrix; valid for
     any block partition). Works on floats or batched tensors."""
-    N = torch.stack([torch.stack([torch.as_tensor(pairs[(i, j)], dtype=torch.float64).cpu() for j in names], -1)
-                     for i in names], -2)
+    N = torch.stack(
+        [torch.stack([torch.as_tensor(pairs[(i, j)], dtype=torch.float64).cpu() for j in names], -1) for i in names], -2
+    )
     N = 0.5 * (N + N.transpose(-1, -2))
     return torch.linalg.eigvalsh(N)[..., -1] * (1 + 1e-12)
 
@@ -224,12 +225,14 @@ def attention_bound_paper(X: torch.Tensor, params: dict, target: torch.Tensor, f
         t2 = 8 / (L**3 * dV * dK) * k**2 * v**2 * x**6 + 12 / (dV * dK) * r * P * v * k**2 * x**5
         t3 = 4 / (L * dV * math.sqrt(dK)) * v * k * x**4 + 4 * r / (L**2 * math.sqrt(dK)) * P * k * x**3
         t4 = 8 / (L**3 * dV * dK) * k * q * v**2 * x**6 + 4 * r * P / (L * dV * math.sqrt(dK)) * v * (
-            3 * L * k * q * x**5 + dV / L * x**3)
+            3 * L * k * q * x**5 + dV / L * x**3
+        )
     else:
         F = torch.softmax((X @ WQ) @ (X @ WK).T / math.sqrt(dK), dim=-1) @ X @ WV
         r = math.sqrt(int(torch.linalg.matrix_rank(F - target)))
         t2 = 2 / (L**3 * dV * dK) * k**2 * v**2 * x**6 + 12 / (dV * dK) * r * P * v * k**2 * x**5
         t3 = 2 / (L * dV * math.sqrt(dK)) * v * k * x**4 + 2 * r / (L**2 * math.sqrt(dV * dK)) * P * k * x**3
         t4 = 2 / (L**3 * dV * dK) * k * q * v**2 * x**6 + 2 * r * P / (L * dV * math.sqrt(dV * dK)) * v * (
-            3 * L * k * q * x**5 + dV / L * x**3)
+            3 * L * k * q * x**5 + dV / L * x**3
+        )
     return 3 * max(t1, t2, t3, t4)

@@ -43,8 +43,8 @@ import torch
 
 from .. import GROUPS
 from ..theory.factored import _token_factors
-from ..theory.layout import _prep
 from ..theory.layernorm import layernorm_hessian_contract, layernorm_vjp
+from ..theory.layout import _prep
 from .attention import (
     ATTENTION_GROUPS,
     _factor_norm,
@@ -128,8 +128,9 @@ def _functional_and_jacobians(X: torch.Tensor, p: dict, g: torch.Tensor, eps: fl
 
 
 @torch.no_grad()
-def block_bound_from_loss_derivatives(X: torch.Tensor, params: dict, g: torch.Tensor, G_norm: torch.Tensor,
-                                      eps: float = 1e-5) -> dict:
+def block_bound_from_loss_derivatives(
+    X: torch.Tensor, params: dict, g: torch.Tensor, G_norm: torch.Tensor, eps: float = 1e-5
+) -> dict:
     """Per-sample bounds {(name_i, name_j): (B,)} on ||H_ij||_2 for a batch X (B, L, d) of
     single-sample losses with gradients g (B, L, d) = dl_b/dZ_b and ||d^2 l_b/dZ_b^2||_2 <=
     G_norm (B,): G_norm ||dZ_i|| ||dZ_j|| + functional bound (module docstring)."""
@@ -229,8 +230,9 @@ def lemma4_bounds(U: torch.Tensor, reading: str = "statement", norm_U: float | N
 
 
 @torch.no_grad()
-def block_bound_paper(X: torch.Tensor, params: dict, target: torch.Tensor, eps: float = 1e-5,
-                      reading: str = "statement") -> dict:
+def block_bound_paper(
+    X: torch.Tensor, params: dict, target: torch.Tensor, eps: float = 1e-5, reading: str = "statement"
+) -> dict:
     """Theorem 6 of arXiv 2510.16927 with the explicit terms of its proof (App. C.6), literally:
 
         pair(i, j) = 2/(L d_V) ||dZ/dW_i|| ||dZ/dW_j|| + ||R_m^tr|| ||H_tr^(i,j)||,
@@ -259,7 +261,10 @@ def block_bound_paper(X: torch.Tensor, params: dict, target: torch.Tensor, eps: 
     k = p["W_Q"].shape[1]
     dff = p["W_1"].shape[1]
     f = _token_factors(X.unsqueeze(0), p, eps)
-    nrm = lambda M: float(torch.linalg.matrix_norm(M, ord=2))
+
+    def nrm(M: torch.Tensor) -> float:
+        return float(torch.linalg.matrix_norm(M, ord=2))
+
     x = nrm(X)
     q, kk, v, w1, w2 = (nrm(p[n]) for n in GROUPS)
     Y_n = math.sqrt(L * d)
@@ -270,9 +275,14 @@ def block_bound_paper(X: torch.Tensor, params: dict, target: torch.Tensor, eps: 
     G = {"W_V": L * x, "W_Q": v * kk * x**3 / (L * math.sqrt(k)), "W_K": v * q * x**3 / (L * math.sqrt(k))}
     a = 12 / (L * d * k)
     b = 2 / (L**2 * math.sqrt(d * k))
-    Phi = {("W_V", "W_V"): 0.0, ("W_Q", "W_Q"): a * v * kk**2 * x**5, ("W_K", "W_K"): a * v * q**2 * x**5,
-           ("W_V", "W_Q"): b * kk * x**3, ("W_V", "W_K"): b * q * x**3,
-           ("W_Q", "W_K"): a * v * kk * q * x**5 + b * v * x**3}
+    Phi = {
+        ("W_V", "W_V"): 0.0,
+        ("W_Q", "W_Q"): a * v * kk**2 * x**5,
+        ("W_K", "W_K"): a * v * q**2 * x**5,
+        ("W_V", "W_Q"): b * kk * x**3,
+        ("W_V", "W_K"): b * q * x**3,
+        ("W_Q", "W_K"): a * v * kk * q * x**5 + b * v * x**3,
+    }
     for i, j in list(Phi):
         Phi[(j, i)] = Phi[(i, j)]
     B = {"W_1": w2 * Y_n, "W_2": nrm(f.R[0])}

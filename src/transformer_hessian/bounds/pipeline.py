@@ -40,8 +40,10 @@ __all__ = ["bounds_summary", "bounds_table", "claim_rows", "evaluate_bounds", "s
 
 PAPER_FORMS = {
     "attention": {"statement": "Theorem 1 (statement)", "appendix": "Theorem 1 (proof's final M)"},
-    "block": {"statement": "Theorem 6 + Lemma 4 (sigma_min = min row norm)",
-              "proof": "Theorem 6 + Lemma 4 (sigma_min = min row std)"},
+    "block": {
+        "statement": "Theorem 6 + Lemma 4 (sigma_min = min row norm)",
+        "proof": "Theorem 6 + Lemma 4 (sigma_min = min row std)",
+    },
 }
 
 
@@ -84,8 +86,15 @@ def _records(setting, layer, sample, measured, project, paper: dict):
     rows = []
     for k, m in measured.items():
         r, c = _key(k)
-        rec = {"setting": setting, "layer": layer, "sample": sample, "row": r, "col": c,
-               "measured": m, "project": project[k]}
+        rec = {
+            "setting": setting,
+            "layer": layer,
+            "sample": sample,
+            "row": r,
+            "col": c,
+            "measured": m,
+            "project": project[k],
+        }
         for form, vals in paper.items():
             rec[f"paper_{form}"] = vals if isinstance(vals, float) else vals[k]
         rows.append(rec)
@@ -101,8 +110,16 @@ def _lemma4_record(U: torch.Tensor, sample: int) -> dict:
     H = float(torch.linalg.matrix_norm(layernorm_hessian_rows(U, ones, 0.0).reshape(m, n * n, n), ord=2).max())
     js, hs = lemma4_bounds(U, "statement")
     jp, hp = lemma4_bounds(U, "proof")
-    return {"sample": sample, "input": "X + F(X) (LN_1)", "true_J": J, "true_H": H,
-            "J_statement": js, "H_statement": hs, "J_proof": jp, "H_proof": hp}
+    return {
+        "sample": sample,
+        "input": "X + F(X) (LN_1)",
+        "true_J": J,
+        "true_H": H,
+        "J_statement": js,
+        "H_statement": hs,
+        "J_proof": jp,
+        "H_proof": hp,
+    }
 
 
 def _lemma4_counterexample() -> dict:
@@ -142,8 +159,9 @@ def _counterexample(X: torch.Tensor, params: dict, delta_min: float) -> dict:
 
 
 @torch.no_grad()
-def evaluate_bounds(model, images: torch.Tensor, labels: torch.Tensor, ce_norms: dict | None,
-                    n_samples: int = 2, delta: float = 1e-6) -> dict:
+def evaluate_bounds(
+    model, images: torch.Tensor, labels: torch.Tensor, ce_norms: dict | None, n_samples: int = 2, delta: float = 1e-6
+) -> dict:
     """All bound evaluations for one stage (module docstring). ``model`` must be a single-block
     float64 ViT; ``images, labels`` the Hessian experiment's fixed batch; ``ce_norms`` the hessian
     rule's ``<stage>_norms.json`` (or None to skip the experiment setting); the theory setting
@@ -184,17 +202,36 @@ def evaluate_bounds(model, images: torch.Tensor, labels: torch.Tensor, ce_norms:
             measured["total"] = ce_norms["total_spectral"]
         for k, m in measured.items():
             r, c = _key(k)
-            rows.append({"setting": "experiment", "layer": "block", "sample": -1, "row": r, "col": c,
-                         "measured": m, "project": ce[k], "paper_statement": paper_block_median[(r, c)]})
+            rows.append(
+                {
+                    "setting": "experiment",
+                    "layer": "block",
+                    "sample": -1,
+                    "row": r,
+                    "col": c,
+                    "measured": m,
+                    "project": ce[k],
+                    "paper_statement": paper_block_median[(r, c)],
+                }
+            )
     counter = _counterexample(X[0], pa, delta)
     for r in rows:
         r["ratio"] = r["project"] / r["measured"] if r["measured"] > 0 else math.inf
         r["held"] = bool(r["project"] >= r["measured"] * (1 - 1e-9) - 1e-300)
     result = {
-        "experiment": None, "stage": None, "n_samples": n, "batch_size": Bn, "tokens": L, "width": d,
-        "d_k": p["W_Q"].shape[1], "d_ff": p["W_1"].shape[1], "ln_eps": eps,
+        "experiment": None,
+        "stage": None,
+        "n_samples": n,
+        "batch_size": Bn,
+        "tokens": L,
+        "width": d,
+        "d_k": p["W_Q"].shape[1],
+        "d_ff": p["W_1"].shape[1],
+        "ln_eps": eps,
         "target": "the output on the next sample of the fixed batch (block: Z, attention: F)",
-        "records": rows, "lemma4": lemma4, "lemma4_counterexample": _lemma4_counterexample(),
+        "records": rows,
+        "lemma4": lemma4,
+        "lemma4_counterexample": _lemma4_counterexample(),
         "counterexample": counter,
     }
     result["summary"] = bounds_summary(result)
@@ -203,9 +240,13 @@ def evaluate_bounds(model, images: torch.Tensor, labels: torch.Tensor, ce_norms:
         log.warning("bounds: the project bound is below the measured norm in %d cases, e.g. %s", len(bad), bad[0])
     for form in ("statement", "appendix"):
         if not counter[f"holds_{form}"]:
-            log.warning("bounds: Theorem 1 (%s) fails for W_Q/delta, W_K*delta from delta = %g; at delta = %g "
-                        "||H|| / M = %.3g", form, counter[f"fails_from_delta_{form}"], counter["delta"],
-                        counter[f"ratio_{form}"])
+            log.warning(
+                "bounds: Theorem 1 (%s) fails for W_Q/delta, W_K*delta from delta = %g; at delta = %g ||H|| / M = %.3g",
+                form,
+                counter[f"fails_from_delta_{form}"],
+                counter["delta"],
+                counter[f"ratio_{form}"],
+            )
     return result
 
 
@@ -252,8 +293,11 @@ def bounds_summary(result: dict) -> dict:
         "lemma4_proof_J_holds_fraction": _frac(r["J_proof"] >= r["true_J"] for r in result["lemma4"]),
         "lemma4_statement_H_holds_fraction": _frac(r["H_statement"] >= r["true_H"] for r in result["lemma4"]),
         "lemma4_proof_H_holds_fraction": _frac(r["H_proof"] >= r["true_H"] for r in result["lemma4"]),
-        "theorem1_counterexample": {"delta": c["delta"], **{f"ratio_{f}": c[f"ratio_{f}"] for f in ("statement", "appendix")},
-                                    **{f"fails_from_delta_{f}": c[f"fails_from_delta_{f}"] for f in ("statement", "appendix")}},
+        "theorem1_counterexample": {
+            "delta": c["delta"],
+            **{f"ratio_{f}": c[f"ratio_{f}"] for f in ("statement", "appendix")},
+            **{f"fails_from_delta_{f}": c[f"fails_from_delta_{f}"] for f in ("statement", "appendix")},
+        },
         "n_samples": result["n_samples"],
     }
 
@@ -262,7 +306,7 @@ COMPARISON = {
     ("theory", "attention"): "MSE Hessian of the attention layer vs MSE bounds (like for like)",
     ("theory", "block"): "MSE Hessian of the block vs MSE bounds (like for like)",
     ("experiment", "block"): "CE Hessian (Figs 3-5) vs project CE bound (like for like); "
-                             "paper column: Thm 6 MSE bound, NOT like for like",
+    "paper column: Thm 6 MSE bound, NOT like for like",
 }
 
 
@@ -275,17 +319,29 @@ def bounds_table(results: dict[str, dict]) -> pd.DataFrame:
         df = pd.DataFrame(res["records"])
         for (setting, layer, r, c), g in df.groupby(["setting", "layer", "row", "col"], sort=False):
             forms = list(PAPER_FORMS[layer]) if setting == "theory" else ["statement"]
-            row = {"stage": stage, "setting": setting, "layer": layer, "row": r, "col": c,
-                   "compared": COMPARISON[(setting, layer)], "samples": len(g),
-                   "measured": g["measured"].median(), "project_bound": g["project"].median(),
-                   "ratio_median": g["ratio"].median(), "ratio_max": g["ratio"].max(),
-                   "project_held": g["held"].mean()}
+            row = {
+                "stage": stage,
+                "setting": setting,
+                "layer": layer,
+                "row": r,
+                "col": c,
+                "compared": COMPARISON[(setting, layer)],
+                "samples": len(g),
+                "measured": g["measured"].median(),
+                "project_bound": g["project"].median(),
+                "ratio_median": g["ratio"].median(),
+                "ratio_max": g["ratio"].max(),
+                "project_held": g["held"].mean(),
+            }
             for k, form in enumerate(forms[:2]):
                 col = "paper_bound" if k == 0 else "paper_bound_alt"
                 row[col] = g[f"paper_{form}"].median()
                 row[col + "_held"] = float((g[f"paper_{form}"] >= g["measured"]).mean())
-            row["paper_forms"] = " / ".join(PAPER_FORMS[layer][f] for f in forms[:2]) if setting == "theory" \
+            row["paper_forms"] = (
+                " / ".join(PAPER_FORMS[layer][f] for f in forms[:2])
+                if setting == "theory"
                 else "Theorem 6 MSE bound, median over theory samples (not like for like)"
+            )
             out.append(row)
     return pd.DataFrame(out)
 
@@ -308,56 +364,66 @@ def claim_rows(results: dict) -> list[dict]:
         f"(appendix) of the theory-setting evaluations; with W_Q/delta, W_K*delta and target F(X) it fails from "
         f"delta = {ce[s]['fails_from_delta_statement']} (statement) / {ce[s]['fails_from_delta_appendix']} (appendix); "
         f"at delta = {ce[s]['delta']:g} ||H||/M = {ce[s]['ratio_statement']:.3g} / {ce[s]['ratio_appendix']:.3g}"
-        for s in results)
-    rows.append({
-        "id": "theorem1_bound",
-        "claim": r"Let $\|\cdot\|_2$ be a spectral matrix norm, then for a single Self-Attention layer we have "
-                 r"$\|\mathbf{H}_i(\mathbf{w}^*)\|_2 \leq M$",
-        "source": "Sec. 4.1, Theorem 1 (proof: App. C.1)",
-        "measured": meas,
-        "verdict": "reproduced" if holds1 and not fails_ce else "not reproduced",
-        "rule": "the printed M (both forms) bounds ||H||_2 on every theory-setting sample and on the W_Q/delta, W_K*delta scan",
-        "evidence": "results/<exp>/bounds/{init,trained}.json",
-    })
+        for s in results
+    )
+    rows.append(
+        {
+            "id": "theorem1_bound",
+            "claim": r"Let $\|\cdot\|_2$ be a spectral matrix norm, then for a single Self-Attention layer we have "
+            r"$\|\mathbf{H}_i(\mathbf{w}^*)\|_2 \leq M$",
+            "source": "Sec. 4.1, Theorem 1 (proof: App. C.1)",
+            "measured": meas,
+            "verdict": "reproduced" if holds1 and not fails_ce else "not reproduced",
+            "rule": "the printed M (both forms) bounds ||H||_2 on every theory-setting sample and on the W_Q/delta, W_K*delta scan",
+            "evidence": "results/<exp>/bounds/{init,trained}.json",
+        }
+    )
     th6 = {s: r["summary"]["paper_holds_fraction"] for s, r in results.items()}
     holds6 = all(v["theorem6_statement"] == 1.0 for v in th6.values())
-    rows.append({
-        "id": "theorem6_bound",
-        "claim": r"$\|\mathbf{H}_{\mathrm{tr}}\|_2 \le \sqrt{m_b n_b}\; \max_{i,j} \left(\frac{2}{L d_V}"
-                 r"\|\frac{\partial \mathbf{Z}}{\partial \mathbf{W}_i}\|_2 \|\frac{\partial \mathbf{Z}}{\partial "
-                 r"\mathbf{W}_j}\|_2 + \|\mathbf{R}^{\text{tr}}_m\|_2 \|\mathbf{H}_{\text{tr}}^{(i,j)}\|_2 \right)$",
-        "source": "Sec. 4.2, Theorem 6 (explicit terms: App. C.6, Lemma 4)",
-        "measured": "; ".join(
-            f"{s}: holds on {th6[s]['theorem6_statement']:.0%} (Lemma 4 sigma_min as stated) / "
-            f"{th6[s]['theorem6_proof']:.0%} (as in the proof) of the theory-setting evaluations, median "
-            f"bound/measured of the block pairs {statistics.median(x['paper_statement'] / x['measured'] for x in results[s]['records'] if x['setting'] == 'theory' and x['layer'] == 'block'):.3g}"
-            for s in results),
-        "verdict": "reproduced" if holds6 else "not reproduced",
-        "rule": "Theorem 6's right-hand side (explicit proof terms, Lemma 4 as stated) bounds ||H_tr||_2 on every theory-setting sample",
-        "evidence": "results/<exp>/bounds/{init,trained}.json",
-    })
+    rows.append(
+        {
+            "id": "theorem6_bound",
+            "claim": r"$\|\mathbf{H}_{\mathrm{tr}}\|_2 \le \sqrt{m_b n_b}\; \max_{i,j} \left(\frac{2}{L d_V}"
+            r"\|\frac{\partial \mathbf{Z}}{\partial \mathbf{W}_i}\|_2 \|\frac{\partial \mathbf{Z}}{\partial "
+            r"\mathbf{W}_j}\|_2 + \|\mathbf{R}^{\text{tr}}_m\|_2 \|\mathbf{H}_{\text{tr}}^{(i,j)}\|_2 \right)$",
+            "source": "Sec. 4.2, Theorem 6 (explicit terms: App. C.6, Lemma 4)",
+            "measured": "; ".join(
+                f"{s}: holds on {th6[s]['theorem6_statement']:.0%} (Lemma 4 sigma_min as stated) / "
+                f"{th6[s]['theorem6_proof']:.0%} (as in the proof) of the theory-setting evaluations, median "
+                f"bound/measured of the block pairs {statistics.median(x['paper_statement'] / x['measured'] for x in results[s]['records'] if x['setting'] == 'theory' and x['layer'] == 'block'):.3g}"
+                for s in results
+            ),
+            "verdict": "reproduced" if holds6 else "not reproduced",
+            "rule": "Theorem 6's right-hand side (explicit proof terms, Lemma 4 as stated) bounds ||H_tr||_2 on every theory-setting sample",
+            "evidence": "results/<exp>/bounds/{init,trained}.json",
+        }
+    )
     l4 = {s: r["summary"] for s, r in results.items()}
     l4c = next(iter(results.values())).get("lemma4_counterexample") or _lemma4_counterexample()
     holds4 = l4c["J_statement"] >= l4c["true_J"] * (1 - 1e-12) and all(
         v["lemma4_statement_J_holds_fraction"] == 1.0 and v["lemma4_statement_H_holds_fraction"] == 1.0
-        for v in l4.values())
-    rows.append({
-        "id": "lemma4_layernorm",
-        "claim": r"$\big\|\mathbf{J}_{\mathrm{LN}}(\mathbf{X})\big\|_2 \le \frac{1}{\sigma_{\min}} + "
-                 r"\frac{\|\mathbf{X}\|_2^2}{\sqrt{n}\,\sigma_{\min}^3}$ ... where $\sigma_{\min}$ denotes "
-                 r"$\min \limits_i \|\mathbf{M}_i \|_2$",
-        "source": "App. C.6, Lemma 4",
-        "measured": "; ".join(
-            f"{s}: J bound holds on {v['lemma4_statement_J_holds_fraction']:.0%} (sigma_min = min row norm, as "
-            f"stated) / {v['lemma4_proof_J_holds_fraction']:.0%} (min row std); H bound "
-            f"{v['lemma4_statement_H_holds_fraction']:.0%} / {v['lemma4_proof_H_holds_fraction']:.0%} of the LN_1 inputs"
-            for s, v in l4.items())
-        + f"; on {l4c['input']}: ||J_LN|| = {l4c['true_J']:.3f} vs bound {l4c['J_statement']:.3f} as stated "
-          f"(ratio {l4c['ratio_J_statement']:.3f}), {l4c['J_proof']:.3f} with the row std",
-        "verdict": "reproduced" if holds4 else "not reproduced",
-        "rule": "Lemma 4's J and H estimates with sigma_min as stated hold on every LN_1 input and on a zero-mean row",
-        "evidence": "results/<exp>/bounds/{init,trained}.json",
-    })
+        for v in l4.values()
+    )
+    rows.append(
+        {
+            "id": "lemma4_layernorm",
+            "claim": r"$\big\|\mathbf{J}_{\mathrm{LN}}(\mathbf{X})\big\|_2 \le \frac{1}{\sigma_{\min}} + "
+            r"\frac{\|\mathbf{X}\|_2^2}{\sqrt{n}\,\sigma_{\min}^3}$ ... where $\sigma_{\min}$ denotes "
+            r"$\min \limits_i \|\mathbf{M}_i \|_2$",
+            "source": "App. C.6, Lemma 4",
+            "measured": "; ".join(
+                f"{s}: J bound holds on {v['lemma4_statement_J_holds_fraction']:.0%} (sigma_min = min row norm, as "
+                f"stated) / {v['lemma4_proof_J_holds_fraction']:.0%} (min row std); H bound "
+                f"{v['lemma4_statement_H_holds_fraction']:.0%} / {v['lemma4_proof_H_holds_fraction']:.0%} of the LN_1 inputs"
+                for s, v in l4.items()
+            )
+            + f"; on {l4c['input']}: ||J_LN|| = {l4c['true_J']:.3f} vs bound {l4c['J_statement']:.3f} as stated "
+            f"(ratio {l4c['ratio_J_statement']:.3f}), {l4c['J_proof']:.3f} with the row std",
+            "verdict": "reproduced" if holds4 else "not reproduced",
+            "rule": "Lemma 4's J and H estimates with sigma_min as stated hold on every LN_1 input and on a zero-mean row",
+            "evidence": "results/<exp>/bounds/{init,trained}.json",
+        }
+    )
     for r in rows:
         r["evidence"] = r["evidence"].replace("<exp>", str(next(iter(results.values())).get("experiment")))
     return rows
@@ -381,16 +447,23 @@ def run_evaluate(a) -> None:
     if a.hessian_npz:
         H = torch.as_tensor(np.load(a.hessian_npz)["H"])
         norms["total_spectral"] = spectral_norm(H, symmetric=True)
-    result = evaluate_bounds(model, images, labels.to(dev), norms, n_samples=a.bounds["n_samples"],
-                             delta=a.bounds["delta"])
+    result = evaluate_bounds(
+        model, images, labels.to(dev), norms, n_samples=a.bounds["n_samples"], delta=a.bounds["delta"]
+    )
     result["experiment"], result["stage"] = a.hessian["experiment"], a.stage
     result["dataset"] = a.spec["dataset"]
     result["seconds"] = time.perf_counter() - t0
     write_json(result, a.out)
     s = result["summary"]
-    log.info("bounds %s: project bound held in %.1f%% of %d evaluations; median tightness %.3g (max %.3g); "
-             "paper holds %s", a.stage, 100 * s["holds_fraction"], len(result["records"]), s["median_tightness"],
-             s["max_tightness"], s["paper_holds_fraction"])
+    log.info(
+        "bounds %s: project bound held in %.1f%% of %d evaluations; median tightness %.3g (max %.3g); paper holds %s",
+        a.stage,
+        100 * s["holds_fraction"],
+        len(result["records"]),
+        s["median_tightness"],
+        s["max_tightness"],
+        s["paper_holds_fraction"],
+    )
 
 
 def run_table(a) -> None:
@@ -406,8 +479,11 @@ def run_table(a) -> None:
         from ..utils import write_json
 
         write_json(claim_rows(results), a.claims_out)
-    write_table(bounds_table(results), Path(a.out_dir) / "bounds",
-                "Hessian spectral norms vs bounds per block pair: measured, project bound (proven), paper bound "
-                "(Theorems 1 and 6 with Lemma 4), ratio project/measured, fraction of samples where each held. "
-                "theory = per-sample MSE to the next sample's output (like for like); experiment = the CE Hessian "
-                "of Figs 3-5 vs the project CE bound (like for like) and the paper's MSE bound (not like for like)")
+    write_table(
+        bounds_table(results),
+        Path(a.out_dir) / "bounds",
+        "Hessian spectral norms vs bounds per block pair: measured, project bound (proven), paper bound "
+        "(Theorems 1 and 6 with Lemma 4), ratio project/measured, fraction of samples where each held. "
+        "theory = per-sample MSE to the next sample's output (like for like); experiment = the CE Hessian "
+        "of Figs 3-5 vs the project CE bound (like for like) and the paper's MSE bound (not like for like)",
+    )

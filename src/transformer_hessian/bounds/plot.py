@@ -24,12 +24,27 @@ DATASET_NAMES = {
 }
 
 PANELS = [
-    ("theory", "attention", ATTENTION_GROUPS, "attention layer, per-sample MSE",
-     {"paper_statement": "paper Thm 1 (statement)", "paper_appendix": "paper Thm 1 (proof's M)"}),
-    ("theory", "block", GROUPS, "full block, per-sample MSE",
-     {"paper_statement": "paper Thm 6, Lemma 4 as stated", "paper_proof": "paper Thm 6, Lemma 4 as in proof"}),
-    ("experiment", "block", GROUPS, "full block, batch cross-entropy (Figs 3-5)",
-     {"paper_statement": "paper Thm 6 (MSE bound; not like for like)"}),
+    (
+        "theory",
+        "attention",
+        ATTENTION_GROUPS,
+        "attention layer, per-sample MSE",
+        {"paper_statement": "paper Thm 1 (statement)", "paper_appendix": "paper Thm 1 (proof's M)"},
+    ),
+    (
+        "theory",
+        "block",
+        GROUPS,
+        "full block, per-sample MSE",
+        {"paper_statement": "paper Thm 6, Lemma 4 as stated", "paper_proof": "paper Thm 6, Lemma 4 as in proof"},
+    ),
+    (
+        "experiment",
+        "block",
+        GROUPS,
+        "full block, batch cross-entropy (Figs 3-5)",
+        {"paper_statement": "paper Thm 6 (MSE bound; not like for like)"},
+    ),
 ]
 STYLE = {
     "measured": {"marker": "o", "color": "black", "label": "measured $\\|H_{ij}\\|_2$"},
@@ -50,11 +65,25 @@ def _counterexample_panel(ax, c: Mapping[str, Any], stage: str) -> None:
     ax.plot(scan.delta, scan.true_total, "o-", color="black", ms=4, label="measured $\\|H\\|_2$", zorder=5)
     ax.plot(scan.delta, scan.project_total, "s--", color="#4C72B0", ms=4, label="project bound")
     for form, st in (("statement", STYLE["paper_statement"]), ("appendix", STYLE["paper_appendix"])):
-        ax.plot(scan.delta, scan[f"M_{form}"], marker=st["marker"], color=st["color"], ms=5,
-                label=f"paper Thm 1 ({'statement' if form == 'statement' else 'proof' + chr(39) + 's M'})")
+        ax.plot(
+            scan.delta,
+            scan[f"M_{form}"],
+            marker=st["marker"],
+            color=st["color"],
+            ms=5,
+            label=f"paper Thm 1 ({'statement' if form == 'statement' else 'proof' + chr(39) + 's M'})",
+        )
         bad = scan[f"M_{form}"] < scan.true_total
-        ax.scatter(scan.delta[bad], scan[f"M_{form}"][bad], s=110, marker="x", color="red", linewidths=2, zorder=6,
-                   label="bound < measured" if form == "statement" else None)
+        ax.scatter(
+            scan.delta[bad],
+            scan[f"M_{form}"][bad],
+            s=110,
+            marker="x",
+            color="red",
+            linewidths=2,
+            zorder=6,
+            label="bound < measured" if form == "statement" else None,
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.invert_xaxis()
@@ -72,8 +101,14 @@ def bounds_figure(results: Mapping[str, Mapping[str, Any]]) -> Figure:
     the median over the evaluated samples of the measured spectral norm and of each bound.
     A red cross marks a pair where a bound fell below the measured norm on some sample."""
     stages = list(results)
-    fig, axes = plt.subplots(len(stages), 4, figsize=(21, 4.3 * len(stages)), layout="constrained",
-                             gridspec_kw={"width_ratios": [7, 16, 16, 8]}, squeeze=False)
+    fig, axes = plt.subplots(
+        len(stages),
+        4,
+        figsize=(21, 4.3 * len(stages)),
+        layout="constrained",
+        gridspec_kw={"width_ratios": [7, 16, 16, 8]},
+        squeeze=False,
+    )
     first = next(iter(results.values()))
     for r, stage in enumerate(stages):
         df = pd.DataFrame(results[stage]["records"])
@@ -101,13 +136,29 @@ def bounds_figure(results: Mapping[str, Mapping[str, Any]]) -> Figure:
                 bad = np.array(bad)
                 if bad.any():
                     violated = True
-                    ax.scatter(x[bad], np.array(med)[bad], s=120, marker="x", color="red", zorder=4,
-                               linewidths=2, label="bound < measured" if k == "project" or not violated else None)
+                    ax.scatter(
+                        x[bad],
+                        np.array(med)[bad],
+                        s=120,
+                        marker="x",
+                        color="red",
+                        zorder=4,
+                        linewidths=2,
+                        label="bound < measured" if k == "project" or not violated else None,
+                    )
             txt = [f"median bound/measured: project {sel['ratio'].median():.3g}"]
             for k, name in paper_cols.items():
                 txt.append(f"{name.replace('paper ', 'paper ')}: {(sel[k] / sel['measured']).median():.2g}")
-            ax.text(0.02, 0.97, "\n".join(txt), transform=ax.transAxes, va="top", ha="left", fontsize=6.5,
-                    bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.8, "edgecolor": "0.8"})
+            ax.text(
+                0.02,
+                0.97,
+                "\n".join(txt),
+                transform=ax.transAxes,
+                va="top",
+                ha="left",
+                fontsize=6.5,
+                bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.8, "edgecolor": "0.8"},
+            )
             labels = ["all" if p[0] == "total" else f"{GROUP_LABELS[p[0]]}{GROUP_LABELS[p[1]]}" for p in pairs]
             ax.set_xticks(x, labels, rotation=90 if len(pairs) > 8 else 0)
             ax.set_yscale("log")
@@ -115,15 +166,21 @@ def bounds_figure(results: Mapping[str, Mapping[str, Any]]) -> Figure:
             ax.set_ylabel("spectral norm (loss units per weight$^2$)")
             ax.grid(axis="y", alpha=0.3)
             n = results[stage]["n_samples"] if setting == "theory" else 1
-            ax.set_title(f"{stage}: {title}" + (f", median of {n} samples" if setting == "theory" else ", whole batch"),
-                         fontsize=9)
+            ax.set_title(
+                f"{stage}: {title}" + (f", median of {n} samples" if setting == "theory" else ", whole batch"),
+                fontsize=9,
+            )
             handles, lab = ax.get_legend_handles_labels()
             uniq = dict(zip(lab, handles))
             if c == 2 or r == 0:
-                ax.legend(uniq.values(), uniq.keys(), fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5),
-                          frameon=False)
+                ax.legend(
+                    uniq.values(), uniq.keys(), fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False
+                )
         _counterexample_panel(axes[r, 3], results[stage]["counterexample"], stage)
     ds = DATASET_NAMES.get(first.get("dataset"), first.get("dataset"))
-    fig.suptitle(f"Hessian spectral norms vs bounds - {ds}; ViT, 1 post-norm block, width {first['width']}, "
-                 f"d_K {first['d_k']}, d_ff {first['d_ff']}, {first['tokens']} tokens", fontsize=11)
+    fig.suptitle(
+        f"Hessian spectral norms vs bounds - {ds}; ViT, 1 post-norm block, width {first['width']}, "
+        f"d_K {first['d_k']}, d_ff {first['d_ff']}, {first['tokens']} tokens",
+        fontsize=11,
+    )
     return fig

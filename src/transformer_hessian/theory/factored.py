@@ -71,8 +71,29 @@ def _token_factors(X: torch.Tensor, p: dict, eps: float) -> SimpleNamespace:
     phi_s["W_2"] = Id.expand(Bn, L, d, d)
     alpha = {"W_Q": X, "W_K": XQ, "W_V": AX, "W_1": Y, "W_2": R}
     return SimpleNamespace(
-        X=X, XQ=XQ, XK=XK, XV=XV, A=A, AX=AX, U1=U1, Y=Y, M=M, R=R, S=S, Z=Z, j1=j1, j2=j2,
-        Js=Js, XJX=XJX, phi_f=phi_f, phi_y=phi_y, phi_s=phi_s, alpha=alpha, p=p, eps=eps, k=k,
+        X=X,
+        XQ=XQ,
+        XK=XK,
+        XV=XV,
+        A=A,
+        AX=AX,
+        U1=U1,
+        Y=Y,
+        M=M,
+        R=R,
+        S=S,
+        Z=Z,
+        j1=j1,
+        j2=j2,
+        Js=Js,
+        XJX=XJX,
+        phi_f=phi_f,
+        phi_y=phi_y,
+        phi_s=phi_s,
+        alpha=alpha,
+        p=p,
+        eps=eps,
+        k=k,
     )
 
 

@@ -47,9 +47,9 @@ def _model_parts(model, images: torch.Tensor, labels: torch.Tensor, block: int, 
         P = sum(sizes)
         Jl = torch.cat(
             [
-                _to_vec_order(
-                    torch.einsum("bli,oc,blcj->boij", f.alpha[n], Wh, f.j2 @ f.phi_s[n]) / L, n
-                ).reshape(Bn, Wh.shape[0], -1)
+                _to_vec_order(torch.einsum("bli,oc,blcj->boij", f.alpha[n], Wh, f.j2 @ f.phi_s[n]) / L, n).reshape(
+                    Bn, Wh.shape[0], -1
+                )
                 for n in GROUPS
             ],
             dim=2,
