@@ -1,4 +1,4 @@
-"""The model is the block of THEORY_NOTES.md, written out by hand."""
+"""The model is the paper's post-norm block (arXiv 2510.16927, Sec. 4.2; docs/theory.md), written out by hand."""
 
 import math
 

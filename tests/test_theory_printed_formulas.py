@@ -1,4 +1,4 @@
-"""The formulas as printed (THEORY_NOTES.md: the draft's Ormaniec-style blocks, Theorem 2 without
+"""The formulas as printed (the paper's Ormaniec-style attention blocks, Theorem 2 without
 eps, the Theorems 4-5 assembly), written out literally with Kronecker products and checked
 against autograd. Where a reading of a printed formula does not hold, the test records by how
 much it misses and that the corrected form matches (docs/theory.md, "Where the printed formulas
@@ -41,7 +41,7 @@ def attention_setup(L=3, d=4, k=2, seed=0):
 
 
 def test_printed_outer_blocks_VV_QQ_VQ_hold():
-    """H_o(V,V), H_o(Q,Q), H_o(V,Q) exactly as THEORY_NOTES.md quotes them (d_K != d_V)."""
+    """H_o(V,V), H_o(Q,Q), H_o(V,Q) exactly as the paper quotes them from Ormaniec et al. (d_K != d_V)."""
     s = attention_setup(L=3, d=4, k=2)
     L, d, k, Z1, IL, Id = s["L"], s["d"], s["k"], s["Z1"], s["IL"], s["Id"]
     M1 = s["A"] @ s["X"]
@@ -59,7 +59,8 @@ def test_printed_outer_QK_depends_on_commutation_convention():
     Holds with the standard (Magnus-Neudecker) K_{m,n}: K_{m,n} vec_c(A) = vec_c(A^T) for A
     (m x n), which acting on row-wise vectors maps vec_r(W_K) to vec_r(W_K^T). Read with a
     'row-wise' commutation matrix (K_{m,n} vec_r(A) = vec_r(A^T) for A in R^{m x n}, i.e. the
-    Magnus-Neudecker K_{d_V,d_K}) it fails as soon as d_K != d_V: recorded here.
+    Magnus-Neudecker K_{d_V,d_K}) it fails when d_K > 1 and d_K != d_V: recorded here. The paper's
+    appendix defines K the Magnus-Neudecker way, so the printed formula holds as the paper means it.
     """
     for L, d, k, seed in [(3, 4, 2, 0), (4, 3, 5, 1), (2, 5, 3, 2)]:
         s = attention_setup(L=L, d=d, k=k, seed=seed)

@@ -3,7 +3,8 @@
 Every weight is stored so that a layer computes ``X @ W``; hence ``W.reshape(-1)`` is
 vec_r(W), the row-major vectorisation the closed-form Hessians use.
 
-One block on a sample X (L x d), exactly as in THEORY_NOTES.md::
+One block on a sample X (L x d), exactly as in the paper (arXiv 2510.16927, Sec. 3 and 4.2;
+docs/theory.md)::
 
     T = X W_Q W_K^T X^T / sqrt(d_K),   A = softmax_row(T),   F = A X W_V
     Y = LN_1(X + F)
