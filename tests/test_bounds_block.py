@@ -236,7 +236,7 @@ def test_evaluate_bounds_table_and_claims_on_a_tiny_model():
     rows = claim_rows({"trained": res})
     assert {r["id"] for r in rows} == {"theorem1_bound", "theorem6_bound", "lemma4_layernorm"}
     for r in rows:
-        assert set(r) == {"id", "claim", "source", "measured", "verdict", "evidence"}
+        assert set(r) == {"id", "claim", "source", "measured", "verdict", "evidence", "rule"}
         assert r["verdict"] in ("reproduced", "not reproduced")
     assert res["lemma4_counterexample"]["ratio_J_statement"] == pytest.approx(4 / 3, rel=1e-12)
     assert next(r for r in rows if r["id"] == "lemma4_layernorm")["verdict"] == "not reproduced"

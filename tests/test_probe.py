@@ -311,10 +311,11 @@ def test_claim_rows_and_table(small_run):
     rows = probe.claim_rows(small_run, evidence="x.json")
     assert [r["id"] for r in rows] == ["theorem7_at_w_star", "theorem7_off_w_star", "assumption1_trend"]
     for r in rows:
-        assert set(r) == {"id", "claim", "source", "measured", "verdict", "evidence"}
+        assert set(r) == {"id", "claim", "source", "measured", "verdict", "evidence", "rule"}
         assert r["verdict"] in {"reproduced", "not reproduced", "not testable on this data set"}
     assert rows[0]["verdict"] == "reproduced"
-    expected = "reproduced" if small_run["assumption1"]["slope_ci95"][1] < 0 else "not reproduced"
+    a1 = small_run["assumption1"]
+    expected = "reproduced" if a1["slope_ci95"][1] < 0 and a1["slope_median"] < 0 else "not reproduced"
     assert rows[2]["verdict"] == expected
     df = probe.assumption1_table(small_run)
     assert list(df["k"]) == small_run["assumption1"]["k"]
