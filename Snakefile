@@ -26,7 +26,7 @@ from transformer_hessian.config import ConfigError, check_config_files, config_h
 # A bad config ends the run here, before any job, with one message and no traceback.
 try:
     check_config_files(workflow.configfiles)
-    validate_config(config)
+    validate_config(config, cli_overrides=dict(workflow.config_settings.config))
 except ConfigError as err:
     raise SystemExit(f"transformer-hessian: {err}")
 validate(config, "workflow/schemas/config.schema.yaml")

@@ -143,7 +143,16 @@ def test_cli_strings_become_the_schema_types(gpu, mem, runtime, ema, seed):
     cfg["data"] = {"mirror": "null"}
     cfg["experiments"]["e"]["model"]["ffn_bias"] = "true"
     cfg["experiments"]["e"]["train"]["max_train"] = "~"
-    out = validate_config(cfg)
+    overrides = {
+        "resources": dict(cfg["resources"]),
+        "landscape": {"ema_factor": repr(ema), "seed": str(seed)},
+        "data": {"mirror": "null"},
+        "experiments": {"e": {"model": {"ffn_bias": "true"}, "train": {"max_train": "~"}}},
+    }
+    # in a config file the same text is a string, and a string is no integer
+    with pytest.raises(ConfigError, match="resources.gpu"):
+        validate_config(copy.deepcopy(cfg))
+    out = validate_config(cfg, cli_overrides=overrides)
     assert out["resources"] == {"gpu": gpu, "mem_mb": mem, "runtime": runtime}
     assert all(type(v) is int for v in out["resources"].values())
     assert out["landscape"]["ema_factor"] == ema and out["landscape"]["seed"] == seed
@@ -159,5 +168,5 @@ def test_a_string_that_is_no_integer_is_still_reported(root, key, text):
     cfg = yaml.safe_load((root / "config/config.yaml").read_text())
     cfg["resources"][key] = text
     with pytest.raises(ConfigError) as err:
-        validate_config(cfg)
+        validate_config(cfg, cli_overrides={"resources": {key: text}})
     assert f"resources.{key}" in str(err.value)

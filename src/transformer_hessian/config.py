@@ -6,6 +6,7 @@ the run before any job starts, with a message that names the offending key.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -272,12 +273,23 @@ def _cross_key_errors(config: dict) -> list[str]:
     return out
 
 
-def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH) -> dict:
+def _apply_coerced(config: dict, coerced: dict) -> None:
+    """Write the values of ``coerced`` (a nested subset of ``config``'s keys) into ``config``."""
+    for key, value in coerced.items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict):
+            _apply_coerced(config[key], value)
+        else:
+            config[key] = value
+
+
+def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH, cli_overrides: dict | None = None) -> dict:
     """Validate ``config`` in place (defaults filled in) and return it.
 
-    Strings from ``--config`` overrides are first converted to the schema's types
-    (:func:`coerce_cli_strings`). Raises :class:`ConfigError` whose message starts with the
-    dotted key that is wrong.
+    ``cli_overrides`` are the ``--config`` values snakemake merged into ``config``: only those
+    strings are converted to the schema's types first (:func:`coerce_cli_strings`; snakemake
+    reads nested ``--config`` values as text). A string in a config file stays a string and is
+    rejected where the schema wants a number. Raises :class:`ConfigError` whose message starts
+    with the dotted key that is wrong.
     """
     if not isinstance(config, dict):
         raise ConfigError("invalid configuration: the config must be a mapping of keys")
@@ -285,7 +297,8 @@ def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH) -> dict
     if bad_values:
         raise ConfigError("invalid configuration:\n" + "\n".join(bad_values))
     schema = load_schema(schema_path)
-    coerce_cli_strings(config, schema)
+    if cli_overrides:
+        _apply_coerced(config, coerce_cli_strings(copy.deepcopy(dict(cli_overrides)), schema))
     validator = _with_defaults(jsonschema.validators.validator_for(schema))(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
     if errors:
