@@ -29,9 +29,9 @@ rule bounds:
         runtime=config["resources"]["runtime"],
     shell:
         "transformer-hessian --threads {threads} bounds evaluate --checkpoint {input.checkpoint:q} "
-        "--stage {wildcards.stage} --spec {params.spec:q} --hessian {params.hessian:q} --bounds {params.bounds:q} "
+        "--stage {wildcards.stage:q} --spec {params.spec:q} --hessian {params.hessian:q} --bounds {params.bounds:q} "
         "--data-root {params.data_root:q} --norms {input.norms:q} --hessian-npz {input.npz:q} "
-        "--device {params.device} --out {output:q} 2> {log:q}"
+        "--device {params.device:q} --out {output:q} 2> {log:q}"
 
 
 rule bounds_table:

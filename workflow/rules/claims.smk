@@ -22,8 +22,8 @@ rule claims:
         json="paper/claims.json",
     params:
         config_hash=CONFIG_HASH,
-        extra=" ".join(f"--extra {shlex.quote(f'{k}={v}')}" for k, v in CLAIM_EXTRA_INPUTS.items()),
-        rows=" ".join(f"--rows {shlex.quote(p)}" for p in CLAIM_ROW_FILES),
+        extra_args=" ".join(f"--extra {shlex.quote(f'{k}={v}')}" for k, v in CLAIM_EXTRA_INPUTS.items()),
+        rows_args=" ".join(f"--rows {shlex.quote(p)}" for p in CLAIM_ROW_FILES),
     conda:
         "../../environment.yml"
     log:
@@ -37,5 +37,5 @@ rule claims:
     shell:
         "transformer-hessian claims --hessian-init {input.hessian_init:q} --norms-init {input.init:q} --norms-trained {input.trained:q} "
         "--metrics-hessian {input.metrics_hessian:q} --metrics-landscape {input.metrics_landscape:q} "
-        "--landscape {input.landscape:q} {params.extra} {params.rows} --config-hash {params.config_hash} "
+        "--landscape {input.landscape:q} {params.extra_args} {params.rows_args} --config-hash {params.config_hash:q} "
         "--out-md {output.md:q} --out-json {output.json:q} 2> {log:q}"

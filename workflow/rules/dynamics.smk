@@ -34,7 +34,7 @@ rule dynamics:
     shell:
         "transformer-hessian --threads {threads} dynamics --checkpoint {input.checkpoint:q} --spec {params.spec:q} "
         "--hessian {params.hessian:q} --dynamics {params.dynamics:q} --data-root {params.data_root:q} "
-        "--device {params.device} --saved-init-hessian {input.saved_init:q} --tolerance {params.tolerance} "
+        "--device {params.device:q} --saved-init-hessian {input.saved_init:q} --tolerance {params.tolerance:q} "
         "--out-npz {output.npz:q} --out-json {output.json:q} 2> {log:q}"
 
 

@@ -21,12 +21,12 @@ for _spec in registry_rule_specs(config):
         params:
             caption=_spec["caption"],
             # every input but the notebook becomes a notebook parameter of the same name
-            inputs=lambda w, input: " ".join(
+            inputs_args=lambda w, input: " ".join(
                 f"-p {name} {shlex.quote(path)}" for name, path in input.items() if name not in ("notebook", "gate")
             ),
-            literal=_spec["literal"],
+            literal_args=_spec["literal"],
             # out (one figure) or out_<id> per figure, and table_<stem> per table
-            outs=" ".join(f"-p {name} {shlex.quote(path)}" for name, path in _spec["outs"].items()),
+            outs_args=" ".join(f"-p {name} {shlex.quote(path)}" for name, path in _spec["outs"].items()),
         conda:
             "../../environment.yml"
         log:
@@ -39,7 +39,7 @@ for _spec in registry_rule_specs(config):
             runtime=20,
         shell:
             "papermill {input.notebook:q} {output.executed:q} -k python3 --log-output "
-            "{params.inputs} {params.literal} {params.outs} > {log:q} 2>&1"
+            "{params.inputs_args} {params.literal_args} {params.outs_args} > {log:q} 2>&1"
 
 
 rule tables:
@@ -89,7 +89,7 @@ rule summary:
         "paper/summary.json",
     params:
         config_hash=CONFIG_HASH,
-        registry_config=json.dumps(config),
+        registry_config=lambda wildcards: json.dumps(config),  # a function: braces in values are no wildcards
         notebook_dir=NB,
     conda:
         "../../environment.yml"

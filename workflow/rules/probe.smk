@@ -29,4 +29,4 @@ rule probe:
     shell:
         "transformer-hessian --threads {threads} probe --checkpoint {input.checkpoint:q} "
         "--init-checkpoint {input.init:q} --spec {params.spec:q} --probe {params.probe:q} "
-        "--data-root {params.data_root:q} --device {params.device} --out {output:q} 2> {log:q}"
+        "--data-root {params.data_root:q} --device {params.device:q} --out {output:q} 2> {log:q}"
