@@ -160,7 +160,7 @@ def bounds_figure(results: Mapping[str, Mapping[str, Any]]) -> Figure:
                 bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.8, "edgecolor": "0.8"},
             )
             labels = ["all" if p[0] == "total" else f"{GROUP_LABELS[p[0]]}{GROUP_LABELS[p[1]]}" for p in pairs]
-            ax.set_xticks(x, labels, rotation=90 if len(pairs) > 8 else 0)
+            ax.set_xticks(x, labels, rotation=90 if len(pairs) > 4 else 0)
             ax.set_yscale("log")
             ax.set_xlabel("block pair (i, j)")
             ax.set_ylabel("spectral norm (loss units per weight$^2$)")
