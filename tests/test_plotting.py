@@ -413,7 +413,12 @@ def write_results(root: Path) -> None:
     (root / "results" / "exp" / "metrics.json").write_text(json.dumps(metrics))
 
 
-@pytest.mark.parametrize("fig", registry.FIGURES, ids=lambda f: f.id)
+# Figures whose inputs write_results() synthesises; the notebooks of the probe, dynamics and bounds
+# figures need those rules' results and are executed on real (tiny) results by test_workflow.py.
+SYNTHETIC_FIGURES = [f for f in registry.FIGURES if f.id in {"fig2", "fig3", "fig4", "fig5", "fig6"}]
+
+
+@pytest.mark.parametrize("fig", SYNTHETIC_FIGURES, ids=lambda f: f.id)
 def test_notebook_executes_with_papermill(fig, tmp_path, monkeypatch):
     papermill = pytest.importorskip("papermill")
     write_results(tmp_path)
