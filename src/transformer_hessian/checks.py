@@ -11,6 +11,27 @@ from .hessian import block_pairs, group_layout, hessian_curvlinops
 from .model import ViT
 
 
+def _error_row(row: str, col: str, diff, ref, scale: float, block, outer, functional) -> dict:
+    """One block pair of a Hessian check: errors of ``diff`` (checked minus reference) relative to
+    the whole Hessian's ``scale`` and to the block's ``ref``, and the Frobenius norms of the block and
+    of its outer-product and functional parts."""
+    err = float(diff.abs().max())
+    ref_max = float(ref.abs().max())
+    fo = float(torch.linalg.matrix_norm(outer, "fro"))
+    ff = float(torch.linalg.matrix_norm(functional, "fro"))
+    return {
+        "row": row,
+        "col": col,
+        "max_abs_error": err,
+        "rel_error": err / scale if scale > 0 else err,
+        "block_rel_error": err / ref_max if ref_max > 0 else err,
+        "fro_exact": float(torch.linalg.matrix_norm(block, "fro")),
+        "fro_outer": fo,
+        "fro_functional": ff,
+        "functional_share": ff / (fo + ff) if fo + ff > 0 else 0.0,
+    }
+
+
 def closed_form_check(model: ViT, images, labels, tolerance: float = 1e-8) -> dict:
     """Compare ``theory.model_loss_hessian`` with ``curvlinops.HessianLinearOperator``.
 
@@ -36,23 +57,7 @@ def closed_form_check(model: ViT, images, labels, tolerance: float = 1e-8) -> di
     rows = []
     pairs = zip(block_pairs(H_ref, off), block_pairs(H_cf, off), block_pairs(H_outer, off), block_pairs(H_func, off))
     for (ri, cj, ref), (_, _, cf), (_, _, outer_b), (_, _, func_b) in pairs:
-        err = float((cf - ref).abs().max())
-        ref_max = float(ref.abs().max())
-        fo = float(torch.linalg.matrix_norm(outer_b, "fro"))
-        ff = float(torch.linalg.matrix_norm(func_b, "fro"))
-        rows.append(
-            {
-                "row": ri,
-                "col": cj,
-                "max_abs_error": err,
-                "rel_error": err / scale if scale > 0 else err,
-                "block_rel_error": err / ref_max if ref_max > 0 else err,
-                "fro_exact": float(torch.linalg.matrix_norm(ref, "fro")),
-                "fro_outer": fo,
-                "fro_functional": ff,
-                "functional_share": ff / (fo + ff) if fo + ff > 0 else 0.0,
-            }
-        )
+        rows.append(_error_row(ri, cj, cf - ref, ref, scale, ref, outer_b, func_b))
     max_rel = max(r["rel_error"] for r in rows)
     return {
         "blocks": rows,
@@ -159,23 +164,7 @@ def saved_hessian_check(
         i, j = names.index(ri), names.index(cj)
         cols = slice(j * probes, (j + 1) * probes)
         ref = R[off[i] : off[i + 1], cols]
-        err = float((HV[off[i] : off[i + 1], cols] - ref).abs().max())
-        ref_max = float(ref.abs().max())
-        fo = float(torch.linalg.matrix_norm(Gb, "fro"))
-        ff = float(torch.linalg.matrix_norm(Hb - Gb, "fro"))
-        rows.append(
-            {
-                "row": ri,
-                "col": cj,
-                "max_abs_error": err,
-                "rel_error": err / scale if scale > 0 else err,
-                "block_rel_error": err / ref_max if ref_max > 0 else err,
-                "fro_exact": float(torch.linalg.matrix_norm(Hb, "fro")),
-                "fro_outer": fo,
-                "fro_functional": ff,
-                "functional_share": ff / (fo + ff) if fo + ff > 0 else 0.0,
-            }
-        )
+        rows.append(_error_row(ri, cj, HV[off[i] : off[i + 1], cols] - ref, ref, scale, Hb, Gb, Hb - Gb))
     max_rel = max(r["rel_error"] for r in rows)
     return {
         "check": "probes",

@@ -116,6 +116,31 @@ _DYN = {
 #: The theory rule's check of the saved Hessians: Hessian figures wait for it (a failed check stops them).
 _CHECKED = ("results/{hexp}/theory/init.json", "results/{hexp}/theory/trained.json")
 
+#: Panels of Figures 7-9 (one attention weight each).
+_DYN_PANELS = (
+    "entries at a few steps, log10 |H_{g}{g}| of the Hessian diagonal block on the fixed Hessian batch, the "
+    "spectral and Frobenius norms of {w} and the spectral norms of the Hessian blocks H_({g},g) against the step."
+)
+
+
+def _dynamics_figure(n: int, key: str, title: str, what: str, panels: str, shows: str) -> Figure:
+    """Figure ``n`` of App. A.1 (Figures 7-11): one group family over the first training steps; all
+    five are drawn by one run of the dynamics notebook (group ``fig7_fig11``)."""
+    return Figure(
+        id=f"fig{n}",
+        paper=f"Figure {n}",
+        label=f"fig:hessian_entries_{key}",
+        notebook="fig7_fig11_dynamics.ipynb",
+        group="fig7_fig11",
+        inputs=_DYN,
+        gate=_CHECKED,
+        caption=f'Figure {n} (App. A.1, "{title} entries visualization"). {what} of the one-block ViT on '
+        "{hessian_data} during the first training steps (replayed from the init checkpoint): " + panels,
+        shows=shows,
+        functions="`dynamics_plot.dynamics_figure`; `dynamics.record_dynamics`, `hessian_groups.hessian_all_groups`",
+    )
+
+
 FIGURES: list[Figure] = [
     Figure(
         id="fig2",
@@ -249,75 +274,53 @@ FIGURES: list[Figure] = [
         shows="gradient norms of L_k at w* against k, fitted slope, minimiser shifts (Assumption 1)",
         functions="`probe_plots.fig12_figure`, `probe.assumption1_table`; `probe.run_probe`",
     ),
-    Figure(
-        id="fig7",
-        paper="Figure 7",
-        label="fig:hessian_entries_queries",
-        notebook="fig7_fig11_dynamics.ipynb",
-        group="fig7_fig11",
-        inputs=_DYN,
-        gate=_CHECKED,
-        caption='Figure 7 (App. A.1, "Queries entries visualization"). W_Q of the one-block ViT on '
-        "{hessian_data} during the first training steps (replayed from the init checkpoint): "
-        "entries at a few steps, log10 |H_QQ| of the Hessian diagonal block on the fixed Hessian batch, the spectral and Frobenius norms of W_Q and the spectral norms of the Hessian blocks H_(Q,g) against the step.",
-        shows="W_Q entries, H_QQ, norms of W_Q and of its Hessian blocks over the first steps",
-        functions="`dynamics_plot.dynamics_figure`; `dynamics.replay_dynamics`, `hessian_groups.hessian_all_groups`",
-    ),
-    Figure(
-        id="fig8",
-        paper="Figure 8",
-        label="fig:hessian_entries_keys",
-        notebook="fig7_fig11_dynamics.ipynb",
-        group="fig7_fig11",
-        inputs=_DYN,
-        gate=_CHECKED,
-        caption='Figure 8 (App. A.1, "Keys entries visualization"). W_K of the one-block ViT on '
-        "{hessian_data} during the first training steps (replayed from the init checkpoint): "
-        "entries at a few steps, log10 |H_KK| of the Hessian diagonal block on the fixed Hessian batch, the spectral and Frobenius norms of W_K and the spectral norms of the Hessian blocks H_(K,g) against the step.",
-        shows="W_K entries, H_KK, norms of W_K and of its Hessian blocks over the first steps",
-        functions="`dynamics_plot.dynamics_figure`; `dynamics.replay_dynamics`, `hessian_groups.hessian_all_groups`",
-    ),
-    Figure(
-        id="fig9",
-        paper="Figure 9",
-        label="fig:hessian_entries_values",
-        notebook="fig7_fig11_dynamics.ipynb",
-        group="fig7_fig11",
-        inputs=_DYN,
-        gate=_CHECKED,
-        caption='Figure 9 (App. A.1, "Values entries visualization"). W_V of the one-block ViT on '
-        "{hessian_data} during the first training steps (replayed from the init checkpoint): "
-        "entries at a few steps, log10 |H_VV| of the Hessian diagonal block on the fixed Hessian batch, the spectral and Frobenius norms of W_V and the spectral norms of the Hessian blocks H_(V,g) against the step.",
-        shows="W_V entries, H_VV, norms of W_V and of its Hessian blocks over the first steps",
-        functions="`dynamics_plot.dynamics_figure`; `dynamics.replay_dynamics`, `hessian_groups.hessian_all_groups`",
-    ),
-    Figure(
-        id="fig10",
-        paper="Figure 10",
-        label="fig:hessian_entries_layernorm",
-        notebook="fig7_fig11_dynamics.ipynb",
-        group="fig7_fig11",
-        inputs=_DYN,
-        gate=_CHECKED,
-        caption='Figure 10 (App. A.1, "LayerNorm entries visualization"). gamma1, beta1, gamma2, beta2 of the one-block ViT on '
-        "{hessian_data} during the first training steps (replayed from the init checkpoint): "
-        "entries against the step, log10 |H| of the LayerNorm-LayerNorm Hessian block at a few steps, their norms and the spectral norms of the Hessian blocks H_(g,h) (g a LayerNorm group) against the step.",
-        shows="LayerNorm gamma/beta entries, their Hessian blocks and norms over the first steps",
-        functions="`dynamics_plot.dynamics_figure`; `dynamics.replay_dynamics`, `hessian_groups.hessian_all_groups`",
-    ),
-    Figure(
-        id="fig11",
-        paper="Figure 11",
-        label="fig:hessian_entries_feedforward",
-        notebook="fig7_fig11_dynamics.ipynb",
-        group="fig7_fig11",
-        inputs=_DYN,
-        gate=_CHECKED,
-        caption='Figure 11 (App. A.1, "FeedForward entries visualization"). W_1 and W_2 of the one-block ViT on '
-        "{hessian_data} during the first training steps (replayed from the init checkpoint): "
-        "entries at a few steps, log10 |H| of the diagonal Hessian blocks, their norms and the spectral norms of the Hessian blocks H_(g,h) against the step.",
-        shows="W_1, W_2 entries, Hessian blocks and norms over the first steps",
-        functions="`dynamics_plot.dynamics_figure`; `dynamics.replay_dynamics`, `hessian_groups.hessian_all_groups`",
+    *(
+        _dynamics_figure(n, key, title, what, panels, shows)
+        for n, key, title, what, panels, shows in (
+            (
+                7,
+                "queries",
+                "Queries",
+                "W_Q",
+                _DYN_PANELS.format(g="Q", w="W_Q"),
+                "W_Q entries, H_QQ, norms of W_Q and of its Hessian blocks over the first steps",
+            ),
+            (
+                8,
+                "keys",
+                "Keys",
+                "W_K",
+                _DYN_PANELS.format(g="K", w="W_K"),
+                "W_K entries, H_KK, norms of W_K and of its Hessian blocks over the first steps",
+            ),
+            (
+                9,
+                "values",
+                "Values",
+                "W_V",
+                _DYN_PANELS.format(g="V", w="W_V"),
+                "W_V entries, H_VV, norms of W_V and of its Hessian blocks over the first steps",
+            ),
+            (
+                10,
+                "layernorm",
+                "LayerNorm",
+                "gamma1, beta1, gamma2, beta2",
+                "entries against the step, log10 |H| of "
+                "the LayerNorm-LayerNorm Hessian block at a few steps, their norms and the spectral norms of the "
+                "Hessian blocks H_(g,h) (g a LayerNorm group) against the step.",
+                "LayerNorm gamma/beta entries, their Hessian blocks and norms over the first steps",
+            ),
+            (
+                11,
+                "feedforward",
+                "FeedForward",
+                "W_1 and W_2",
+                "entries at a few steps, log10 |H| of the diagonal "
+                "Hessian blocks, their norms and the spectral norms of the Hessian blocks H_(g,h) against the step.",
+                "W_1, W_2 entries, Hessian blocks and norms over the first steps",
+            ),
+        )
     ),
     Figure(
         id="bounds",

@@ -41,6 +41,7 @@ import math
 
 import torch
 
+from ..theory.attention import ATTENTION_GROUPS
 from ..theory.vec import softmax_row_hessian_contract, softmax_row_jacobian_rows
 
 __all__ = [
@@ -52,8 +53,6 @@ __all__ = [
     "opnorm",
     "total_from_pairs",
 ]
-
-ATTENTION_GROUPS = ("W_Q", "W_K", "W_V")
 
 
 def opnorm(M: torch.Tensor) -> torch.Tensor:
