@@ -39,3 +39,24 @@ def tiny_spec(**train):
     }
     spec["train"].update(train)
     return spec
+
+
+def tiny_vit(width, d_k, d_ff, depth, bias, seed):
+    """A seeded float64 ViT on 4x4 one-channel images (patch 2, 4 tokens, 3 classes)."""
+    import torch
+
+    from transformer_hessian.model import ModelConfig, ViT
+
+    torch.manual_seed(seed)
+    cfg = ModelConfig(
+        image_size=4,
+        channels=1,
+        num_classes=3,
+        patch_size=2,
+        width=width,
+        depth=depth,
+        d_k=d_k,
+        d_ff=d_ff,
+        ffn_bias=bias,
+    )
+    return ViT(cfg).double()

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import tiny_vit
 from torch.func import functional_call
 
 from transformer_hessian import GROUPS
@@ -16,23 +17,10 @@ from transformer_hessian.hessian import (
     hessian_vmap,
     weight_norms,
 )
-from transformer_hessian.model import ModelConfig, ViT
 
 
 def _model(depth=1, width=5, d_k=3, d_ff=7, bias=False, seed=0):
-    torch.manual_seed(seed)
-    cfg = ModelConfig(
-        image_size=4,
-        channels=1,
-        num_classes=3,
-        patch_size=2,
-        width=width,
-        depth=depth,
-        d_k=d_k,
-        d_ff=d_ff,
-        ffn_bias=bias,
-    )
-    model = ViT(cfg).double()
+    model = tiny_vit(width, d_k, d_ff, depth, bias, seed)
     x = torch.randn(6, 1, 4, 4, dtype=torch.float64)
     y = torch.randint(0, 3, (6,))
     return model, x, y

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import tiny_vit
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from torch.func import functional_call
@@ -26,23 +27,10 @@ from transformer_hessian.hessian_groups import (
     symmetric_block_norms,
     weight_norms_all,
 )
-from transformer_hessian.model import ModelConfig, ViT
 
 
 def _setup(width, d_k, d_ff, depth, bias, batch, seed):
-    torch.manual_seed(seed)
-    cfg = ModelConfig(
-        image_size=4,
-        channels=1,
-        num_classes=3,
-        patch_size=2,
-        width=width,
-        depth=depth,
-        d_k=d_k,
-        d_ff=d_ff,
-        ffn_bias=bias,
-    )
-    model = ViT(cfg).double()
+    model = tiny_vit(width, d_k, d_ff, depth, bias, seed)
     # Non-trivial LayerNorm parameters (at init gamma = 1, beta = 0).
     with torch.no_grad():
         for blk in model.blocks:
