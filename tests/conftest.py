@@ -60,3 +60,27 @@ def tiny_vit(width, d_k, d_ff, depth, bias, seed):
         ffn_bias=bias,
     )
     return ViT(cfg).double()
+
+
+def snakemake_dry_run(root, workdir, env, *args, timeout=180):
+    """``snakemake -n`` of this repository's Snakefile in ``workdir`` (completed process, output captured)."""
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "--snakefile",
+            str(root / "Snakefile"),
+            "--directory",
+            str(workdir),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )

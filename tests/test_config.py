@@ -1,11 +1,10 @@
 """Config validation: bad configs stop the run before any job starts, naming the key."""
 
 import copy
-import subprocess
-import sys
 
 import pytest
 import yaml
+from conftest import snakemake_dry_run
 
 from transformer_hessian.config import ConfigError, config_hash, load_config, validate_config
 
@@ -82,48 +81,14 @@ def test_snakemake_stops_before_any_job(default, root, tmp_path, env, key, value
     _set(cfg, key, value)
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-n",
-            "--snakefile",
-            str(root / "Snakefile"),
-            "--directory",
-            str(tmp_path),
-            "--configfile",
-            str(path),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    proc = snakemake_dry_run(root, tmp_path, env, "--configfile", str(path), timeout=120)
     assert proc.returncode != 0
     assert key in proc.stdout + proc.stderr
     assert "rule train" not in proc.stdout and not (tmp_path / "results").exists()
 
 
 def test_paper_config_dry_run_builds_dag(root, tmp_path, env):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-n",
-            "--snakefile",
-            str(root / "Snakefile"),
-            "--directory",
-            str(tmp_path),
-            "--configfile",
-            str(root / "config/paper.yaml"),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    proc = snakemake_dry_run(root, tmp_path, env, "--configfile", str(root / "config/paper.yaml"), timeout=120)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout + proc.stderr
     for needle in (

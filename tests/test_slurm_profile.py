@@ -5,11 +5,10 @@ The run on a real cluster is tests/test_slurm.py.
 
 import copy
 import re
-import subprocess
-import sys
 
 import pytest
 import yaml
+from conftest import snakemake_dry_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,23 +18,7 @@ GPU_RULES = {"train", "hessian", "theory", "landscape"}
 
 
 def _dry_run(root, workdir, env, *args):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-n",
-            "--snakefile",
-            str(root / "Snakefile"),
-            "--directory",
-            str(workdir),
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=180,
-    )
+    proc = snakemake_dry_run(root, workdir, env, *args, timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout + proc.stderr
 
@@ -99,24 +82,7 @@ def test_paper_config_asks_every_gpu_rule_for_a_gpu_and_the_override_removes_it(
 def test_dotted_config_key_is_refused_by_snakemake_itself(root, tmp_path, env):
     # Why the README documents the nested form: snakemake rejects `resources.gpu=0` before the
     # Snakefile is read.
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-n",
-            "--snakefile",
-            str(root / "Snakefile"),
-            "--directory",
-            str(tmp_path),
-            "--config",
-            "resources.gpu=0",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    proc = snakemake_dry_run(root, tmp_path, env, "--config", "resources.gpu=0", timeout=120)
     assert proc.returncode != 0
     assert "valid identifier" in proc.stdout + proc.stderr
 
