@@ -21,8 +21,6 @@ import time
 import zipfile
 from pathlib import Path
 
-import torch
-
 from .utils import atomic_path, write_text
 
 log = logging.getLogger("transformer_hessian")
@@ -52,6 +50,8 @@ def sidecar(path: str | Path) -> Path:
 
 def save_checkpoint(obj: dict, path: str | Path) -> str:
     """``torch.save(obj)`` to ``path`` atomically, with its SHA-256 sidecar; returns the digest."""
+    import torch  # lazily: the Snakefile imports this module to check checkpoints, without torch
+
     path = Path(path)
     with atomic_path(path) as tmp:
         torch.save(obj, tmp)
@@ -101,6 +101,8 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
     reason = verify_checkpoint(path)
     if reason is not None:
         raise CheckpointError(f"checkpoint {path} is damaged: {reason}; {hint}")
+    import torch
+
     try:
         ck = torch.load(path, map_location=map_location, weights_only=True)
     except (
