@@ -415,23 +415,32 @@ def write_results(root: Path) -> None:
 
 # Figures whose inputs write_results() synthesises; the notebooks of the probe, dynamics and bounds
 # figures need those rules' results and are executed on real (tiny) results by test_workflow.py.
-SYNTHETIC_FIGURES = [f for f in registry.FIGURES if f.id in {"fig2", "fig3", "fig4", "fig5", "fig6"}]
+SYNTHETIC_RULES = {
+    name: figs
+    for name, figs in registry.groups().items()
+    if {f.id for f in figs} <= {"fig2", "fig3", "fig4", "fig5", "fig6"}
+}
 
 
-@pytest.mark.parametrize("fig", SYNTHETIC_FIGURES, ids=lambda f: f.id)
-def test_notebook_executes_with_papermill(fig, tmp_path, monkeypatch):
+@pytest.mark.parametrize("rule", sorted(SYNTHETIC_RULES))
+def test_notebook_executes_with_papermill(rule, tmp_path, monkeypatch):
     papermill = pytest.importorskip("papermill")
+    figs = SYNTHETIC_RULES[rule]
     write_results(tmp_path)
-    params = {**registry.resolve_inputs(fig, SYNTHETIC_CONFIG), **fig.params, "out": fig.out}
+    params = {
+        **registry.resolve_inputs(figs[0], SYNTHETIC_CONFIG),
+        **figs[0].params,
+        **registry.output_parameters(figs),
+    }
     # The kernel is a subprocess: make the package importable there however pytest found it.
     src = str(REPO / "src")
     paths = [src, os.environ.get("PYTHONPATH")]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
     monkeypatch.delenv("MPLBACKEND", raising=False)  # let the kernel use its inline backend
-    out = tmp_path / "executed" / f"{fig.id}.ipynb"
+    out = tmp_path / "executed" / f"{rule}.ipynb"
     out.parent.mkdir()
     papermill.execute_notebook(
-        str(NOTEBOOKS / fig.notebook),
+        str(NOTEBOOKS / figs[0].notebook),
         str(out),
         parameters=params,
         kernel_name="python3",
@@ -441,8 +450,9 @@ def test_notebook_executes_with_papermill(fig, tmp_path, monkeypatch):
     executed = nbformat.read(out, as_version=4)
     outputs = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
-    assert sum("image/png" in o.get("data", {}) for o in outputs) >= 1  # figures displayed
-    check_saved(tmp_path / fig.out)
+    assert sum("image/png" in o.get("data", {}) for o in outputs) >= len(figs)  # every figure displayed
+    for fig in figs:
+        check_saved(tmp_path / fig.out)
 
 
 # ----------------------------------------------------------------------------- Figure 2

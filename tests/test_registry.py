@@ -95,14 +95,15 @@ def test_resolve_inputs_and_captions_follow_config():
         "experiments": {"hx": {"dataset": "mnist"}, "lx": {"dataset": "cifar100"}},
     }
     specs = {s["name"]: s for s in registry.rule_specs(cfg)}
-    assert specs["fig3"]["inputs"]["hessian_init"] == "results/hx/hessian/init.npz"
+    assert specs["fig3_fig4"]["inputs"]["hessian_init"] == "results/hx/hessian/init.npz"
     assert specs["fig6"]["inputs"]["landscape"] == "results/lx/landscape/landscape.json"
     assert "batch-by-batch (batch size 7)" in specs["fig6"]["caption"]
     assert "CIFAR-100" in specs["fig6"]["caption"] and "stand-in" not in specs["fig6"]["caption"]
-    assert "MNIST" in specs["fig3"]["caption"]
-    assert specs["fig4"]["literal"] == "-p stage trained"
+    assert "MNIST" in specs["fig3_fig4"]["caption"]
+    # Figures 3 and 4 share one colour range, so one notebook run draws both
+    assert specs["fig3_fig4"]["outs"] == {"out_fig3": "paper/figures/fig3", "out_fig4": "paper/figures/fig4"}
     default = {s["name"]: s for s in registry.rule_specs(CONFIG)}
-    assert "stand-in for MNIST" in default["fig3"]["caption"]
+    assert "stand-in for MNIST" in default["fig3_fig4"]["caption"]
     assert "sample-by-sample" in default["fig6"]["caption"]
     for spec in default.values():
         assert "{" not in spec["caption"]  # every placeholder filled

@@ -165,7 +165,7 @@ FIGURES: list[Figure] = [
             "hessian_trained": _H + "/trained.npz",
             "metrics": "results/{hexp}/metrics.json",
         },
-        params={"stage": "init"},
+        group="fig3_fig4",
         caption="Figure 3. log10 |H_ij| of the exact loss Hessian w.r.t. W_Q, W_K, W_V, W_1, W_2 of "
         "the one-block ViT at initialisation, on one fixed training batch of {hessian_data}. "
         "Colour range: the 0.5% and 99.95% quantiles of the nonzero entries of Figures 3 and 4 "
@@ -185,7 +185,7 @@ FIGURES: list[Figure] = [
             "hessian_trained": _H + "/trained.npz",
             "metrics": "results/{hexp}/metrics.json",
         },
-        params={"stage": "trained"},
+        group="fig3_fig4",
         caption="Figure 4. The same as Figure 3 after training, on Figure 3's colour scale "
         "({hessian_data}). Exact zeros, if any, have a colour of their own.",
         shows="the same after training, on fig3's colour scale",
