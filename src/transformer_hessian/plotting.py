@@ -112,6 +112,19 @@ def _figure_base(path_without_suffix: str | os.PathLike[str]) -> Path:
     return base
 
 
+def _tight_bbox(fig: Figure):
+    """The ``savefig.bbox: tight`` crop box (inches), computed once for all formats.
+
+    ``bbox_inches="tight"`` makes every ``savefig`` call lay the figure out twice; the many-panel
+    figures spent most of their time there. One layout pass here and the box passed to each
+    format saves a pass per format. ``None`` (no crop) unless the theme asks for ``tight``.
+    """
+    if plt.rcParams["savefig.bbox"] != "tight" or not hasattr(fig.canvas, "get_renderer"):
+        return plt.rcParams["savefig.bbox"]
+    fig.draw_without_rendering()  # runs the layout engine, as savefig would
+    return fig.get_tightbbox(fig.canvas.get_renderer()).padded(plt.rcParams["savefig.pad_inches"])
+
+
 def save_figure(fig: Figure, path_without_suffix: str | os.PathLike[str]) -> list[Path]:
     """Write ``fig`` to ``<path>.pdf`` and ``<path>.png``; returns the two paths.
 
@@ -121,12 +134,13 @@ def save_figure(fig: Figure, path_without_suffix: str | os.PathLike[str]) -> lis
     carries no creation date, so the same figure gives the same bytes.
     """
     base = _figure_base(path_without_suffix)
+    bbox = _tight_bbox(fig)
     written = []
     for fmt in _SAVE_FORMATS:
         target = base.parent / f"{base.name}.{fmt}"
         with atomic_path(target, suffix=f".{fmt}.tmp") as tmp:
             metadata = {"CreationDate": None} if fmt == "pdf" else None
-            fig.savefig(tmp, format=fmt, metadata=metadata)
+            fig.savefig(tmp, format=fmt, metadata=metadata, bbox_inches=bbox)
         written.append(target)
     return written
 
