@@ -145,6 +145,26 @@ def save_figure(fig: Figure, path_without_suffix: str | os.PathLike[str]) -> lis
     return written
 
 
+def publish(fig: Figure, path_without_suffix: str | os.PathLike[str], width: int = 900) -> list[Path]:
+    """Save ``fig`` (:func:`save_figure`), show the saved PNG in the notebook, close ``fig``.
+
+    Showing the file that was written (instead of ``display(fig)``, which renders the figure
+    once more) costs no extra drawing and shows exactly what lands in ``paper/figures``.
+    Outside IPython only the saving and closing happen. Returns the written paths.
+    """
+    written = save_figure(fig, path_without_suffix)
+    plt.close(fig)
+    try:
+        from IPython import get_ipython
+        from IPython.display import Image, display
+    except ImportError:  # pragma: no cover - IPython ships with the notebook stack
+        return written
+    if get_ipython() is not None:
+        png = next(p for p in written if p.suffix == ".png")
+        display(Image(filename=str(png), width=width))
+    return written
+
+
 # ----------------------------------------------------------------------------- readers
 
 
