@@ -14,22 +14,17 @@ plain arrays (read with ``allow_pickle=False``).
 Formats (path patterns as the workflow names them; ``<exp>`` an experiment, ``<stage>`` init or
 trained):
 
-==========================================  =====================================  =====================
-file                                        writer / reader                        written by rule
-==========================================  =====================================  =====================
-``results/<exp>/hessian/<stage>.npz``       :func:`save_hessian` / :func:`load_hessian`          hessian
-``results/<exp>/hessian/<stage>_norms.json`` :func:`save_norms` / :func:`load_norms`             hessian
-``results/<exp>/theory/<stage>.json``       :func:`save_theory_check` / :func:`load_theory_check` theory
-``results/<exp>/dynamics/dynamics.npz``     :func:`save_dynamics` / :func:`load_dynamics`        dynamics
-``results/<exp>/dynamics/dynamics.json``    :func:`save_dynamics` / :func:`load_dynamics_summary` dynamics
-``results/<exp>/landscape/landscape.json``  :func:`save_landscape` / :func:`load_landscape`      landscape
-``results/<exp>/probe/probe.json``          :func:`save_probe` / :func:`load_probe`              probe
-``results/<exp>/bounds/<stage>.json``       :func:`save_bounds` / :func:`load_bounds`            bounds
-``results/<exp>/metrics.json``              :func:`save_metrics` / :func:`load_metrics`          train
-``results/data/<ds>/manifest.json``         :func:`save_manifest` / :func:`load_manifest`        download
-``paper/claims.{json,md}``                  :func:`save_claims` / :func:`load_claims`            claims
-``paper/summary.json``                      :func:`save_summary` / :func:`load_summary`          summary
-==========================================  =====================================  =====================
+* ``results/<exp>/hessian/<stage>.npz`` (hessian rule): :func:`save_hessian` / :func:`load_hessian`
+* ``results/<exp>/hessian/<stage>_norms.json`` (hessian rule): :func:`save_norms` / :func:`load_norms`
+* ``results/<exp>/theory/<stage>.json`` (theory rule): :func:`save_theory_check` / :func:`load_theory_check`
+* ``results/<exp>/dynamics/dynamics.{npz,json}`` (dynamics rule): :func:`save_dynamics` / :func:`load_dynamics`, :func:`load_dynamics_summary`
+* ``results/<exp>/landscape/landscape.json`` (landscape rule): :func:`save_landscape` / :func:`load_landscape`
+* ``results/<exp>/probe/probe.json`` (probe rule): :func:`save_probe` / :func:`load_probe`
+* ``results/<exp>/bounds/<stage>.json`` (bounds rule): :func:`save_bounds` / :func:`load_bounds`
+* ``results/<exp>/metrics.json`` (train rule): :func:`save_metrics` / :func:`load_metrics`
+* ``results/data/<ds>/manifest.json`` (download rule): :func:`save_manifest` / :func:`load_manifest`
+* ``paper/claims.{json,md}`` (claims rule): :func:`save_claims` / :func:`load_claims`
+* ``paper/summary.json`` (summary rule): :func:`save_summary` / :func:`load_summary`
 
 Any other JSON result (a notebook parameter) is read with :func:`load_json`.
 """
@@ -172,9 +167,9 @@ def save_norms(path: PathLike, norms: Mapping[str, Any]) -> None:
     * ``stage`` (str: init | trained), ``experiment`` (str), ``block`` (int, transformer block),
     * ``method`` (str: the Hessian method that ran), ``seconds`` (float, its wall time),
     * ``batch_size`` (int, samples in the fixed batch), ``n_params`` (int, P),
-    * ``blocks``: list of ``{"row", "col", "fro", "spectral", "max_abs", ...}`` per group pair
-      (:func:`.hessian.block_norms`),
-    * ``weights``: ``{group: {"fro", "spectral", ...}}`` of the weights (:func:`.hessian.weight_norms`).
+    * ``blocks``: list of ``{"row", "col", "fro", "spectral", "max_abs"}`` (str, str, float x 3) per
+      group pair, row-major over the groups (:func:`.hessian.block_norms`),
+    * ``weights``: ``{group: {"spectral", "fro"}}`` (floats) of the weights (:func:`.hessian.weight_norms`).
     """
     missing = [k for k in NORMS_KEYS if k not in norms]
     extra = [k for k in norms if k not in NORMS_KEYS]
@@ -194,11 +189,11 @@ def load_norms(path: PathLike) -> dict[str, Any]:
 def save_theory_check(path: PathLike, result: Mapping[str, Any]) -> None:
     """Write the saved-Hessian vs curvlinops check (``results/<exp>/theory/<stage>.json``).
 
-    The object of :func:`.checks.saved_hessian_check` (``check``, ``blocks``: one
-    ``{"row", "col", "max_abs_error", "rel_error", "block_rel_error", "fro_exact", "fro_outer",
-    "fro_functional", "functional_share"}`` per group pair, ``max_rel_error``, ``tolerance``,
-    ``passed`` (bool), ``n_probes``, ``probes_per_group``, ``probe_seed``, timings, ``n_params``,
-    ``batch_size``) plus ``stage``, ``hessian_file`` and ``hessian_method``.
+    The object of :func:`.checks.saved_hessian_check` (``check`` = "probes", ``blocks``: one row
+    per group pair with ``row``, ``col``, the errors and the functional share, ``max_rel_error``,
+    ``tolerance``, ``passed`` (bool), ``n_probes``, ``probes_per_group``, ``probe_seed``,
+    ``seconds_curvlinops``, ``seconds_gauss_newton``, ``n_params``, ``batch_size``) plus ``stage``,
+    ``hessian_file`` and ``hessian_method``.
     """
     write_json(dict(result), path)
 
@@ -248,9 +243,13 @@ def load_dynamics_summary(path: PathLike) -> dict[str, Any]:
 def save_landscape(path: PathLike, result: Mapping[str, Any]) -> None:
     """Write Figure 6's result (``results/<exp>/landscape/landscape.json``).
 
-    The object of :func:`.landscape.analyse_landscape` (``k``, ``mean_abs_diff``, ``slope``,
-    ``slope_ci95``, ``ci95_contains_minus_one``, ``bound_holds``, the settings it ran with, ...)
-    plus ``experiment``.
+    The object of :func:`.landscape.analyse_landscape`: the settings it ran with (``granularity``,
+    ``n_samples``, ``n_orderings``, ``seed``, ``ema_factor``, ``n_bootstrap``, ...), the curve (``k``,
+    ``D_mean``, ``D_ema``, ``D_binned_k``, ``D_binned``: lists of floats), the fit (``slope``,
+    ``intercept``, ``slope_ci95`` [lo, hi], ``ci95_contains_minus_one``, ``fit_k_min``, ``fit_k_max``,
+    ``fit_n_points``), the loss range and Theorem 7's bound (``loss_mean``, ``loss_min``, ``loss_max``,
+    ``theorem7_bound_2L``, ``bound_holds``, ``bound_max_ratio``), ``batch`` (the same for batch
+    granularity) plus ``experiment``.
     """
     write_json(dict(result), path)
 
@@ -278,9 +277,11 @@ def load_probe(path: PathLike) -> dict[str, Any]:
 def save_bounds(path: PathLike, result: Mapping[str, Any]) -> None:
     """Write one stage's bound evaluation (``results/<exp>/bounds/<stage>.json``).
 
-    The object of :func:`.bounds.pipeline.evaluate_bounds` (``records``: one row per block pair and
-    bound, ``summary``: ``holds_fraction``, ``median_tightness``, ``max_tightness``,
-    ``paper_holds_fraction``, ...) plus ``experiment``, ``stage``, ``dataset`` and ``seconds``.
+    The object of :func:`.bounds.pipeline.evaluate_bounds` (the sizes ``n_samples``, ``batch_size``,
+    ``tokens``, ``width``, ``d_k``, ``d_ff``, ``ln_eps``, ``target``; ``records``: one row per block
+    pair and bound; ``lemma4`` and its counter-examples; ``summary``: ``holds_fraction``,
+    ``median_tightness``, ``max_tightness``, ``paper_holds_fraction``, ...) plus ``experiment``,
+    ``stage``, ``dataset`` and ``seconds``.
     """
     write_json(dict(result), path)
 
@@ -296,9 +297,10 @@ def load_bounds(path: PathLike) -> dict[str, Any]:
 def save_metrics(path: PathLike, metrics: Mapping[str, Any]) -> None:
     """Write a training run's metrics (``results/<exp>/metrics.json``).
 
-    Keys: ``experiment``, ``dataset``, ``model`` (the model config), ``epochs``, ``n_parameters``,
-    ``train_seconds``, ``history`` (one entry per epoch) and ``final`` (``train_loss``,
-    ``train_acc``, ``val_loss``, ``val_acc``).
+    Keys: ``experiment``, ``dataset``, ``device``, ``model`` (the model config), ``n_parameters``,
+    ``n_train``, ``n_val``, ``epochs``, ``history`` (one entry per epoch), ``final``
+    (``train_loss``, ``train_acc``, ``val_loss``, ``val_acc``) and ``train_seconds``. Written by
+    :func:`.train.train` today.
     """
     write_json(dict(metrics), path)
 
@@ -309,8 +311,9 @@ def load_metrics(path: PathLike) -> dict[str, Any]:
 
 
 def save_manifest(path: PathLike, manifest: Mapping[str, Any]) -> None:
-    """Write a data set's manifest (``results/data/<ds>/manifest.json``): the data set's name and
-    one ``{"name", "bytes", "md5"}`` entry per verified file."""
+    """Write a data set's manifest (``results/data/<ds>/manifest.json``): ``{"dataset", "files",
+    "source"}`` with one ``{"name", "md5", "bytes"}`` entry per verified file and ``source`` the url
+    (or ``"sklearn"``) the data came from (:func:`.data.download`)."""
     write_json(dict(manifest), path)
 
 
