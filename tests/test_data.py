@@ -13,6 +13,8 @@ import json
 import pickle
 import socket
 import struct
+import subprocess
+import sys
 import tarfile
 import threading
 import time
@@ -408,7 +410,7 @@ def test_cifar100_extracted_cluster_copy_needs_no_download(tmp_path, monkeypatch
         payload = pickle.dumps(obj, protocol=2)
         (folder / name).write_bytes(payload)
         members.append((name, md5(payload)))
-    monkeypatch.setattr(data, "_CIFAR_MEMBERS", members)
+    monkeypatch.setattr(data.sources, "cifar100_members", lambda: members)
 
     manifest = download("cifar100", tmp_path, mirror=closed_port_url(), timeout=2)
     assert [(f["name"], f["md5"]) for f in manifest["files"]] == [(f"cifar-100-python/{n}", m) for n, m in members]
@@ -419,3 +421,20 @@ def test_cifar100_extracted_cluster_copy_needs_no_download(tmp_path, monkeypatch
     (folder / "test").write_bytes(b"garbage")
     with pytest.raises(DataError, match="cifar-100-python.tar.gz"):
         download("cifar100", tmp_path, mirror=closed_port_url(), timeout=2)
+
+
+def test_digits_needs_neither_torchvision_nor_torch_until_tensors():
+    """Importing the package and 'downloading' digits import no torchvision (about 2 s per job);
+    loading digits imports torch (tensors) but still no torchvision."""
+    code = (
+        "import sys, tempfile\n"
+        "from transformer_hessian.data import download, load_dataset\n"
+        "m = download('digits', tempfile.mkdtemp())\n"
+        "assert m['dataset'] == 'digits' and len(m['files']) == 2\n"
+        "print('torchvision' in sys.modules, 'torch' in sys.modules)\n"
+        "d = load_dataset('digits', '.', max_train=10)\n"
+        "assert tuple(d['train_x'].shape) == (10, 1, 8, 8)\n"
+        "print('torchvision' in sys.modules, 'torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.split() == ["False", "False", "False", "True"]

@@ -232,20 +232,6 @@ def test_hessian_heatmap_rejects_bad_offsets():
         plotting.hessian_heatmap(ax, np.eye(P + 1), OFFSETS, list(GROUPS), -3, 0)
 
 
-def test_load_hessian_roundtrip_and_missing_file(tmp_path):
-    h = synthetic_hessian(2)
-    path = tmp_path / "init.npz"
-    np.savez(path, H=h, names=np.array(GROUPS), offsets=OFFSETS, shapes=SHAPES)
-    loaded = plotting.load_hessian(path)
-    np.testing.assert_array_equal(loaded["H"], h)
-    assert loaded["names"] == list(GROUPS)
-    with pytest.raises(FileNotFoundError, match="missing.npz"):
-        plotting.load_hessian(tmp_path / "missing.npz")
-
-
-# ----------------------------------------------------------------------------- Figure 5
-
-
 def test_norms_figure(tmp_path):
     init = norms_doc(synthetic_hessian(0), "init", 0)
     trained = norms_doc(synthetic_hessian(1, scale=1e3), "trained", 1)

@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
 # Many small kernels per job: idle OpenMP threads must sleep, not spin, or jobs that share the
 # cores (snakemake runs several at once) slow each other down several-fold.
@@ -30,12 +29,9 @@ def _json_arg(text: str) -> dict:
 
 def cmd_download(a) -> None:
     """Rule download: fetch and verify a data set, then write its manifest."""
-    from .data import download, write_manifest
+    from .steps import download_dataset
 
-    root = a.root or Path(a.manifest).resolve().parent.parent
-    manifest = download(a.dataset, root, mirror=a.mirror or None, deadline=a.deadline)
-    write_manifest(manifest, a.manifest)
-    log.info("%s ready under %s", a.dataset, Path(root) / a.dataset)
+    download_dataset(a.dataset, a.manifest, root=a.root, mirror=a.mirror, deadline=a.deadline)
 
 
 def cmd_train(a) -> None:
@@ -46,357 +42,129 @@ def cmd_train(a) -> None:
     log.info("%s: final val_acc %.4f after %d epochs", a.experiment, m["final"]["val_acc"], m["epochs"])
 
 
-def _check_hessian_memory(a, dev) -> None:
-    """Stop before the dense P x P float64 Hessian is allocated when it cannot fit; name the keys."""
-    from .config import ConfigError
-    from .resources import available_bytes, dense_hessian_bytes, format_bytes, hessian_group_size
-
-    m = a.spec["model"]
-    need = dense_hessian_bytes(m["width"], m["d_k"], m["d_ff"])
-    have = available_bytes(dev)
-    if have is not None and need > have:
-        exp = a.hessian.get("experiment", "<hessian.experiment>")
-        p = hessian_group_size(m["width"], m["d_k"], m["d_ff"])
-        raise ConfigError(
-            f"hessian.experiment: the dense Hessian of {exp!r} is {p:,} x {p:,} float64 and this job needs about "
-            f"{format_bytes(need)}, but only {format_bytes(have)} is available on {dev}; lower "
-            f"experiments.{exp}.model.width / d_k / d_ff (or run on a machine with more memory)"
-        )
-
-
-def _hessian_inputs(a):
-    """Model from the checkpoint (float64) and the fixed batch (same for every stage)."""
-    import torch
-
-    from .hessian import fixed_batch
-    from .train import load_experiment_data, load_model
-    from .utils import resolve_device
-
-    dev = resolve_device(a.device)
-    _check_hessian_memory(a, dev)
-    data = load_experiment_data(a.spec, a.data_root)
-    images, labels = fixed_batch(data["train_x"], data["train_y"], a.hessian["batch_size"], a.hessian["seed"])
-    model = load_model(a.checkpoint, device=dev, dtype=torch.float64)
-    return model, images.to(device=dev, dtype=torch.float64), labels.to(dev)
-
-
 def cmd_hessian(a) -> None:
     """Rule hessian: dense Hessian of one block's five groups and its block norms."""
-    from .hessian import block_norms, compute_hessian, group_layout, weight_norms
-    from .utils import save_npz, write_json
+    from .steps import hessian_step
 
-    model, images, labels = _hessian_inputs(a)
-    block = a.hessian["block"]
-    H, method, seconds = compute_hessian(model, block, images, labels, a.hessian["method"])
-    names, shapes, offsets = group_layout(model, block)
-    Hn = H.cpu().numpy()
-    save_npz(a.out_npz, H=Hn, names=names, offsets=offsets, shapes=shapes)
-    norms = {
-        "stage": a.stage,
-        "experiment": a.hessian["experiment"],
-        "block": block,
-        "method": method,
-        "seconds": seconds,
-        "batch_size": int(len(images)),
-        "n_params": int(offsets[-1]),
-        "blocks": block_norms(Hn, offsets, names),
-        "weights": weight_norms(model, block),
-    }
-    write_json(norms, a.out_norms)
-    log.info("hessian %s: %d x %d via %s in %.2f s", a.stage, Hn.shape[0], Hn.shape[1], method, seconds)
+    hessian_step(a.checkpoint, a.stage, a.spec, a.hessian, a.data_root, a.out_npz, a.out_norms, device=a.device)
 
 
 def cmd_theory(a) -> None:
     """Rule theory: check the saved Hessian against curvlinops products; fail above the tolerance."""
-    import numpy as np
+    from .steps import theory_step
 
-    from .checks import saved_hessian_check
-    from .utils import read_json, write_json
-
-    model, images, labels = _hessian_inputs(a)
-    with np.load(a.hessian_npz, allow_pickle=False) as saved:
-        H = saved["H"]
-    result = saved_hessian_check(
-        H,
-        model,
-        images,
-        labels,
-        probes=a.probes,
-        seed=a.hessian["seed"],
-        tolerance=a.tolerance,
-        block=a.hessian["block"],
-    )
-    result["stage"] = a.stage
-    result["hessian_file"] = a.hessian_npz
-    result["hessian_method"] = read_json(a.norms)["method"] if a.norms else "unknown"
-    write_json(result, a.out)
-    worst = max(result["blocks"], key=lambda r: r["rel_error"])
-    log.info(
-        "saved Hessian (%s) vs curvlinops on %d probes (%s): max relative error %.3e (block %s-%s)",
-        result["hessian_method"],
-        result["n_probes"],
+    theory_step(
+        a.checkpoint,
         a.stage,
-        result["max_rel_error"],
-        worst["row"],
-        worst["col"],
+        a.spec,
+        a.hessian,
+        a.data_root,
+        a.hessian_npz,
+        a.out,
+        norms=a.norms,
+        probes=a.probes,
+        tolerance=a.tolerance,
+        device=a.device,
     )
-    if not result["passed"]:
-        raise ValueError(
-            f"the saved {result['hessian_method']} Hessian {a.hessian_npz} disagrees with curvlinops at stage "
-            f"{a.stage}: relative error {result['max_rel_error']:.3e} in block ({worst['row']}, {worst['col']}) "
-            f"exceeds theory.tolerance={a.tolerance:g} (details in {a.out})"
-        )
 
 
 def cmd_dynamics(a) -> None:
     """Rule dynamics: replay the first training steps and record the snapshots of Figures 7-11."""
-    from .dynamics import check_against_saved, record_dynamics
-    from .plotting import load_hessian
-    from .utils import save_npz, write_json
+    from .steps import dynamics_step
 
-    arrays, summary, H0 = record_dynamics(
-        a.spec,
-        a.data_root,
+    dynamics_step(
         a.checkpoint,
+        a.spec,
         a.hessian,
         a.dynamics,
+        a.data_root,
+        a.out_npz,
+        a.out_json,
+        saved_init_hessian=a.saved_init_hessian,
+        tolerance=a.tolerance,
         device=a.device,
-        checkpoint_dir=Path(a.checkpoint).parent,
     )
-    summary["experiment"] = a.hessian["experiment"]
-    summary["dataset"] = a.spec["dataset"]
-    summary["model"] = a.spec["model"]
-    if a.saved_init_hessian:
-        chk = check_against_saved(H0, load_hessian(a.saved_init_hessian))
-        chk["tolerance"] = a.tolerance
-        chk["passed"] = bool(chk["rel_error"] <= a.tolerance)
-        summary["init_hessian_check"] = chk
-    save_npz(a.out_npz, **arrays)
-    write_json(summary, a.out_json)
-    log.info(
-        "dynamics: %d snapshots over %d steps in %.1f s (Hessians %.1f s via %s)",
-        len(summary["steps"]),
-        summary["steps"][-1],
-        summary["seconds"],
-        summary["hessian_seconds"],
-        summary["hessian_method"],
-    )
-    if summary["capped"]:
-        log.warning(
-            "dynamics: dynamics.steps=%d exceeds the run's %d steps; recorded those",
-            summary["requested_steps"],
-            summary["replayed_steps"],
-        )
-    bad = [c["epoch"] for c in summary["epoch_checks"] if not c["identical"]]
-    if bad:
-        log.warning("dynamics: the replay differs from the saved epoch checkpoint(s) %s", bad)
-    if a.saved_init_hessian and not summary["init_hessian_check"]["passed"]:
-        raise ValueError(
-            f"dynamics: the step-0 Hessian differs from {a.saved_init_hessian} by relative error "
-            f"{summary['init_hessian_check']['rel_error']:.3e} > theory.tolerance={a.tolerance:g}"
-        )
 
 
 def cmd_table1(a) -> None:
     """Rule table1: Table 1 from the config and the runs' metrics."""
-    from .report import write_table
-    from .table1 import table1
-    from .utils import read_json
+    from .steps import table1_step
 
-    metrics = {m["experiment"]: m for m in map(read_json, a.metrics)}
-    df = table1(a.config, metrics)
-    write_table(
-        df,
-        Path(a.out_dir) / "table1",
-        "Table 1: ViT hyperparameters of both experiments, this run next to the paper's values",
-    )
+    table1_step(a.config, a.metrics, a.out_dir)
 
 
 def cmd_landscape(a) -> None:
     """Rule landscape: per-sample losses at w*, D_k over orderings and the fitted slope."""
-    from .landscape import analyse_landscape
-    from .train import load_experiment_data, load_model, per_sample_losses
-    from .utils import resolve_device, write_json
+    from .steps import landscape_step
 
-    data = load_experiment_data(a.spec, a.data_root)
-    model = load_model(a.checkpoint, device=resolve_device(a.device))
-    x, y = data["train_x"], data["train_y"]
-    if a.landscape.get("max_samples"):
-        x, y = x[: a.landscape["max_samples"]], y[: a.landscape["max_samples"]]
-    losses = per_sample_losses(model, x, y)
-    L = a.landscape
-    result = analyse_landscape(
-        losses,
-        n_orderings=L["n_orderings"],
-        seed=L["seed"],
-        ema_factor=L["ema_factor"],
-        k_min=L["k_min"],
-        n_bootstrap=L["n_bootstrap"],
-        granularity=L.get("granularity", "sample"),
-        batch_size=L.get("batch_size", 16),
-    )
-    result["experiment"] = L["experiment"]
-    write_json(result, a.out)
-    log.info("landscape: slope %.3f, 95%% CI [%.3f, %.3f]", result["slope"], *result["slope_ci95"])
-    if not result["ci95_contains_minus_one"]:
-        log.warning(
-            "landscape: the 95%% interval [%.3f, %.3f] of the fitted slope excludes -1, the paper's "
-            "O(1/k) rate (Theorem 7's bound 2L/(k+1) itself %s)",
-            *result["slope_ci95"],
-            "holds" if result["bound_holds"] else "is violated",
-        )
+    landscape_step(a.checkpoint, a.spec, a.landscape, a.data_root, a.out, device=a.device)
 
 
 def cmd_probe(a) -> None:
     """Rule probe: Theorem 7 off w*, the Taylor model and Assumption 1 around w*."""
-    import torch
+    from .steps import probe_step
 
-    from .probe import run_probe
-    from .train import load_experiment_data, load_model
-    from .utils import resolve_device, write_json
-
-    dev = resolve_device(a.device)
-    data = load_experiment_data(a.spec, a.data_root)
-    model = load_model(a.checkpoint, device=dev, dtype=torch.float64)
-    init = load_model(a.init_checkpoint, device=dev, dtype=torch.float64) if a.init_checkpoint else None
-    result = run_probe(model, data["train_x"], data["train_y"], a.probe, init_model=init)
-    result["experiment"] = a.probe.get("experiment")
-    result["dataset"] = a.spec["dataset"]
-    write_json(result, a.out)
-    s = result["theorem7_summary"]
-    log.info(
-        "probe: Theorem 7 off w* held in %.4f%% of %d comparisons (M = %.3g); Assumption 1 slope %.3f "
-        "[%.3f, %.3f]; %.1f s",
-        100 * s["held_fraction"],
-        s["n_comparisons"],
-        result["M"],
-        result["assumption1"]["slope"],
-        *result["assumption1"]["slope_ci95"],
-        result["timings"]["total"],
-    )
-    if s["n_violations"]:
-        w = s["worst"]
-        log.warning(
-            "probe: Theorem 7's bound fails in %d comparisons; worst lhs/rhs = %.3g (%s, t = %.3g, k = %d)",
-            s["n_violations"],
-            w["ratio"],
-            w["direction"],
-            w["t"],
-            w["k"],
-        )
+    probe_step(a.checkpoint, a.spec, a.probe, a.data_root, a.out, init_checkpoint=a.init_checkpoint, device=a.device)
 
 
 def cmd_tables(a) -> None:
     """Rule tables: block norms, run summary and closed-form check tables."""
-    from .report import block_norm_table, closed_form_table, run_summary_table, write_table
-    from .utils import read_json
+    from .steps import tables_step
 
-    out = Path(a.out_dir)
-    write_table(
-        block_norm_table(read_json(a.norms_init), read_json(a.norms_trained)),
-        out / "block_norms",
-        "Hessian block norms of the loss w.r.t. (W_Q, W_K, W_V, W_1, W_2) at initialisation and after training",
-    )
-    metrics = {m["experiment"]: m for m in map(read_json, a.metrics)}
-    write_table(run_summary_table(metrics), out / "run_summary", "Runs behind the figures")
-    checks = {c["stage"]: c for c in map(read_json, a.theory)}
-    write_table(
-        closed_form_table(checks),
-        out / "closed_form_check",
-        "Saved Hessian vs curvlinops Hessian-vector products on random probes: errors and functional "
-        "share per block pair",
-    )
+    tables_step(a.norms_init, a.norms_trained, a.metrics, a.theory, a.out_dir)
 
 
 def cmd_summary(a) -> None:
     """Rule summary: paper/summary.json with provenance, claims and bounds."""
-    from .report import build_summary
-    from .utils import write_json
+    from .steps import summary_step
 
-    figures = {Path(p).stem: p for p in a.figures}
-    tables = {Path(p).stem: p for p in a.tables}
-    summary = build_summary(a.config_hash, a.norms, a.metrics, a.landscape, a.theory, figures, tables, bounds=a.bounds)
-    if a.registry_config:
-        from .registry import provenance
-
-        summary["figure_provenance"] = provenance(a.registry_config, notebook_dir=a.notebook_dir)
-    if a.claims:
-        from .utils import read_json
-
-        summary["claims"] = read_json(a.claims)["claims"]
-    write_json(summary, a.out)
+    summary_step(
+        a.config_hash,
+        a.norms,
+        a.metrics,
+        a.landscape,
+        a.theory,
+        a.out,
+        figures=a.figures,
+        tables=a.tables,
+        bounds=a.bounds,
+        registry_config=a.registry_config,
+        notebook_dir=a.notebook_dir,
+        claims=a.claims,
+    )
 
 
 def cmd_claims(a) -> None:
     """Rule claims: one verdict per empirical claim of the paper."""
-    from . import claims
-    from .utils import read_json, write_json, write_text
+    from .steps import claims_step
 
-    mh, ml = read_json(a.metrics_hessian), read_json(a.metrics_landscape)
-    spread = None
-    if a.hessian_init:
-        import numpy as np
-
-        with np.load(a.hessian_init) as data:
-            spread = claims.entry_spread(data["H"])
-    rows = claims.hessian_claim_rows(
-        read_json(a.norms_init),
-        read_json(a.norms_trained),
-        mh,
-        evidence=", ".join(p for p in (a.hessian_init, a.norms_init, a.norms_trained, a.metrics_hessian) if p),
-        spread=spread,
+    claims_step(
+        a.norms_init,
+        a.norms_trained,
+        a.metrics_hessian,
+        a.metrics_landscape,
+        a.landscape,
+        a.out_json,
+        a.out_md,
+        hessian_init=a.hessian_init,
+        extra=a.extra,
+        rows=a.rows,
+        config_hash=a.config_hash,
     )
-    rows += claims.training_claim_rows(mh, ml, a.metrics_hessian, a.metrics_landscape)
-    rows += claims.landscape_claim_rows(read_json(a.landscape), ml, evidence=a.landscape)
-    extra = {}
-    for item in a.extra:
-        name, _, path = item.partition("=")
-        extra[name] = read_json(path)
-    extra_rows = [r for path in a.rows for r in read_json(path)]
-    rows = claims.collect_claims(rows, extra_rows, extra=extra)
-    write_json({"config_hash": a.config_hash, "claims": rows}, a.out_json)
-    write_text(claims.claims_document(rows, a.config_hash), a.out_md)
-    failed = [r["id"] for r in rows if r["verdict"] == claims.NOT_REPRODUCED]
-    log.info("claims: %d rows, not reproduced: %s", len(rows), ", ".join(failed) or "none")
 
 
 def cmd_claims_readme(a) -> None:
     """Refresh (or check) the README's generated claims section."""
-    from . import claims
-    from .utils import read_json, write_text
+    from .steps import claims_readme_step
 
-    doc = read_json(a.claims)
-    rows = doc["claims"] if isinstance(doc, dict) else doc
-    text = Path(a.readme).read_text()
-    new = claims.update_readme(text, rows)
-    if a.check:
-        if new != text:
-            raise ValueError(
-                f"{a.readme}: the claims section differs from {a.claims}; run "
-                f"`transformer-hessian claims-readme --claims {a.claims} --readme {a.readme}`"
-            )
-        log.info("%s: claims section up to date", a.readme)
-    else:
-        write_text(new, a.readme)
-        log.info("%s: claims section refreshed from %s", a.readme, a.claims)
+    claims_readme_step(a.claims, a.readme, check=a.check)
 
 
 def cmd_registry(a) -> None:
     """List the figure registry, or write / check paper/README.md from it."""
-    from . import registry
-    from .utils import write_text
+    from .steps import registry_step
 
-    text = registry.render_paper_readme()
-    if a.write_readme:
-        write_text(text, a.path)
-        log.info("wrote %s from the figure registry", a.path)
-    elif a.check:
-        if Path(a.path).read_text() != text:
-            raise ValueError(f"{a.path} differs from the registry; run `transformer-hessian registry --write-readme`")
-        log.info("%s matches the registry", a.path)
-    else:
-        for fig in registry.FIGURES:
-            print(f"{fig.id}\t{fig.paper}\t{fig.label}\tnotebooks/{fig.notebook}")
+    registry_step(a.path, write_readme=a.write_readme, check=a.check)
 
 
 def cmd_bench(a) -> None:

@@ -15,7 +15,6 @@ LayerNorm, FeedForward), drawn from the ``dynamics`` rule's npz/JSON:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,6 +26,7 @@ from matplotlib.ticker import MaxNLocator
 
 from .dynamics import FAMILIES
 from .hessian_groups import ALL_GROUPS, LN_GROUPS
+from .io import load_dynamics  # noqa: F401 (re-exported: the format lives in io.py)
 
 #: Axis labels of the nine groups.
 LABELS = {
@@ -44,16 +44,6 @@ LABELS = {
 PARTNER_COLOURS = dict(zip(ALL_GROUPS, plt.get_cmap("tab10").colors))
 DATASETS = {"digits": "8x8 digits (stand-in for MNIST)", "mnist": "MNIST", "cifar100": "CIFAR-100"}
 FIGURE_NUMBERS = {"fig7": 7, "fig8": 8, "fig9": 9, "fig10": 10, "fig11": 11}
-
-
-def load_dynamics(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read ``results/<exp>/dynamics/dynamics.npz`` into a dict of arrays (names as str)."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"dynamics file {str(path)!r} not found; run the pipeline's dynamics rule")
-    with np.load(path, allow_pickle=False) as data:
-        out = {k: np.asarray(data[k]) for k in data.files}
-    out["names"] = [str(n) for n in out["names"]]
-    return out
 
 
 def robust_log_range(mats, lo_q: float = 0.02) -> tuple[float, float]:

@@ -8,8 +8,8 @@ of the project shares one look and the drawing code is tested here (``tests/test
 * :func:`hessian_heatmap` / :func:`hessian_figure` / :func:`shared_log_range` - Figures 3, 4.
 * :func:`norms_figure` - Figure 5.
 * :func:`landscape_figure` - Figure 6.
-* :func:`load_hessian`, :func:`load_json` - readers of the pipeline's result files, with
-  errors that name the file.
+* :func:`load_hessian`, :func:`load_json` - re-exported from :mod:`.io`, which owns every result
+  format (kept here so that ``plotting.load_json`` in existing notebooks keeps working).
 
 The helpers create figures through :mod:`matplotlib.pyplot` so that Jupyter's inline backend
 shows them; the caller closes them (``plt.close(fig)``) when drawing many in one process.
@@ -17,7 +17,6 @@ shows them; the caller closes them (``plt.close(fig)``) when drawing many in one
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,6 +30,7 @@ from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 
 from . import GROUPS
+from .io import load_hessian, load_json
 from .utils import atomic_path
 
 __all__ = [
@@ -163,50 +163,6 @@ def publish(fig: Figure, path_without_suffix: str | os.PathLike[str], width: int
         png = next(p for p in written if p.suffix == ".png")
         display(Image(filename=str(png), width=width))
     return written
-
-
-# ----------------------------------------------------------------------------- readers
-
-
-def load_json(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a JSON result file; the error names the file and the rule that writes it."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(
-            f"result file {str(p)!r} not found; run the pipeline (snakemake) to produce it "
-            f"or pass the right path as a notebook parameter"
-        )
-    try:
-        with p.open() as handle:
-            return json.load(handle)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{str(p)!r} is not valid JSON ({err}); delete it and rerun") from err
-
-
-def load_hessian(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read ``results/<exp>/hessian/<stage>.npz``.
-
-    Returns a dict with ``H`` (float64), ``names`` (list of str), ``offsets`` and, when
-    stored, ``shapes``.
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(
-            f"Hessian file {str(p)!r} not found; run the pipeline's hessian rule to produce it "
-            f"or pass the right path as a notebook parameter"
-        )
-    with np.load(p, allow_pickle=False) as data:
-        missing = [key for key in ("H", "names", "offsets") if key not in data.files]
-        if missing:
-            raise KeyError(f"{str(p)!r} lacks the array(s) {missing}; rerun the hessian rule")
-        out = {
-            "H": np.asarray(data["H"], dtype=np.float64),
-            "names": [v.decode() if isinstance(v, bytes) else str(v) for v in data["names"]],
-            "offsets": np.asarray(data["offsets"], dtype=np.int64),
-        }
-        if "shapes" in data.files:
-            out["shapes"] = np.asarray(data["shapes"], dtype=np.int64)
-    return out
 
 
 def _as_mapping(obj: Mapping[str, Any] | str | os.PathLike[str]) -> Mapping[str, Any]:

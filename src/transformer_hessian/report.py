@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .utils import atomic_path, device_description, git_commit, package_versions, read_json, write_text
+from .io import load_bounds, load_landscape, load_metrics, load_norms, load_theory_check
+from .utils import atomic_path, device_description, git_commit, package_versions, write_text
 
 
 def _fmt(v) -> str:
@@ -155,12 +156,12 @@ def build_summary(
     """
     summary = {"provenance": provenance(config_hash), "hessian": {}, "training": {}, "theory": {}}
     for path in norms:
-        n = read_json(path)
+        n = load_norms(path)
         summary["hessian"][n["stage"]] = {
             k: n[k] for k in ("blocks", "weights", "method", "seconds", "batch_size", "n_params", "experiment", "block")
         }
     for path in metrics:
-        m = read_json(path)
+        m = load_metrics(path)
         summary["training"][m["experiment"]] = {
             "dataset": m["dataset"],
             "val_acc": m["final"]["val_acc"],
@@ -173,14 +174,14 @@ def build_summary(
             "history": m["history"],
             "model": m["model"],
         }
-    summary["landscape"] = read_json(landscape)
+    summary["landscape"] = load_landscape(landscape)
     for path in theory:
-        t = read_json(path)
+        t = load_theory_check(path)
         summary["theory"][t["stage"]] = t
     if bounds:
         from .bounds.pipeline import claim_rows
 
-        results = {r["stage"]: r for r in map(read_json, bounds)}
+        results = {r["stage"]: r for r in map(load_bounds, bounds)}
         summary["bounds"] = {stage: r["summary"] for stage, r in results.items()}
         summary["bounds"]["claims"] = claim_rows(results)
     summary["figures"] = figures

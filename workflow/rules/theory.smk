@@ -7,8 +7,8 @@ rule theory:
     input:
         checkpoint=lambda w: f"results/{HEXP}/checkpoints/{CHECKPOINT[w.stage]}",
         manifest=f"{DATA_ROOT}/{config['experiments'][HEXP]['dataset']}/manifest.json",
-        npz="results/{exp}/hessian/{stage}.npz",
-        norms="results/{exp}/hessian/{stage}_norms.json",
+        npz=rules.hessian.output.npz,
+        norms=rules.hessian.output.norms,
     output:
         "results/{exp}/theory/{stage}.json",
     params:

@@ -42,9 +42,8 @@ import math
 import torch
 
 from .. import GROUPS
-from ..theory.factored import _token_factors
+from ..theory import detached_block_params, token_factors
 from ..theory.layernorm import layernorm_hessian_contract, layernorm_vjp
-from ..theory.layout import _prep
 from .attention import (
     ATTENTION_GROUPS,
     _factor_norm,
@@ -83,7 +82,7 @@ def _functional_and_jacobians(X: torch.Tensor, p: dict, g: torch.Tensor, eps: fl
     {(i, j): (B,)} >= ||(g_b^T (x) I) d^2Z_b/(dW_i dW_j)|| (module docstring). ``exact=False``
     replaces the exact Jacobian norms by :func:`_token_norm` and ||C_{W_2}|| by its per-token
     bound (cheaper, looser)."""
-    f = _token_factors(X, p, eps)
+    f = token_factors(X, p, eps)
     W1, W2 = p["W_1"], p["W_2"]
     g = g.detach().to(X.dtype)
     jn = _factor_norm if exact else _token_norm
@@ -134,7 +133,7 @@ def block_bound_from_loss_derivatives(
     """Per-sample bounds {(name_i, name_j): (B,)} on ||H_ij||_2 for a batch X (B, L, d) of
     single-sample losses with gradients g (B, L, d) = dl_b/dZ_b and ||d^2 l_b/dZ_b^2||_2 <=
     G_norm (B,): G_norm ||dZ_i|| ||dZ_j|| + functional bound (module docstring)."""
-    _, nZ, fun = _functional_and_jacobians(X.detach(), _prep(params), g, eps)
+    _, nZ, fun = _functional_and_jacobians(X.detach(), detached_block_params(params), g, eps)
     return {(i, j): G_norm * nZ[i] * nZ[j] + fun[(i, j)] for i in GROUPS for j in GROUPS}
 
 
@@ -148,7 +147,7 @@ def block_bound(X: torch.Tensor, params: dict, target: torch.Tensor, eps: float 
         raise ValueError(f"X must be one sample of shape (L, d), got {tuple(X.shape)}")
     L, d = X.shape
     Xb = X.detach().unsqueeze(0)
-    f = _token_factors(Xb, _prep(params), eps)
+    f = token_factors(Xb, detached_block_params(params), eps)
     c = 2.0 / (L * d)
     g = c * (f.Z - target.detach().to(X.dtype).reshape(1, L, d))
     pairs = block_bound_from_loss_derivatives(Xb, params, g, torch.full((1,), c, dtype=X.dtype, device=X.device), eps)
@@ -175,9 +174,9 @@ def block_bound_ce(model, images: torch.Tensor, labels: torch.Tensor, block: int
         raise ValueError("block_bound_ce covers a single-block model (model.depth == 1)")
     blk = model.blocks[0]
     X = model.block_input(images, 0).detach()
-    p = _prep(blk.theory_params())
+    p = detached_block_params(blk.theory_params())
     Bn, L, d = X.shape
-    f = _token_factors(X, p, blk.eps)
+    f = token_factors(X, p, blk.eps)
     Wh = model.head.weight.detach().to(X.dtype)
     logits = f.Z.mean(1) @ Wh.T
     if model.head.bias is not None:
@@ -255,12 +254,12 @@ def block_bound_paper(
     Phi_KQ = Phi_QK, Phi_QV = Phi_VQ, xi_k1 = xi_1k, xi_k2 = xi_2k. ``reading`` picks
     Lemma 4's sigma_min (:func:`lemma4_bounds`); ``eps`` only enters the forward pass (Z, S).
     """
-    p = _prep(params)
+    p = detached_block_params(params)
     X = X.detach()
     L, d = X.shape
     k = p["W_Q"].shape[1]
     dff = p["W_1"].shape[1]
-    f = _token_factors(X.unsqueeze(0), p, eps)
+    f = token_factors(X.unsqueeze(0), p, eps)
 
     def nrm(M: torch.Tensor) -> float:
         return float(torch.linalg.matrix_norm(M, ord=2))

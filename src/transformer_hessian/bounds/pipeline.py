@@ -434,8 +434,9 @@ def run_evaluate(a) -> None:
     import time
 
     from ..hessian import fixed_batch
+    from ..io import load_hessian, load_norms, save_bounds
     from ..train import load_experiment_data, load_model
-    from ..utils import read_json, resolve_device, write_json
+    from ..utils import resolve_device
 
     t0 = time.perf_counter()
     dev = resolve_device(a.device)
@@ -443,9 +444,9 @@ def run_evaluate(a) -> None:
     images, labels = fixed_batch(data["train_x"], data["train_y"], a.hessian["batch_size"], a.hessian["seed"])
     model = load_model(a.checkpoint, device=dev, dtype=torch.float64)
     images = images.to(device=dev, dtype=torch.float64)
-    norms = read_json(a.norms)
+    norms = load_norms(a.norms)
     if a.hessian_npz:
-        H = torch.as_tensor(np.load(a.hessian_npz)["H"])
+        H = torch.as_tensor(load_hessian(a.hessian_npz)["H"])
         norms["total_spectral"] = spectral_norm(H, symmetric=True)
     result = evaluate_bounds(
         model, images, labels.to(dev), norms, n_samples=a.bounds["n_samples"], delta=a.bounds["delta"]
@@ -453,7 +454,7 @@ def run_evaluate(a) -> None:
     result["experiment"], result["stage"] = a.hessian["experiment"], a.stage
     result["dataset"] = a.spec["dataset"]
     result["seconds"] = time.perf_counter() - t0
-    write_json(result, a.out)
+    save_bounds(a.out, result)
     s = result["summary"]
     log.info(
         "bounds %s: project bound held in %.1f%% of %d evaluations; median tightness %.3g (max %.3g); paper holds %s",
@@ -471,14 +472,12 @@ def run_table(a) -> None:
     and, with ``--claims-out``, the claim rows as a JSON list (for a claims collector)."""
     from pathlib import Path
 
+    from ..io import load_bounds, save_json
     from ..report import write_table
-    from ..utils import read_json
 
-    results = {r["stage"]: r for r in map(read_json, a.results)}
+    results = {r["stage"]: r for r in map(load_bounds, a.results)}
     if a.claims_out:
-        from ..utils import write_json
-
-        write_json(claim_rows(results), a.claims_out)
+        save_json(claim_rows(results), a.claims_out)
     write_table(
         bounds_table(results),
         Path(a.out_dir) / "bounds",

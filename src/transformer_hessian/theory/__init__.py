@@ -23,6 +23,9 @@ from .attention import (
     attention_score_jacobians,
     attention_second_derivatives,
 )
+
+# Public name of the factored path's per-token factors (used by bounds/block.py).
+from .factored import _token_factors as token_factors
 from .ffn import ffn_forward, ffn_jacobians, ffn_second_derivatives
 from .layernorm import (
     layernorm_forward,
@@ -30,7 +33,7 @@ from .layernorm import (
     layernorm_hessian_contract,
     layernorm_jacobian,
 )
-from .layout import HessianResult, blocks_to_dense, dense_to_blocks, group_offsets, group_shapes
+from .layout import HessianResult, blocks_to_dense, dense_to_blocks, detached_block_params, group_offsets, group_shapes
 from .loss import block_hessian_from_loss_derivatives, block_loss_hessian, block_loss_hessian_parts
 from .model_loss import model_loss_hessian, model_loss_hessian_parts
 from .reference import block_forward, block_jacobians, block_output_hessian
@@ -63,6 +66,7 @@ __all__ = [
     "blocks_to_dense",
     "commutation_matrix",
     "dense_to_blocks",
+    "detached_block_params",
     "ffn_forward",
     "ffn_jacobians",
     "ffn_second_derivatives",
@@ -77,6 +81,7 @@ __all__ = [
     "model_loss_hessian_parts",
     "softmax_row_hessian",
     "softmax_row_jacobian",
+    "token_factors",
     "unvec_r",
     "vec_r",
 ]

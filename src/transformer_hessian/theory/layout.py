@@ -24,8 +24,9 @@ class HessianResult(NamedTuple):
     blocks: dict
 
 
-def _prep(params: dict) -> dict:
-    """Detached copies of the nine block parameters (biases None when absent); KeyError names the missing ones."""
+def detached_block_params(params: dict) -> dict:
+    """Detached copies of the nine block parameters (``W_Q, W_K, W_V, W_1, W_2, gamma1, beta1,
+    gamma2, beta2``) plus ``b_1``, ``b_2`` (None when absent); KeyError names the missing ones."""
     missing = [k for k in _PARAM_KEYS if k not in params]
     if missing:
         raise KeyError(
@@ -37,6 +38,10 @@ def _prep(params: dict) -> dict:
         v = params.get(k)
         p[k] = None if v is None else v.detach()
     return p
+
+
+#: Package-private name used inside ``theory/``.
+_prep = detached_block_params
 
 
 def group_shapes(params: dict) -> dict[str, tuple[int, int]]:

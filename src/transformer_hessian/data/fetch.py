@@ -1,0 +1,295 @@
+"""Download of a data set's raw files with checksum verification (the ``download`` rule).
+
+:func:`download` owns the control flow (torchvision's ``download_url`` writes straight to the
+final path, has no timeout and no clear error), but uses torchvision's resource tables
+(:mod:`.sources`) and its ``check_integrity`` / ``calculate_md5`` helpers, imported only when a
+downloadable data set is asked for. Every file is fetched into a temporary file in its final
+folder, verified against its md5 and only then renamed into place (``os.replace``), so no partial
+or corrupted file is ever left where a later run would trust it. Any failure (offline,
+unreachable host, HTTP error, checksum mismatch, unreadable file) is raised as one
+:class:`.sources.DataError` whose message names the data set, the url(s) tried and the exact
+folder and file names to place by hand.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import logging
+import re
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..utils import atomic_path, remove_stale_temp_files
+from . import sources
+from .prepare import prepare, remove_stale_extract_dirs
+from .sources import DataError, check_name
+
+__all__ = ["DEFAULT_TIMEOUT", "DEFAULT_DEADLINE", "download", "write_manifest"]
+
+log = logging.getLogger("transformer_hessian.data")
+
+#: Seconds a socket may wait (connect, or each read) before a download attempt is given up.
+DEFAULT_TIMEOUT = 30.0
+
+#: Seconds one file may take in all (a server that trickles bytes never trips the per-read
+#: timeout); config key ``data.deadline``.
+DEFAULT_DEADLINE = 3600.0
+
+_MD5_RE = re.compile(r"^[0-9a-fA-F]{32}$")
+_NETWORK_ERRORS = (urllib.error.URLError, OSError, http.client.HTTPException, ValueError)
+
+
+def _calculate_md5(path) -> str:
+    from torchvision.datasets.utils import calculate_md5
+
+    return calculate_md5(path)
+
+
+def _check_integrity(path, md5: str) -> bool:
+    from torchvision.datasets.utils import check_integrity
+
+    return check_integrity(path, md5)
+
+
+def _file_entry(path: Path, name: str | None = None, md5: str | None = None) -> dict[str, Any]:
+    return {
+        "name": name or path.name,
+        "md5": md5 or _calculate_md5(path),
+        "bytes": path.stat().st_size,
+    }
+
+
+def _join(base: str, filename: str) -> str:
+    return base.rstrip("/") + "/" + filename
+
+
+def _resolve_resources(name: str, mirror: str | None, resources: list | None) -> list[tuple[str, str, list[str]]]:
+    """Return ``(filename, md5, candidate urls)`` for each raw file of ``name``."""
+    bases = [mirror] if mirror else list(sources.mirrors()[name])
+    table = sources.resources()[name] if resources is None else resources
+    out = []
+    for item in table:
+        try:
+            ref, md5 = item
+        except (TypeError, ValueError):
+            raise DataError(
+                f"data set {name!r}: each resource must be a (url-or-filename, md5) pair, got {item!r}"
+            ) from None
+        if not isinstance(md5, str) or not _MD5_RE.match(md5):
+            raise DataError(f"data set {name!r}: resource {ref!r} needs a 32-hex-digit md5, got {md5!r}")
+        ref = str(ref)
+        if "://" in ref:
+            filename = Path(urllib.parse.urlparse(ref).path).name
+            urls = [ref]
+        else:
+            filename, urls = ref, [_join(b, ref) for b in bases]
+        if not filename or filename in (".", "..") or "/" in filename or "\\" in filename:
+            raise DataError(f"data set {name!r}: resource {ref!r} does not name a plain file")
+        out.append((filename, md5.lower(), urls))
+    return out
+
+
+def _hand_placement(name: str, folder: Path, files: list[tuple[str, str, list[str]]]) -> str:
+    lines = [f"To install {name!r} by hand, place these files (md5 in brackets) in the folder", f"  {folder}/"]
+    lines += [f"    {filename}  [md5 {md5}]" for filename, md5, _ in files]
+    if name == "cifar100":
+        lines.append(
+            f"  (or the already extracted folder {folder / sources.cifar100_dir()}/ with the files "
+            f"{', '.join(m for m, _ in sources.cifar100_members())})"
+        )
+    lines.append(
+        "(config key data.root sets the data root), or set the config key data.mirror to the base url of a "
+        "mirror that serves them; the offline data set 'digits' needs no download."
+    )
+    return "\n".join(lines)
+
+
+def _user_agent() -> str:
+    from torchvision.datasets.utils import USER_AGENT
+
+    return USER_AGENT
+
+
+def _fetch(url: str, dest: Path, md5: str, timeout: float, deadline: float = DEFAULT_DEADLINE) -> None:
+    """Download ``url`` into a temp file next to ``dest``, verify ``md5``, then rename into place.
+
+    Each socket wait is limited by ``timeout`` and the whole transfer by ``deadline`` seconds
+    (checked after every read, so it is overrun by at most ``timeout``). Raises ``_FetchError``
+    (any network problem, the deadline, or a checksum mismatch); nothing is left behind.
+    """
+    t_end = time.monotonic() + deadline
+    try:
+        with atomic_path(dest, suffix=".part") as tmp:
+            request = urllib.request.Request(url, headers={"User-Agent": _user_agent()})
+            with urllib.request.urlopen(request, timeout=min(timeout, deadline)) as response, open(tmp, "wb") as fh:
+                received = 0
+                while True:
+                    if time.monotonic() > t_end:
+                        raise _FetchError(
+                            f"not complete after the deadline of {deadline:g} s ({received} bytes received; "
+                            "config key data.deadline)"
+                        )
+                    # read1: returns what one socket read gives (a plain read(n) would wait for n bytes)
+                    chunk = response.read1(1 << 20)
+                    if not chunk:
+                        break
+                    fh.write(chunk)
+                    received += len(chunk)
+                if response.length:  # Content-Length promised more than arrived
+                    raise _FetchError(f"connection closed after {received} bytes, {response.length} bytes short")
+            if not _check_integrity(tmp, md5):
+                got = _calculate_md5(tmp)
+                raise _FetchError(
+                    f"checksum mismatch: expected md5 {md5}, got {got} ({tmp.stat().st_size} bytes); file rejected"
+                )
+    except _NETWORK_ERRORS as err:
+        raise _FetchError(f"{type(err).__name__}: {err}") from err
+
+
+class _FetchError(Exception):
+    pass
+
+
+def _cifar_extracted_ok(folder: Path) -> bool:
+    return all(_check_integrity(folder / sources.cifar100_dir() / f, m) for f, m in sources.cifar100_members())
+
+
+def download(
+    name: str,
+    root: str | Path,
+    mirror: str | None = None,
+    resources: list | None = None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    deadline: float = DEFAULT_DEADLINE,
+) -> dict:
+    """Make sure the raw files of data set ``name`` are present and verified under ``root/<name>/``.
+
+    Files already in place whose md5 matches are not downloaded again; a file in place whose md5
+    does not match is removed and fetched anew. Each missing file is tried from each candidate url
+    in turn (``mirror`` if given, else torchvision's mirrors); a download goes to a temporary
+    file in the same folder, is verified and only then renamed into place.
+
+    Parameters
+    ----------
+    name : one of :data:`DATASETS`.
+    root : data root; the files live in ``root/<name>/``.
+    mirror : base url that replaces the default mirrors (the file names are appended to it).
+    resources : overrides the ``(url-or-filename, md5)`` table; a full url is used as is, a bare
+        file name is appended to each mirror.
+    timeout : seconds a socket may wait before an attempt is given up.
+    deadline : seconds one file may take in all (config key ``data.deadline``).
+
+    Returns:
+    -------
+    dict ``{"dataset", "files": [{"name", "md5", "bytes"}], "source"}``; ``source`` is the
+    primary url (or mirror base) of the data, or ``"sklearn"`` for ``digits``.
+
+    Raises:
+    ------
+    DataError naming the data set, the url(s) tried and where to place the files by hand.
+    """
+    check_name(name)
+    if mirror:
+        parsed = urllib.parse.urlparse(mirror)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc or any(c.isspace() for c in mirror):
+            raise DataError(f"data.mirror: {mirror!r} is not an http(s) url (e.g. https://example.org/mnist/)")
+    if not (isinstance(deadline, (int, float)) and deadline > 0 and timeout > 0):
+        raise DataError(f"data.deadline must be a positive number of seconds, got {deadline!r}")
+    if name == "digits":
+        return _digits_manifest()
+
+    folder = Path(root).expanduser().resolve() / name
+    files = _resolve_resources(name, mirror, resources)
+    if not files:
+        raise DataError(f"data set {name!r}: the resource list is empty")
+    primary = [urls[0] for _, _, urls in files]
+    bases = {u.rsplit("/", 1)[0] + "/" for u in primary}
+    source = primary[0] if len(primary) == 1 else (bases.pop() if len(bases) == 1 else " ".join(primary))
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise DataError(f"data set {name!r}: cannot create the data folder {folder}: {err}") from err
+
+    # Temp files (.<file>.<host>.<pid>.*.part, .extract-*) of a killed run on this host.
+    remove_stale_temp_files(folder)
+    remove_stale_extract_dirs(folder)
+
+    # A cluster copy of CIFAR-100 may hold only the extracted files (torchvision's layout).
+    if name == "cifar100" and resources is None and not (folder / sources.cifar100().filename).exists():
+        if _cifar_extracted_ok(folder):
+            log.info("cifar100: extracted files in %s verify; nothing to download", folder / sources.cifar100_dir())
+            entries = [
+                _file_entry(folder / sources.cifar100_dir() / f, name=f"{sources.cifar100_dir()}/{f}", md5=m)
+                for f, m in sources.cifar100_members()
+            ]
+            return {"dataset": name, "files": entries, "source": source}
+
+    entries = []
+    for filename, md5, urls in files:
+        dest = folder / filename
+        if dest.exists():
+            if _check_integrity(dest, md5):
+                log.info("%s: %s is in place and verifies", name, dest)
+                entries.append(_file_entry(dest, md5=md5))
+                continue
+            log.warning("%s: %s does not match md5 %s; removing it and downloading again", name, dest, md5)
+            try:
+                dest.unlink()
+            except OSError as err:
+                raise DataError(
+                    f"data set {name!r}: {dest} does not match md5 {md5} and cannot be removed ({err}); "
+                    "remove it by hand and run again"
+                ) from err
+        errors = []
+        for url in urls:
+            log.info("%s: downloading %s -> %s", name, url, dest)
+            try:
+                _fetch(url, dest, md5, timeout, deadline)
+            except _FetchError as err:
+                log.warning("%s: %s failed: %s", name, url, err)
+                errors.append((url, str(err)))
+                continue
+            break
+        else:
+            tried = "\n".join(f"  {url}\n    -> {msg}" for url, msg in errors)
+            raise DataError(
+                f"could not download data set {name!r}: file {filename!r} could not be fetched and verified.\n"
+                f"Tried:\n{tried}\n" + _hand_placement(name, folder, files)
+            )
+        entries.append(_file_entry(dest, md5=md5))
+
+    prepare(name, folder)
+    return {"dataset": name, "files": entries, "source": source}
+
+
+def _digits_manifest() -> dict:
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    entries = []
+    for key, dtype in (("data", np.float64), ("target", np.int64)):
+        raw = np.ascontiguousarray(getattr(bunch, key), dtype=dtype).tobytes()
+        entries.append(
+            {
+                "name": f"load_digits.{key}",
+                "md5": hashlib.md5(raw, usedforsecurity=False).hexdigest(),
+                "bytes": len(raw),
+            }
+        )
+    return {"dataset": "digits", "files": entries, "source": "sklearn"}
+
+
+def write_manifest(manifest: dict, path: str | Path) -> None:
+    """Write ``manifest`` as JSON to ``path`` atomically (:func:`..io.save_manifest`)."""
+    from ..io import save_manifest
+
+    save_manifest(path, manifest)

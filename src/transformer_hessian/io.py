@@ -1,0 +1,353 @@
+"""Every result file of the pipeline: one ``save_<format>`` / ``load_<format>`` pair per format.
+
+This module owns the on-disk layout of each result; the rule steps (:mod:`.steps`), the
+tables and summary (:mod:`.report`, :mod:`.claims`), the bounds pipeline and the notebooks
+read and write results only through it. Every writer is atomic (a temporary file in the same
+folder, renamed into place: :func:`.utils.atomic_path`), so an interrupted job never leaves a
+half-written result. Every reader names the file (and the rule that writes it) when the file is
+missing or malformed.
+
+JSON files are UTF-8, indented, with no NaN/inf (refused on write: they are not valid JSON);
+numpy scalars and arrays become numbers and lists. ``.npz`` files are compressed and hold only
+plain arrays (read with ``allow_pickle=False``).
+
+Formats (path patterns as the workflow names them; ``<exp>`` an experiment, ``<stage>`` init or
+trained):
+
+* ``results/<exp>/hessian/<stage>.npz`` (hessian rule): :func:`save_hessian` / :func:`load_hessian`
+* ``results/<exp>/hessian/<stage>_norms.json`` (hessian rule): :func:`save_norms` / :func:`load_norms`
+* ``results/<exp>/theory/<stage>.json`` (theory rule): :func:`save_theory_check` / :func:`load_theory_check`
+* ``results/<exp>/dynamics/dynamics.{npz,json}`` (dynamics rule): :func:`save_dynamics` / :func:`load_dynamics`, :func:`load_dynamics_summary`
+* ``results/<exp>/landscape/landscape.json`` (landscape rule): :func:`save_landscape` / :func:`load_landscape`
+* ``results/<exp>/probe/probe.json`` (probe rule): :func:`save_probe` / :func:`load_probe`
+* ``results/<exp>/bounds/<stage>.json`` (bounds rule): :func:`save_bounds` / :func:`load_bounds`
+* ``results/<exp>/metrics.json`` (train rule): :func:`save_metrics` / :func:`load_metrics`
+* ``results/data/<ds>/manifest.json`` (download rule): :func:`save_manifest` / :func:`load_manifest`
+* ``paper/claims.{json,md}`` (claims rule): :func:`save_claims` / :func:`load_claims`
+* ``paper/summary.json`` (summary rule): :func:`save_summary` / :func:`load_summary`
+
+Any other JSON result (a notebook parameter) is read with :func:`load_json`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .utils import save_npz, write_json, write_text
+
+PathLike = str | os.PathLike[str]
+
+__all__ = [
+    "load_json",
+    "save_json",
+    "save_hessian",
+    "load_hessian",
+    "save_norms",
+    "load_norms",
+    "save_theory_check",
+    "load_theory_check",
+    "save_dynamics",
+    "load_dynamics",
+    "load_dynamics_summary",
+    "save_landscape",
+    "load_landscape",
+    "save_probe",
+    "load_probe",
+    "save_bounds",
+    "load_bounds",
+    "save_metrics",
+    "load_metrics",
+    "save_manifest",
+    "load_manifest",
+    "save_claims",
+    "load_claims",
+    "save_summary",
+    "load_summary",
+    "NORMS_KEYS",
+]
+
+
+# ----------------------------------------------------------------------------- generic
+
+
+def load_json(path: PathLike, rule: str | None = None) -> Any:
+    """Parse a JSON result file.
+
+    Raises :class:`FileNotFoundError` naming the file (and ``rule``, the rule that writes it) when
+    it is missing and :class:`ValueError` when it is not valid JSON.
+    """
+    p = Path(path)
+    if not p.is_file():
+        by = f"the pipeline's {rule} rule" if rule else "the pipeline (snakemake)"
+        raise FileNotFoundError(
+            f"result file {str(p)!r} not found; run {by} to produce it or pass the right path as a notebook parameter"
+        )
+    try:
+        with p.open() as handle:
+            return json.load(handle)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{str(p)!r} is not valid JSON ({err}); delete it and rerun") from err
+
+
+def save_json(obj: Any, path: PathLike) -> None:
+    """Write ``obj`` as indented JSON atomically (NaN/inf refused; numpy/torch values as numbers)."""
+    write_json(obj, path)
+
+
+def _load_keyed(path: PathLike, rule: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    """:func:`load_json` of a JSON object that must hold ``keys``; the error names the missing ones."""
+    obj = load_json(path, rule)
+    if not isinstance(obj, dict):
+        raise ValueError(f"{str(path)!r} holds a JSON {type(obj).__name__}, not an object; rerun the {rule} rule")
+    missing = [k for k in keys if k not in obj]
+    if missing:
+        raise KeyError(f"{str(path)!r} lacks the key(s) {missing}; rerun the {rule} rule")
+    return obj
+
+
+# ----------------------------------------------------------------------------- Hessian (.npz)
+
+
+def save_hessian(path: PathLike, H: np.ndarray, names: list[str], offsets: np.ndarray, shapes: np.ndarray) -> None:
+    """Write the dense Hessian of one block's parameter groups (``results/<exp>/hessian/<stage>.npz``).
+
+    Layout (compressed ``.npz``, no pickles):
+
+    * ``H``: float64, shape ``(P, P)``, symmetric; rows/columns in the order of ``names``, each
+      group's weight flattened row-major (``W.reshape(-1)``).
+    * ``names``: unicode strings, shape ``(G,)``; the groups (``W_Q, W_K, W_V, W_1, W_2``).
+    * ``offsets``: int64, shape ``(G + 1,)``; group ``g`` occupies ``H[offsets[g]:offsets[g+1]]``,
+      ``offsets[0] = 0`` and ``offsets[-1] = P``.
+    * ``shapes``: int64, shape ``(G, 2)``; each group's weight shape (out, in).
+    """
+    save_npz(path, H=H, names=names, offsets=offsets, shapes=shapes)
+
+
+def load_hessian(path: PathLike) -> dict[str, Any]:
+    """Read a file written by :func:`save_hessian`.
+
+    Returns a dict with ``H`` (float64 ``(P, P)``), ``names`` (list of str), ``offsets`` (int64
+    ``(G + 1,)``) and, when stored, ``shapes`` (int64 ``(G, 2)``).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(
+            f"Hessian file {str(p)!r} not found; run the pipeline's hessian rule to produce it "
+            f"or pass the right path as a notebook parameter"
+        )
+    with np.load(p, allow_pickle=False) as data:
+        missing = [key for key in ("H", "names", "offsets") if key not in data.files]
+        if missing:
+            raise KeyError(f"{str(p)!r} lacks the array(s) {missing}; rerun the hessian rule")
+        out = {
+            "H": np.asarray(data["H"], dtype=np.float64),
+            "names": [v.decode() if isinstance(v, bytes) else str(v) for v in data["names"]],
+            "offsets": np.asarray(data["offsets"], dtype=np.int64),
+        }
+        if "shapes" in data.files:
+            out["shapes"] = np.asarray(data["shapes"], dtype=np.int64)
+    return out
+
+
+#: Keys of the block-norms JSON (:func:`save_norms`), in the order they are written.
+NORMS_KEYS = ("stage", "experiment", "block", "method", "seconds", "batch_size", "n_params", "blocks", "weights")
+
+
+def save_norms(path: PathLike, norms: Mapping[str, Any]) -> None:
+    """Write the block norms of one saved Hessian (``results/<exp>/hessian/<stage>_norms.json``).
+
+    A JSON object with exactly the keys :data:`NORMS_KEYS`:
+
+    * ``stage`` (str: init | trained), ``experiment`` (str), ``block`` (int, transformer block),
+    * ``method`` (str: the Hessian method that ran), ``seconds`` (float, its wall time),
+    * ``batch_size`` (int, samples in the fixed batch), ``n_params`` (int, P),
+    * ``blocks``: list of ``{"row", "col", "fro", "spectral", "max_abs"}`` (str, str, float x 3) per
+      group pair, row-major over the groups (:func:`.hessian.block_norms`),
+    * ``weights``: ``{group: {"spectral", "fro"}}`` (floats) of the weights (:func:`.hessian.weight_norms`).
+    """
+    missing = [k for k in NORMS_KEYS if k not in norms]
+    extra = [k for k in norms if k not in NORMS_KEYS]
+    if missing or extra:
+        raise ValueError(f"norms for {str(path)!r}: missing keys {missing}, unknown keys {extra}")
+    write_json({k: norms[k] for k in NORMS_KEYS}, path)
+
+
+def load_norms(path: PathLike) -> dict[str, Any]:
+    """Read a file written by :func:`save_norms` (a dict with the keys :data:`NORMS_KEYS`)."""
+    return _load_keyed(path, "hessian", NORMS_KEYS)
+
+
+# ----------------------------------------------------------------------------- theory check
+
+
+def save_theory_check(path: PathLike, result: Mapping[str, Any]) -> None:
+    """Write the saved-Hessian vs curvlinops check (``results/<exp>/theory/<stage>.json``).
+
+    The object of :func:`.checks.saved_hessian_check` (``check`` = "probes", ``blocks``: one row
+    per group pair with ``row``, ``col``, the errors and the functional share, ``max_rel_error``,
+    ``tolerance``, ``passed`` (bool), ``n_probes``, ``probes_per_group``, ``probe_seed``,
+    ``seconds_curvlinops``, ``seconds_gauss_newton``, ``n_params``, ``batch_size``) plus ``stage``,
+    ``hessian_file`` and ``hessian_method``.
+    """
+    write_json(dict(result), path)
+
+
+def load_theory_check(path: PathLike) -> dict[str, Any]:
+    """Read a file written by :func:`save_theory_check`."""
+    return _load_keyed(path, "theory", ("stage", "blocks", "max_rel_error", "passed"))
+
+
+# ----------------------------------------------------------------------------- dynamics
+
+
+def save_dynamics(
+    npz_path: PathLike, json_path: PathLike, arrays: Mapping[str, Any], summary: Mapping[str, Any]
+) -> None:
+    """Write the training-dynamics snapshots (``results/<exp>/dynamics/dynamics.{npz,json}``).
+
+    ``npz_path``: the arrays of :func:`.dynamics.record_dynamics` (``steps`` int64 ``(S,)``,
+    ``names`` str ``(G,)``, per group the weight snapshots ``(S, out, in)`` and the diagonal and
+    chosen off-diagonal Hessian blocks per snapshot; float64). ``json_path``: its summary (``steps``,
+    per-snapshot norms and Hessian block norms, ``seconds``, ``hessian_seconds``, ``hessian_method``,
+    ``capped``, ``requested_steps``, ``replayed_steps``, ``epoch_checks``, ``experiment``,
+    ``dataset``, ``model`` and, when checked, ``init_hessian_check``).
+    """
+    save_npz(npz_path, **arrays)
+    write_json(dict(summary), json_path)
+
+
+def load_dynamics(path: PathLike) -> dict[str, Any]:
+    """Read the ``.npz`` of :func:`save_dynamics` into a dict of arrays (``names`` as a list of str)."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"dynamics file {str(path)!r} not found; run the pipeline's dynamics rule")
+    with np.load(path, allow_pickle=False) as data:
+        out = {k: np.asarray(data[k]) for k in data.files}
+    out["names"] = [str(n) for n in out["names"]]
+    return out
+
+
+def load_dynamics_summary(path: PathLike) -> dict[str, Any]:
+    """Read the JSON summary of :func:`save_dynamics`."""
+    return _load_keyed(path, "dynamics", ("steps",))
+
+
+# ----------------------------------------------------------------------------- landscape, probe, bounds
+
+
+def save_landscape(path: PathLike, result: Mapping[str, Any]) -> None:
+    """Write Figure 6's result (``results/<exp>/landscape/landscape.json``).
+
+    The object of :func:`.landscape.analyse_landscape`: the settings it ran with (``granularity``,
+    ``n_samples``, ``n_orderings``, ``seed``, ``ema_factor``, ``n_bootstrap``, ...), the curve (``k``,
+    ``D_mean``, ``D_ema``, ``D_binned_k``, ``D_binned``: lists of floats), the fit (``slope``,
+    ``intercept``, ``slope_ci95`` [lo, hi], ``ci95_contains_minus_one``, ``fit_k_min``, ``fit_k_max``,
+    ``fit_n_points``), the loss range and Theorem 7's bound (``loss_mean``, ``loss_min``, ``loss_max``,
+    ``theorem7_bound_2L``, ``bound_holds``, ``bound_max_ratio``), ``batch`` (the same for batch
+    granularity) plus ``experiment``.
+    """
+    write_json(dict(result), path)
+
+
+def load_landscape(path: PathLike) -> dict[str, Any]:
+    """Read a file written by :func:`save_landscape`."""
+    return _load_keyed(path, "landscape", ("slope", "slope_ci95"))
+
+
+def save_probe(path: PathLike, result: Mapping[str, Any]) -> None:
+    """Write the landscape probes (``results/<exp>/probe/probe.json``).
+
+    The object of :func:`.probe.run_probe` (``M``, ``theorem7`` records and ``theorem7_summary``,
+    ``taylor``, ``assumption1`` with ``slope`` and ``slope_ci95``, ``timings``, ...) plus
+    ``experiment`` and ``dataset``.
+    """
+    write_json(dict(result), path)
+
+
+def load_probe(path: PathLike) -> dict[str, Any]:
+    """Read a file written by :func:`save_probe`."""
+    return _load_keyed(path, "probe", ("theorem7_summary", "assumption1"))
+
+
+def save_bounds(path: PathLike, result: Mapping[str, Any]) -> None:
+    """Write one stage's bound evaluation (``results/<exp>/bounds/<stage>.json``).
+
+    The object of :func:`.bounds.pipeline.evaluate_bounds` (the sizes ``n_samples``, ``batch_size``,
+    ``tokens``, ``width``, ``d_k``, ``d_ff``, ``ln_eps``, ``target``; ``records``: one row per block
+    pair and bound; ``lemma4`` and its counter-examples; ``summary``: ``holds_fraction``,
+    ``median_tightness``, ``max_tightness``, ``paper_holds_fraction``, ...) plus ``experiment``,
+    ``stage``, ``dataset`` and ``seconds``.
+    """
+    write_json(dict(result), path)
+
+
+def load_bounds(path: PathLike) -> dict[str, Any]:
+    """Read a file written by :func:`save_bounds`."""
+    return _load_keyed(path, "bounds", ("stage", "summary"))
+
+
+# ----------------------------------------------------------------------------- metrics, manifest
+
+
+def save_metrics(path: PathLike, metrics: Mapping[str, Any]) -> None:
+    """Write a training run's metrics (``results/<exp>/metrics.json``).
+
+    Keys: ``experiment``, ``dataset``, ``device``, ``model`` (the model config), ``n_parameters``,
+    ``n_train``, ``n_val``, ``epochs``, ``history`` (one entry per epoch), ``final``
+    (``train_loss``, ``train_acc``, ``val_loss``, ``val_acc``) and ``train_seconds``. Written by
+    :func:`.train.train` today.
+    """
+    write_json(dict(metrics), path)
+
+
+def load_metrics(path: PathLike) -> dict[str, Any]:
+    """Read a file written by the train rule (layout: :func:`save_metrics`)."""
+    return _load_keyed(path, "train", ("experiment", "final"))
+
+
+def save_manifest(path: PathLike, manifest: Mapping[str, Any]) -> None:
+    """Write a data set's manifest (``results/data/<ds>/manifest.json``): ``{"dataset", "files",
+    "source"}`` with one ``{"name", "md5", "bytes"}`` entry per verified file and ``source`` the url
+    (or ``"sklearn"``) the data came from (:func:`.data.download`)."""
+    write_json(dict(manifest), path)
+
+
+def load_manifest(path: PathLike) -> dict[str, Any]:
+    """Read a file written by :func:`save_manifest`."""
+    return load_json(path, "download")
+
+
+# ----------------------------------------------------------------------------- claims, summary
+
+
+def save_claims(
+    json_path: PathLike, md_path: PathLike, rows: list[dict], config_hash: str | None, document: str
+) -> None:
+    """Write the claim verdicts: ``json_path`` holds ``{"config_hash": str | null, "claims": rows}``
+    (rows in the shared schema: ``id``, ``claim``, ``source``, ``measured``, ``verdict``,
+    ``evidence``) and ``md_path`` the Markdown ``document`` rendered from them."""
+    write_json({"config_hash": config_hash, "claims": rows}, json_path)
+    write_text(document, md_path)
+
+
+def load_claims(path: PathLike) -> list[dict]:
+    """The claim rows of a claims JSON (the object of :func:`save_claims`, or a bare list of rows)."""
+    doc = load_json(path, "claims")
+    return doc["claims"] if isinstance(doc, dict) else doc
+
+
+def save_summary(path: PathLike, summary: Mapping[str, Any]) -> None:
+    """Write ``paper/summary.json`` (:func:`.report.build_summary`: ``provenance``, ``hessian``,
+    ``training``, ``theory``, ``landscape``, ``bounds``, ``figures``, ``tables`` and, when given,
+    ``figure_provenance`` and ``claims``)."""
+    write_json(dict(summary), path)
+
+
+def load_summary(path: PathLike) -> dict[str, Any]:
+    """Read ``paper/summary.json``."""
+    return _load_keyed(path, "summary", ("provenance",))

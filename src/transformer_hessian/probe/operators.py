@@ -1,0 +1,208 @@
+"""The model as a function of one flat parameter vector, Hessian-vector products, and
+Lanczos for the extreme eigenpairs of the Hessian (float64, ``torch.func``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call, grad, jvp, vmap
+
+# ----------------------------------------------------------------------------- flat model
+
+
+@dataclass
+class FlatModel:
+    """A model as a function of one flat float64 parameter vector.
+
+    ``w0`` is the concatenation of ``p.reshape(-1)`` over ``model.named_parameters()``;
+    :meth:`params` maps a flat vector back to the name -> tensor dict that
+    :func:`torch.func.functional_call` takes.
+    """
+
+    model: torch.nn.Module
+    names: list[str]
+    shapes: list[torch.Size]
+    sizes: list[int]
+    w0: torch.Tensor
+
+    @classmethod
+    def of(cls, model: torch.nn.Module) -> FlatModel:
+        """Wrap ``model`` (its parameters are read once, detached)."""
+        named = list(model.named_parameters())
+        return cls(
+            model=model,
+            names=[n for n, _ in named],
+            shapes=[p.shape for _, p in named],
+            sizes=[p.numel() for _, p in named],
+            w0=torch.cat([p.detach().reshape(-1) for _, p in named]),
+        )
+
+    @property
+    def dim(self) -> int:
+        """Number of entries of the flat parameter vector."""
+        return int(self.w0.numel())
+
+    def params(self, w: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The named parameters of the flat vector ``w`` (views, for torch.func.functional_call)."""
+        return {n: p.reshape(s) for n, p, s in zip(self.names, torch.split(w, self.sizes), self.shapes)}
+
+    def per_sample_losses(self, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """``(l_1(w), .., l_n(w))``: cross-entropy of every sample at ``w``."""
+        logits = functional_call(self.model, self.params(w), (x,))
+        return F.cross_entropy(logits, y, reduction="none")
+
+    def mean_loss(self, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """``L(w) = mean_i l_i(w)`` over the given samples."""
+        return self.per_sample_losses(w, x, y).mean()
+
+    def sample_loss(self, w: torch.Tensor, xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
+        """``l(w)`` of one sample (``xi`` without its batch axis); vmappable."""
+        return self.mean_loss(w, xi.unsqueeze(0), yi.unsqueeze(0))
+
+
+def hvp_operator(loss: Callable[[torch.Tensor], torch.Tensor], w: torch.Tensor):
+    """``v -> H v`` with ``H`` the Hessian of scalar ``loss`` at ``w`` (forward-over-reverse)."""
+    g = grad(loss)
+
+    def matvec(v: torch.Tensor) -> torch.Tensor:
+        return jvp(g, (w,), (v,))[1]
+
+    return matvec
+
+
+# ----------------------------------------------------------------------------- Lanczos
+
+
+def lanczos(
+    matvec: Callable[[torch.Tensor], torch.Tensor],
+    v0: torch.Tensor,
+    n_iter: int,
+    which: str = "LM",
+    seed: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Extreme eigenpair of symmetric operators by Lanczos with full reorthogonalisation.
+
+    ``v0`` is ``(P,)`` for one operator or ``(B, P)`` for ``B`` independent operators applied
+    together (``matvec`` maps ``(B, P) -> (B, P)`` row by row, e.g. per-sample Hessians).
+    ``m = min(n_iter, P)`` steps build an orthonormal Krylov basis ``Q`` (every new vector is
+    Gram-Schmidt orthogonalised twice against all previous ones) and the tridiagonal
+    ``T = Q^T A Q``; the Ritz pair of ``T`` is returned: ``which="LM"`` the eigenvalue of
+    largest magnitude (the spectral norm ``||A||_2`` is its absolute value), ``"LA"`` the
+    largest (algebraic) one. On breakdown (an invariant subspace is found) the basis is
+    continued with a random vector orthogonal to it, so every Ritz value stays an eigenvalue
+    estimate of ``A`` itself. With ``m = P`` the result is exact up to rounding.
+
+    Returns ``(theta, vector, residual)``: shapes ``(B,)``, ``(B, P)`` (unit norm), ``(B,)``
+    (or without the batch axis for a 1-D ``v0``), where ``residual = ||A x - theta x||`` is
+    estimated by ``|beta_m s_m|``, the usual Lanczos error bound.
+    """
+    if which not in ("LM", "LA"):
+        raise ValueError(f"which must be 'LM' or 'LA', got {which!r}")
+    single = v0.ndim == 1
+    V = v0.unsqueeze(0) if single else v0
+    B, P = V.shape
+    m = max(1, min(int(n_iter), P))
+    gen = torch.Generator(device="cpu").manual_seed(int(seed) + 7919)
+    Q = torch.zeros(m, B, P, dtype=V.dtype, device=V.device)
+    alpha = torch.zeros(B, m, dtype=V.dtype, device=V.device)
+    beta = torch.zeros(B, m, dtype=V.dtype, device=V.device)
+    norms = V.norm(dim=1, keepdim=True)
+    if torch.any(norms == 0):
+        raise ValueError("lanczos: a start vector is zero")
+    q = V / norms
+    q_prev = torch.zeros_like(q)
+    b_prev = torch.zeros(B, dtype=V.dtype, device=V.device)
+    for j in range(m):
+        Q[j] = q
+        w = matvec(q)
+        a = (w * q).sum(dim=1)
+        w = w - a[:, None] * q - b_prev[:, None] * q_prev
+        for _ in range(2):  # full reorthogonalisation, twice ("twice is enough")
+            coeff = torch.einsum("jbp,bp->jb", Q[: j + 1], w)
+            w = w - torch.einsum("jb,jbp->bp", coeff, Q[: j + 1])
+        b = w.norm(dim=1)
+        alpha[:, j] = a
+        if j == m - 1:
+            beta[:, j] = b
+            break
+        scale = alpha[:, : j + 1].abs().amax(dim=1).clamp_min(1e-300)
+        broke = b <= 1e-10 * scale
+        if torch.any(broke):
+            # Invariant subspace: continue with a random direction orthogonal to the basis
+            # (beta = 0 decouples T, whose eigenvalues stay eigenvalues of A).
+            r = torch.randn(B, P, generator=gen, dtype=V.dtype).to(V.device)
+            for _ in range(2):
+                coeff = torch.einsum("jbp,bp->jb", Q[: j + 1], r)
+                r = r - torch.einsum("jb,jbp->bp", coeff, Q[: j + 1])
+            r = r / r.norm(dim=1, keepdim=True)
+            q_next = torch.where(broke[:, None], r, w / torch.where(broke, 1.0, b)[:, None])
+            b = torch.where(broke, torch.zeros_like(b), b)
+        else:
+            q_next = w / b[:, None]
+        beta[:, j] = b
+        q_prev, q, b_prev = q, q_next, b
+    T = torch.diag_embed(alpha) + torch.diag_embed(beta[:, :-1], 1) + torch.diag_embed(beta[:, :-1], -1)
+    theta, S = torch.linalg.eigh(T)  # ascending
+    idx = theta.abs().argmax(dim=1) if which == "LM" else torch.full((B,), m - 1, device=V.device)
+    rows = torch.arange(B, device=V.device)
+    th = theta[rows, idx]
+    s = S[rows, :, idx]  # (B, m)
+    vec = torch.einsum("jbp,bj->bp", Q, s)
+    vec = vec / vec.norm(dim=1, keepdim=True)
+    resid = (beta[:, -1] * s[:, -1]).abs()
+    if single:
+        return th[0], vec[0], resid[0]
+    return th, vec, resid
+
+
+def top_eigenpair(
+    fm: FlatModel, x: torch.Tensor, y: torch.Tensor, n_iter: int = 20, seed: int = 0, w: torch.Tensor | None = None
+) -> tuple[float, torch.Tensor, float]:
+    """Largest eigenvalue ``lambda_1`` and unit eigenvector ``u`` of ``H = d^2/dw^2 mean_i l_i``.
+
+    Lanczos (:func:`lanczos`, ``which="LA"``) on Hessian-vector products at ``w`` (default
+    ``w0``) from a seeded Gaussian start. Returns ``(lambda_1, u, residual)``; ``u``'s sign is
+    fixed so that its largest-magnitude entry is positive.
+    """
+    w = fm.w0 if w is None else w
+    matvec = hvp_operator(lambda p: fm.mean_loss(p, x, y), w)
+    gen = torch.Generator().manual_seed(int(seed))
+    v0 = torch.randn(fm.dim, generator=gen, dtype=w.dtype).to(w.device)
+    theta, u, resid = lanczos(lambda V: matvec(V[0]).unsqueeze(0), v0.unsqueeze(0), n_iter, which="LA", seed=seed)
+    u = u[0]
+    u = u * torch.sign(u[u.abs().argmax()])
+    return float(theta[0]), u, float(resid[0])
+
+
+def per_sample_spectral_norms(
+    fm: FlatModel,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    n_iter: int = 20,
+    seed: int = 0,
+    chunk: int = 32,
+    w: torch.Tensor | None = None,
+) -> np.ndarray:
+    """``||H_i(w)||_2 = max |eig(d^2 l_i / dw^2)|`` for every sample (batched Lanczos, ``LM``).
+
+    Per-sample Hessian-vector products are vmapped over the samples (``chunk`` at a time);
+    ``n_iter`` Lanczos steps each, from seeded Gaussian starts.
+    """
+    w = fm.w0 if w is None else w
+    g1 = grad(fm.sample_loss)
+
+    def hv1(v, xi, yi):
+        return jvp(lambda p: g1(p, xi, yi), (w,), (v,))[1]
+
+    gen = torch.Generator().manual_seed(int(seed) + 1)
+    out = []
+    for i in range(0, len(x), chunk):
+        xs, ys = x[i : i + chunk], y[i : i + chunk]
+        v0 = torch.randn(len(xs), fm.dim, generator=gen, dtype=w.dtype).to(w.device)
+        theta, _, _ = lanczos(lambda V, xs=xs, ys=ys: vmap(hv1)(V, xs, ys), v0, n_iter, which="LM", seed=seed + i)
+        out.append(theta.abs().cpu().numpy())
+    return np.concatenate(out) if out else np.zeros(0)

@@ -1,0 +1,307 @@
+"""The whole probe protocol on a trained model (the ``probe`` rule): settings, sample subset,
+:func:`run_probe`."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..bounds.landscape import landscape_bound, landscape_bound_tight
+from ..landscape import fit_loglog_slope, loss_differences, orderings
+from .assumption1 import assumption1_analysis, gradient_norms, minimiser_shift, per_sample_gradients
+from .operators import FlatModel, per_sample_spectral_norms, top_eigenpair
+from .theorem7 import (
+    BOUND_RTOL,
+    directional_derivatives,
+    log_grid,
+    path_losses,
+    prefix_means,
+    taylor_check,
+    theorem7_check,
+)
+
+#: Defaults of the ``probe:`` config section (the schema repeats them).
+DEFAULTS: dict[str, Any] = {
+    "max_samples": 512,
+    "seed": 0,
+    "n_orderings": 50,
+    "n_random_directions": 2,
+    "n_t": 8,
+    "t_min_frac": 0.002,
+    "n_t_linear": 9,
+    "loss_rise": 1.0,
+    "lanczos_iters": 15,
+    "hessian_samples": 128,
+    "curvature_samples": 32,
+    "taylor_tolerance": 0.1,
+    "k_small": 10,
+    "n_bootstrap": 200,
+    "shift_ks": [4, 16, 64],
+    "shift_steps": 10,
+    "shift_orderings": 3,
+    "shift_lr_scale": 1.0,
+}
+
+
+# ----------------------------------------------------------------------------- protocol
+
+
+def _settings(probe: dict | None) -> dict[str, Any]:
+    s = dict(DEFAULTS)
+    s.update({k: v for k, v in (probe or {}).items() if k != "experiment"})
+    return s
+
+
+def _subset(n_total: int, size: int | None, seed: int) -> np.ndarray:
+    gen = np.random.default_rng([int(seed), 0x9E0B])
+    idx = gen.permutation(n_total)
+    return np.sort(idx[: min(size, n_total)] if size else idx)
+
+
+def run_probe(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    probe: dict | None = None,
+    init_model: torch.nn.Module | None = None,
+) -> dict[str, Any]:
+    """The whole protocol on the trained ``model`` (its weights are ``w*``); JSON-ready dict.
+
+    1. Samples: a seeded subset of ``max_samples`` training samples (all when null); ``L``
+       = their largest loss at ``w*``.
+    2. Directions: ``u``, the top eigenvector of the Hessian of the mean loss over the first
+       ``hessian_samples`` of them (Lanczos, ``lanczos_iters`` HVPs), and
+       ``n_random_directions`` seeded Gaussian unit vectors.
+    3. Grid: per direction ``d``, ``t_max = sqrt(2 loss_rise / c_d)`` with ``c_d = d^T H d``
+       (mean over the samples), i.e. the distance at which the quadratic model predicts a
+       rise of ``loss_rise``; ``t = 0, +-t_max * geomspace(t_min_frac, 1, n_t)`` together with
+       ``t_max * linspace(-1, 1, n_t_linear)`` (log-spaced for rates, linear for Figure 1).
+    4. ``M = max(M_star, M_path)``: ``M_star = max ||H_i(w*)||_2`` over the
+       ``curvature_samples`` samples of highest loss at ``w*`` (batched Lanczos; for
+       cross-entropy the softmax factor ``p (1 - p)`` is largest there), ``M_path`` the
+       largest secant curvature ``2 |l_i(t) - l_i(0) - t a_i| / t^2`` over samples, directions
+       and grid points (by Taylor's theorem it equals ``|d^T H_i(w* + s d) d|`` at some ``s``
+       between 0 and ``t``: the smallest constant for which the Lagrange remainder bound
+       holds at every evaluated point).
+    5. Theorem 7 (:func:`theorem7_check`), the Taylor model (:func:`taylor_check`), Figure 1
+       curves, Assumption 1 (:func:`assumption1_analysis`, also at ``init_model`` when
+       given) and the minimiser shift (:func:`minimiser_shift`, ``lr = shift_lr_scale / M``).
+    """
+    s = _settings(probe)
+    t_start = time.perf_counter()
+    timings: dict[str, float] = {}
+
+    def lap(name: str, t0: float) -> float:
+        now = time.perf_counter()
+        timings[name] = now - t0
+        return now
+
+    model = model.to(torch.float64).eval()
+    fm = FlatModel.of(model)
+    dev = fm.w0.device
+    sel = _subset(len(x), s["max_samples"], s["seed"])
+    xs = x[torch.as_tensor(sel)].to(device=dev, dtype=torch.float64)
+    ys = y[torch.as_tensor(sel)].to(dev)
+    n = len(xs)
+    if n < 4:
+        raise ValueError(f"probe needs at least 4 samples, got {n}")
+    R = int(s["n_orderings"])
+    perms = orderings(n, R, s["seed"])
+    t0 = time.perf_counter()
+
+    # -- directions
+    nh = min(n, s["hessian_samples"] or n)
+    lam, u, lam_resid = top_eigenpair(fm, xs[:nh], ys[:nh], s["lanczos_iters"], seed=s["seed"])
+    gen = torch.Generator().manual_seed(int(s["seed"]) + 12345)
+    dirs = {"top eigenvector u": u}
+    for j in range(int(s["n_random_directions"])):
+        r = torch.randn(fm.dim, generator=gen, dtype=torch.float64).to(dev)
+        dirs[f"random {j + 1}"] = r / r.norm()
+    t0 = lap("top_eigenpair", t0)
+
+    # -- per-sample curvature at w*, on the samples of highest loss
+    with torch.no_grad():
+        l_star = fm.per_sample_losses(fm.w0, xs, ys).cpu().numpy()
+    nc = min(n, s["curvature_samples"])
+    top = torch.as_tensor(np.argsort(-l_star, kind="stable")[:nc])
+    spec_norms = per_sample_spectral_norms(fm, xs[top], ys[top], s["lanczos_iters"], seed=s["seed"])
+    M_star = float(spec_norms.max())
+    t0 = lap("per_sample_spectral_norms", t0)
+
+    # -- directional derivatives and path losses
+    fracs = np.geomspace(s["t_min_frac"], 1.0, int(s["n_t"]))
+    w_norm = float(fm.w0.norm())
+    per_dir: dict[str, dict[str, Any]] = {}
+    M_path = 0.0
+    for name, d in dirs.items():
+        l0, a, c = directional_derivatives(fm, xs, ys, d)
+        c_mean = float(c.mean())
+        t_max = math.sqrt(2.0 * s["loss_rise"] / c_mean) if c_mean > 0 else w_norm
+        lin = np.linspace(-1.0, 1.0, int(s["n_t_linear"])) if s["n_t_linear"] > 1 else np.zeros(1)
+        ts = t_max * np.unique(np.concatenate([-fracs, [0.0], fracs, lin]))
+        losses = path_losses(fm, xs, ys, d, ts)
+        nzt = ts != 0
+        secant = 2.0 * np.abs(losses[nzt] - l0[None] - ts[nzt, None] * a[None]) / ts[nzt, None] ** 2
+        M_path = max(M_path, float(np.abs(c).max()), float(secant.max()))
+        per_dir[name] = {
+            "l0": l0,
+            "a": a,
+            "c": c,
+            "ts": ts,
+            "losses": losses,
+            "t_max": t_max,
+            "c_mean": c_mean,
+            "secant_max": float(secant.max()),
+        }
+    t0 = lap("paths", t0)
+    M = max(M_star, M_path)
+    i0 = int(np.flatnonzero(per_dir["top eigenvector u"]["ts"] == 0)[0])
+    loss_max = float(per_dir["top eigenvector u"]["losses"][i0].max())
+
+    # -- Theorem 7 off w* and the Taylor model
+    k_store = log_grid(1, n - 1, 40)
+    k_report = log_grid(max(2, min(s["k_small"], n)), n, 8)
+    theorem7: dict[str, Any] = {}
+    taylor: dict[str, Any] = {}
+    fig1: dict[str, Any] = {}
+    k_small = int(min(s["k_small"], n - 1))
+    for name, dd in per_dir.items():
+        theorem7[name] = theorem7_check(dd["losses"], dd["ts"], loss_max, M, R, s["seed"], k_store)
+        theorem7[name]["t_max"] = dd["t_max"]
+        theorem7[name]["c_mean"] = dd["c_mean"]
+        taylor[name] = taylor_check(
+            dd["losses"], dd["ts"], dd["l0"], dd["a"], dd["c"], perms, k_report, s["taylor_tolerance"]
+        )
+        Lk = prefix_means(dd["losses"], perms[:1])[:, 0, :]  # (T, n) on ordering 0
+        gaps = {}
+        for kk in (k_small, n - 1):
+            D = np.stack([loss_differences(dd["losses"][ti], R, s["seed"])[:, kk - 1] for ti in range(len(dd["ts"]))])
+            gaps[str(kk)] = {
+                "L_k": Lk[:, kk - 1].tolist(),
+                "L_k1": Lk[:, kk].tolist(),
+                "gap_mean": D.mean(axis=1).tolist(),
+                "gap_ordering0": np.abs(Lk[:, kk] - Lk[:, kk - 1]).tolist(),
+            }
+        fig1[name] = {"t": dd["ts"].tolist(), "curves": gaps}
+    t0 = lap("theorem7_taylor", t0)
+
+    held = {key: sum(theorem7[d]["held"][key] for d in theorem7) for key in ("bound", "tight", "no_curvature")}
+    held_k = {key: sum(theorem7[d]["held_all_orderings"][key] for d in theorem7) for key in held}
+    total = sum(theorem7[d]["n_comparisons"] for d in theorem7)
+    total_k = sum(theorem7[d]["n_k_t"] for d in theorem7)
+    worst = max((dict(theorem7[d]["worst"], direction=d) for d in theorem7), key=lambda r: r["ratio"])
+    # at w* itself (t = 0): the printed 2L/(k+1) and the tight L/(k+1)
+    D0 = loss_differences(per_dir["top eigenvector u"]["losses"][i0], R, s["seed"])
+    k_all = np.arange(1, n, dtype=np.float64)
+    at_wstar = {
+        "holds_printed": bool(np.all(D0 <= landscape_bound(k_all, loss_max, 0.0, 0.0) * (1 + BOUND_RTOL))),
+        "holds_tight": bool(np.all(D0 <= landscape_bound_tight(k_all, loss_max) * (1 + BOUND_RTOL))),
+        "max_ratio_printed": float(np.max(D0 * (k_all + 1) / (2 * loss_max))) if loss_max > 0 else None,
+        "n_comparisons": int(D0.size),
+    }
+    breaks = {
+        d: {
+            "full": taylor[d]["full"]["t_break"][-1],
+            "paper": taylor[d]["paper"]["t_break"][-1],
+            "paper_within": taylor[d]["paper"]["t_within"][-1],
+            "t_max": per_dir[d]["t_max"],
+            "t_min": float(np.min(np.abs(per_dir[d]["ts"][per_dir[d]["ts"] != 0]))),
+            "full_breaks_at_first_point": taylor[d]["full"]["t_break"][-1] is not None
+            and taylor[d]["full"]["t_break"][-1] <= float(np.min(np.abs(per_dir[d]["ts"][per_dir[d]["ts"] != 0]))),
+        }
+        for d in taylor
+    }
+
+    # -- Assumption 1
+    G = per_sample_gradients(fm, xs, ys)
+    gram = (G @ G.T).cpu().numpy()
+    del G
+    k_grid = np.union1d(log_grid(2, n, 30), [k for k in s["shift_ks"] if 2 <= int(k) <= n - 1]).astype(np.int64)
+    a1 = assumption1_analysis(gradient_norms(gram, perms), gram, k_grid, s["n_bootstrap"], s["seed"])
+    if init_model is not None:
+        fmi = FlatModel.of(init_model.to(torch.float64).eval())
+        Gi = per_sample_gradients(fmi, xs, ys)
+        gram_i = (Gi @ Gi.T).cpu().numpy()
+        del Gi
+        a1["init"] = assumption1_analysis(gradient_norms(gram_i, perms), gram_i, k_grid, s["n_bootstrap"], s["seed"])
+    t0 = lap("assumption1", t0)
+    ks = [int(k) for k in s["shift_ks"] if 1 <= int(k) <= n - 1]
+    lr = float(s["shift_lr_scale"]) / M
+    runs = [
+        minimiser_shift(fm, xs, ys, perms[r], ks, int(s["shift_steps"]), lr)
+        for r in range(min(R, int(s["shift_orderings"])))
+    ]
+    shift = {"steps": int(s["shift_steps"]), "lr": lr, "n_orderings": len(runs), "rows": []}
+    for j, k in enumerate(ks):
+        per = [run["rows"][j] for run in runs]
+        shift["rows"].append(
+            {
+                "k": k,
+                "shift": float(np.mean([p["shift"] for p in per])),
+                "shift_each": [p["shift"] for p in per],
+                "move": float(np.mean([p["move"] for p in per])),
+                "descended": bool(all(p["descended"] for p in per)),
+                "grad_norm_before": float(np.mean([p["grad_norm_before"] for p in per])),
+                "grad_norm_after": float(np.mean([p["grad_norm_after"] for p in per])),
+            }
+        )
+    if len(ks) >= 2:
+        sv = np.array([r["shift"] for r in shift["rows"]])
+        if np.all(sv > 0):
+            shift["slope"] = fit_loglog_slope(np.array(ks, dtype=float), sv, k_min=ks[0])[0]
+    lap("minimiser_shift", t0)
+    timings["total"] = time.perf_counter() - t_start
+
+    return {
+        "settings": s,
+        "n_samples": int(n),
+        "n_params": fm.dim,
+        "w_star_norm": w_norm,
+        "loss_max": loss_max,
+        "loss_mean": float(per_dir["top eigenvector u"]["l0"].mean()),
+        "top_eigenvalue": lam,
+        "top_eigenvalue_residual": lam_resid,
+        "hessian_samples": int(nh),
+        "M": M,
+        "M_star": M_star,
+        "M_path": M_path,
+        "M_star_selection": "highest loss at w*",
+        "M_star_samples": int(nc),
+        "per_sample_spectral_norms": {
+            "max": M_star,
+            "median": float(np.median(spec_norms)),
+            "mean": float(spec_norms.mean()),
+        },
+        "directions": {
+            d: {
+                "t_max": per_dir[d]["t_max"],
+                "curvature": per_dir[d]["c_mean"],
+                "grad_component": float(per_dir[d]["a"].mean()),
+            }
+            for d in per_dir
+        },
+        "k_store": k_store.tolist(),
+        "theorem7": theorem7,
+        "theorem7_summary": {
+            "held_fraction": held["bound"] / total,
+            "held_fraction_tight": held["tight"] / total,
+            "held_fraction_no_curvature": held["no_curvature"] / total,
+            "held_fraction_k_t_direction": held_k["bound"] / total_k,
+            "n_comparisons": int(total),
+            "n_k_t_direction": int(total_k),
+            "n_violations": int(total - held["bound"]),
+            "n_violations_tight": int(total - held["tight"]),
+            "worst": worst,
+            "at_w_star": at_wstar,
+        },
+        "taylor": taylor,
+        "taylor_breaks": breaks,
+        "fig1": {"k_small": k_small, "k_large": int(n - 1), "directions": fig1},
+        "assumption1": a1,
+        "minimiser_shift": shift,
+        "timings": timings,
+    }

@@ -1,0 +1,494 @@
+"""One function per Snakemake rule: read the rule's inputs, run the computation, write its results.
+
+Layering (``docs/architecture.md``): ``cli.py`` only parses arguments and calls one function
+here; each function here loads its inputs (through :mod:`.io`, :mod:`.train`), calls the
+package's computation (:mod:`.hessian`, :mod:`.checks`, :mod:`.landscape`, :mod:`.probe`, ...),
+applies the rule's gate (pass/fail against a tolerance), logs one line and writes its outputs
+through :mod:`.io`. The computation modules therefore never touch argument parsing or file
+formats, :mod:`.io` owns the formats, and these functions can be called (and tested) from Python
+with plain arguments. Heavy modules (torch) are imported inside each function so that importing
+this module, like ``transformer-hessian --help``, stays cheap.
+
+Config sections arrive as the validated dicts of the YAML config (``spec`` = one
+``experiments.<name>`` section, ``hessian`` = the ``hessian`` section, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .utils import log
+
+__all__ = [
+    "download_dataset",
+    "check_hessian_memory",
+    "hessian_inputs",
+    "hessian_step",
+    "theory_step",
+    "dynamics_step",
+    "table1_step",
+    "landscape_step",
+    "probe_step",
+    "tables_step",
+    "summary_step",
+    "claims_step",
+    "claims_readme_step",
+    "registry_step",
+]
+
+
+def download_dataset(
+    dataset: str, manifest_path: str, root: str | None = None, mirror: str | None = None, deadline: float = 3600.0
+) -> None:
+    """Rule download: fetch and verify ``dataset`` under ``root/dataset`` (default root: two levels
+    above ``manifest_path``), then write its manifest."""
+    from .data import download
+    from .io import save_manifest
+
+    root = root or Path(manifest_path).resolve().parent.parent
+    manifest = download(dataset, root, mirror=mirror or None, deadline=deadline)
+    save_manifest(manifest_path, manifest)
+    log.info("%s ready under %s", dataset, Path(root) / dataset)
+
+
+def check_hessian_memory(spec: Mapping[str, Any], hessian: Mapping[str, Any], dev) -> None:
+    """Stop before the dense P x P float64 Hessian is allocated when it cannot fit; name the keys."""
+    from .config import ConfigError
+    from .resources import available_bytes, dense_hessian_bytes, format_bytes, hessian_group_size
+
+    m = spec["model"]
+    need = dense_hessian_bytes(m["width"], m["d_k"], m["d_ff"])
+    have = available_bytes(dev)
+    if have is not None and need > have:
+        exp = hessian.get("experiment", "<hessian.experiment>")
+        p = hessian_group_size(m["width"], m["d_k"], m["d_ff"])
+        raise ConfigError(
+            f"hessian.experiment: the dense Hessian of {exp!r} is {p:,} x {p:,} float64 and this job needs about "
+            f"{format_bytes(need)}, but only {format_bytes(have)} is available on {dev}; lower "
+            f"experiments.{exp}.model.width / d_k / d_ff (or run on a machine with more memory)"
+        )
+
+
+def hessian_inputs(checkpoint: str, spec: Mapping[str, Any], hessian: Mapping[str, Any], data_root: str, device: str):
+    """``(model, images, labels)``: the checkpoint's model in float64 and the fixed Hessian batch
+    (``hessian.batch_size`` samples drawn with ``hessian.seed``, the same for every stage)."""
+    import torch
+
+    from .hessian import fixed_batch
+    from .train import load_experiment_data, load_model
+    from .utils import resolve_device
+
+    dev = resolve_device(device)
+    check_hessian_memory(spec, hessian, dev)
+    data = load_experiment_data(spec, data_root)
+    images, labels = fixed_batch(data["train_x"], data["train_y"], hessian["batch_size"], hessian["seed"])
+    model = load_model(checkpoint, device=dev, dtype=torch.float64)
+    return model, images.to(device=dev, dtype=torch.float64), labels.to(dev)
+
+
+def hessian_step(
+    checkpoint: str,
+    stage: str,
+    spec: Mapping[str, Any],
+    hessian: Mapping[str, Any],
+    data_root: str,
+    out_npz: str,
+    out_norms: str,
+    device: str = "auto",
+) -> dict[str, Any]:
+    """Rule hessian: the dense Hessian of one block's five groups (``out_npz``, :func:`.io.save_hessian`)
+    and its block and weight norms (``out_norms``, :func:`.io.save_norms`); returns the norms."""
+    from .hessian import block_norms, compute_hessian, group_layout, weight_norms
+    from .io import save_hessian, save_norms
+
+    model, images, labels = hessian_inputs(checkpoint, spec, hessian, data_root, device)
+    block = hessian["block"]
+    H, method, seconds = compute_hessian(model, block, images, labels, hessian["method"])
+    names, shapes, offsets = group_layout(model, block)
+    Hn = H.cpu().numpy()
+    save_hessian(out_npz, Hn, names, offsets, shapes)
+    norms = {
+        "stage": stage,
+        "experiment": hessian["experiment"],
+        "block": block,
+        "method": method,
+        "seconds": seconds,
+        "batch_size": int(len(images)),
+        "n_params": int(offsets[-1]),
+        "blocks": block_norms(Hn, offsets, names),
+        "weights": weight_norms(model, block),
+    }
+    save_norms(out_norms, norms)
+    log.info("hessian %s: %d x %d via %s in %.2f s", stage, Hn.shape[0], Hn.shape[1], method, seconds)
+    return norms
+
+
+def theory_step(
+    checkpoint: str,
+    stage: str,
+    spec: Mapping[str, Any],
+    hessian: Mapping[str, Any],
+    data_root: str,
+    hessian_npz: str,
+    out: str,
+    norms: str | None = None,
+    probes: int = 8,
+    tolerance: float = 1e-8,
+    device: str = "auto",
+) -> dict[str, Any]:
+    """Rule theory: check the saved Hessian against curvlinops products on ``probes`` random vectors
+    per group; write the errors (:func:`.io.save_theory_check`) and raise :class:`ValueError` when the
+    largest relative error exceeds ``tolerance`` (the gate of the Hessian figures)."""
+    from .checks import saved_hessian_check
+    from .io import load_hessian, load_norms, save_theory_check
+
+    model, images, labels = hessian_inputs(checkpoint, spec, hessian, data_root, device)
+    H = load_hessian(hessian_npz)["H"]
+    result = saved_hessian_check(
+        H,
+        model,
+        images,
+        labels,
+        probes=probes,
+        seed=hessian["seed"],
+        tolerance=tolerance,
+        block=hessian["block"],
+    )
+    result["stage"] = stage
+    result["hessian_file"] = hessian_npz
+    result["hessian_method"] = load_norms(norms)["method"] if norms else "unknown"
+    save_theory_check(out, result)
+    worst = max(result["blocks"], key=lambda r: r["rel_error"])
+    log.info(
+        "saved Hessian (%s) vs curvlinops on %d probes (%s): max relative error %.3e (block %s-%s)",
+        result["hessian_method"],
+        result["n_probes"],
+        stage,
+        result["max_rel_error"],
+        worst["row"],
+        worst["col"],
+    )
+    if not result["passed"]:
+        raise ValueError(
+            f"the saved {result['hessian_method']} Hessian {hessian_npz} disagrees with curvlinops at stage "
+            f"{stage}: relative error {result['max_rel_error']:.3e} in block ({worst['row']}, {worst['col']}) "
+            f"exceeds theory.tolerance={tolerance:g} (details in {out})"
+        )
+    return result
+
+
+def dynamics_step(
+    checkpoint: str,
+    spec: Mapping[str, Any],
+    hessian: Mapping[str, Any],
+    dynamics: Mapping[str, Any],
+    data_root: str,
+    out_npz: str,
+    out_json: str,
+    saved_init_hessian: str | None = None,
+    tolerance: float = 1e-8,
+    device: str = "auto",
+) -> dict[str, Any]:
+    """Rule dynamics: replay the first training steps from ``checkpoint`` (init.pt) and write the
+    snapshots of Figures 7-11 (:func:`.io.save_dynamics`). With ``saved_init_hessian`` the replay's
+    step-0 Hessian must equal the hessian rule's to relative error ``tolerance`` (else
+    :class:`ValueError`, after writing)."""
+    from .dynamics import check_against_saved, record_dynamics
+    from .io import load_hessian, save_dynamics
+
+    arrays, summary, H0 = record_dynamics(
+        spec,
+        data_root,
+        checkpoint,
+        hessian,
+        dynamics,
+        device=device,
+        checkpoint_dir=Path(checkpoint).parent,
+    )
+    summary["experiment"] = hessian["experiment"]
+    summary["dataset"] = spec["dataset"]
+    summary["model"] = spec["model"]
+    if saved_init_hessian:
+        chk = check_against_saved(H0, load_hessian(saved_init_hessian))
+        chk["tolerance"] = tolerance
+        chk["passed"] = bool(chk["rel_error"] <= tolerance)
+        summary["init_hessian_check"] = chk
+    save_dynamics(out_npz, out_json, arrays, summary)
+    log.info(
+        "dynamics: %d snapshots over %d steps in %.1f s (Hessians %.1f s via %s)",
+        len(summary["steps"]),
+        summary["steps"][-1],
+        summary["seconds"],
+        summary["hessian_seconds"],
+        summary["hessian_method"],
+    )
+    if summary["capped"]:
+        log.warning(
+            "dynamics: dynamics.steps=%d exceeds the run's %d steps; recorded those",
+            summary["requested_steps"],
+            summary["replayed_steps"],
+        )
+    bad = [c["epoch"] for c in summary["epoch_checks"] if not c["identical"]]
+    if bad:
+        log.warning("dynamics: the replay differs from the saved epoch checkpoint(s) %s", bad)
+    if saved_init_hessian and not summary["init_hessian_check"]["passed"]:
+        raise ValueError(
+            f"dynamics: the step-0 Hessian differs from {saved_init_hessian} by relative error "
+            f"{summary['init_hessian_check']['rel_error']:.3e} > theory.tolerance={tolerance:g}"
+        )
+    return summary
+
+
+def _metrics_by_experiment(paths: Sequence[str]) -> dict[str, dict]:
+    from .io import load_metrics
+
+    return {m["experiment"]: m for m in map(load_metrics, paths)}
+
+
+def table1_step(config: Mapping[str, Any], metrics: Sequence[str], out_dir: str) -> None:
+    """Rule table1: ``out_dir/table1.{csv,tex,md}`` from the config and the runs' metrics."""
+    from .report import write_table
+    from .table1 import table1
+
+    df = table1(config, _metrics_by_experiment(metrics))
+    write_table(
+        df,
+        Path(out_dir) / "table1",
+        "Table 1: ViT hyperparameters of both experiments, this run next to the paper's values",
+    )
+
+
+def landscape_step(
+    checkpoint: str,
+    spec: Mapping[str, Any],
+    landscape: Mapping[str, Any],
+    data_root: str,
+    out: str,
+    device: str = "auto",
+) -> dict[str, Any]:
+    """Rule landscape: per-sample losses at w* on the first ``landscape.max_samples`` training samples
+    (all when unset), D_k over orderings and the fitted slope (:func:`.landscape.analyse_landscape`);
+    written with :func:`.io.save_landscape`. Warns when the slope's 95% interval excludes -1."""
+    from .io import save_landscape
+    from .landscape import analyse_landscape
+    from .train import load_experiment_data, load_model, per_sample_losses
+    from .utils import resolve_device
+
+    data = load_experiment_data(spec, data_root)
+    model = load_model(checkpoint, device=resolve_device(device))
+    x, y = data["train_x"], data["train_y"]
+    if landscape.get("max_samples"):
+        x, y = x[: landscape["max_samples"]], y[: landscape["max_samples"]]
+    losses = per_sample_losses(model, x, y)
+    L = landscape
+    result = analyse_landscape(
+        losses,
+        n_orderings=L["n_orderings"],
+        seed=L["seed"],
+        ema_factor=L["ema_factor"],
+        k_min=L["k_min"],
+        n_bootstrap=L["n_bootstrap"],
+        granularity=L.get("granularity", "sample"),
+        batch_size=L.get("batch_size", 16),
+    )
+    result["experiment"] = L["experiment"]
+    save_landscape(out, result)
+    log.info("landscape: slope %.3f, 95%% CI [%.3f, %.3f]", result["slope"], *result["slope_ci95"])
+    if not result["ci95_contains_minus_one"]:
+        log.warning(
+            "landscape: the 95%% interval [%.3f, %.3f] of the fitted slope excludes -1, the paper's "
+            "O(1/k) rate (Theorem 7's bound 2L/(k+1) itself %s)",
+            *result["slope_ci95"],
+            "holds" if result["bound_holds"] else "is violated",
+        )
+    return result
+
+
+def probe_step(
+    checkpoint: str,
+    spec: Mapping[str, Any],
+    probe: Mapping[str, Any],
+    data_root: str,
+    out: str,
+    init_checkpoint: str | None = None,
+    device: str = "auto",
+) -> dict[str, Any]:
+    """Rule probe: Theorem 7 off w*, the Taylor model and Assumption 1 around w*
+    (:func:`.probe.run_probe`, float64), written with :func:`.io.save_probe`; warns on violations."""
+    import torch
+
+    from .io import save_probe
+    from .probe import run_probe
+    from .train import load_experiment_data, load_model
+    from .utils import resolve_device
+
+    dev = resolve_device(device)
+    data = load_experiment_data(spec, data_root)
+    model = load_model(checkpoint, device=dev, dtype=torch.float64)
+    init = load_model(init_checkpoint, device=dev, dtype=torch.float64) if init_checkpoint else None
+    result = run_probe(model, data["train_x"], data["train_y"], probe, init_model=init)
+    result["experiment"] = probe.get("experiment")
+    result["dataset"] = spec["dataset"]
+    save_probe(out, result)
+    s = result["theorem7_summary"]
+    log.info(
+        "probe: Theorem 7 off w* held in %.4f%% of %d comparisons (M = %.3g); Assumption 1 slope %.3f "
+        "[%.3f, %.3f]; %.1f s",
+        100 * s["held_fraction"],
+        s["n_comparisons"],
+        result["M"],
+        result["assumption1"]["slope"],
+        *result["assumption1"]["slope_ci95"],
+        result["timings"]["total"],
+    )
+    if s["n_violations"]:
+        w = s["worst"]
+        log.warning(
+            "probe: Theorem 7's bound fails in %d comparisons; worst lhs/rhs = %.3g (%s, t = %.3g, k = %d)",
+            s["n_violations"],
+            w["ratio"],
+            w["direction"],
+            w["t"],
+            w["k"],
+        )
+    return result
+
+
+def tables_step(
+    norms_init: str, norms_trained: str, metrics: Sequence[str], theory: Sequence[str], out_dir: str
+) -> None:
+    """Rule tables: ``out_dir/{block_norms,run_summary,closed_form_check}.{csv,tex,md}``."""
+    from .io import load_norms, load_theory_check
+    from .report import block_norm_table, closed_form_table, run_summary_table, write_table
+
+    out = Path(out_dir)
+    write_table(
+        block_norm_table(load_norms(norms_init), load_norms(norms_trained)),
+        out / "block_norms",
+        "Hessian block norms of the loss w.r.t. (W_Q, W_K, W_V, W_1, W_2) at initialisation and after training",
+    )
+    write_table(run_summary_table(_metrics_by_experiment(metrics)), out / "run_summary", "Runs behind the figures")
+    checks = {c["stage"]: c for c in map(load_theory_check, theory)}
+    write_table(
+        closed_form_table(checks),
+        out / "closed_form_check",
+        "Saved Hessian vs curvlinops Hessian-vector products on random probes: errors and functional "
+        "share per block pair",
+    )
+
+
+def summary_step(
+    config_hash: str,
+    norms: Sequence[str],
+    metrics: Sequence[str],
+    landscape: str,
+    theory: Sequence[str],
+    out: str,
+    figures: Sequence[str] = (),
+    tables: Sequence[str] = (),
+    bounds: Sequence[str] = (),
+    registry_config: Mapping[str, Any] | None = None,
+    notebook_dir: str | None = None,
+    claims: str | None = None,
+) -> dict[str, Any]:
+    """Rule summary: ``paper/summary.json`` (:func:`.report.build_summary`, keyed by file stem for
+    figures and tables) with, when given, the figures' provenance and the claim rows."""
+    from .io import load_claims, save_summary
+    from .report import build_summary
+
+    fig_map = {Path(p).stem: p for p in figures}
+    table_map = {Path(p).stem: p for p in tables}
+    summary = build_summary(config_hash, norms, metrics, landscape, theory, fig_map, table_map, bounds=list(bounds))
+    if registry_config:
+        from .registry import provenance
+
+        summary["figure_provenance"] = provenance(registry_config, notebook_dir=notebook_dir)
+    if claims:
+        summary["claims"] = load_claims(claims)
+    save_summary(out, summary)
+    return summary
+
+
+def claims_step(
+    norms_init: str,
+    norms_trained: str,
+    metrics_hessian: str,
+    metrics_landscape: str,
+    landscape: str,
+    out_json: str,
+    out_md: str,
+    hessian_init: str | None = None,
+    extra: Sequence[str] = (),
+    rows: Sequence[str] = (),
+    config_hash: str | None = None,
+) -> list[dict]:
+    """Rule claims: one verdict per empirical claim of the paper (:func:`.claims.collect_claims`);
+    ``extra`` items are ``NAME=PATH`` results for ``claims.PROVIDERS[NAME]``, ``rows`` JSON lists of
+    finished rows. Writes ``out_json`` and ``out_md`` (:func:`.io.save_claims`); returns the rows."""
+    from . import claims
+    from .io import load_hessian, load_json, load_landscape, load_metrics, load_norms, save_claims
+
+    mh, ml = load_metrics(metrics_hessian), load_metrics(metrics_landscape)
+    spread = claims.entry_spread(load_hessian(hessian_init)["H"]) if hessian_init else None
+    out = claims.hessian_claim_rows(
+        load_norms(norms_init),
+        load_norms(norms_trained),
+        mh,
+        evidence=", ".join(p for p in (hessian_init, norms_init, norms_trained, metrics_hessian) if p),
+        spread=spread,
+    )
+    out += claims.training_claim_rows(mh, ml, metrics_hessian, metrics_landscape)
+    out += claims.landscape_claim_rows(load_landscape(landscape), ml, evidence=landscape)
+    extra_results = {}
+    for item in extra:
+        name, _, path = item.partition("=")
+        extra_results[name] = load_json(path)
+    extra_rows = [r for path in rows for r in load_json(path)]
+    out = claims.collect_claims(out, extra_rows, extra=extra_results)
+    save_claims(out_json, out_md, out, config_hash, claims.claims_document(out, config_hash))
+    failed = [r["id"] for r in out if r["verdict"] == claims.NOT_REPRODUCED]
+    log.info("claims: %d rows, not reproduced: %s", len(out), ", ".join(failed) or "none")
+    return out
+
+
+def claims_readme_step(claims_path: str, readme: str, check: bool = False) -> None:
+    """Refresh the README's generated claims section from ``claims_path``; with ``check``, raise
+    :class:`ValueError` when it differs instead of writing."""
+    from . import claims
+    from .io import load_claims
+    from .utils import write_text
+
+    rows = load_claims(claims_path)
+    text = Path(readme).read_text()
+    new = claims.update_readme(text, rows)
+    if check:
+        if new != text:
+            raise ValueError(
+                f"{readme}: the claims section differs from {claims_path}; run "
+                f"`transformer-hessian claims-readme --claims {claims_path} --readme {readme}`"
+            )
+        log.info("%s: claims section up to date", readme)
+    else:
+        write_text(new, readme)
+        log.info("%s: claims section refreshed from %s", readme, claims_path)
+
+
+def registry_step(path: str, write_readme: bool = False, check: bool = False) -> None:
+    """Write (``write_readme``) or check (``check``) the generated paper README at ``path``, or print
+    the figure registry (id, paper label, notebook) one figure per line."""
+    from . import registry
+    from .utils import write_text
+
+    text = registry.render_paper_readme()
+    if write_readme:
+        write_text(text, path)
+        log.info("wrote %s from the figure registry", path)
+    elif check:
+        if Path(path).read_text() != text:
+            raise ValueError(f"{path} differs from the registry; run `transformer-hessian registry --write-readme`")
+        log.info("%s matches the registry", path)
+    else:
+        for fig in registry.FIGURES:
+            print(f"{fig.id}\t{fig.paper}\t{fig.label}\tnotebooks/{fig.notebook}")
