@@ -7,8 +7,11 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from transformer_hessian.dynamics import FAMILIES  # noqa: E402
-from transformer_hessian.dynamics_plot import dynamics_figure, robust_log_range  # noqa: E402
+from transformer_hessian.dynamics_plot import (  # noqa: E402
+    FAMILIES,  # noqa: E402
+    dynamics_figure,
+    robust_log_range,
+)
 from transformer_hessian.hessian_groups import ALL_GROUPS  # noqa: E402
 
 

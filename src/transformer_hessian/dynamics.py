@@ -31,19 +31,10 @@ import torch
 
 from . import GROUPS
 from .hessian import fixed_batch
-from .hessian_groups import ALL_GROUPS, LN_GROUPS, hessian_all_groups, layout, symmetric_block_norms, weight_norms_all
+from .hessian_groups import ALL_GROUPS, hessian_all_groups, layout, symmetric_block_norms, weight_norms_all
 from .model import ModelConfig, ViT
 from .train import load_experiment_data, make_optimizer, train_epoch
 from .utils import log, resolve_device
-
-#: The five figure families of Appendix A.1: figure number -> (title word, groups).
-FAMILIES = {
-    "fig7": ("Queries", ("W_Q",)),
-    "fig8": ("Keys", ("W_K",)),
-    "fig9": ("Values", ("W_V",)),
-    "fig10": ("LayerNorm", LN_GROUPS),
-    "fig11": ("FeedForward", ("W_1", "W_2")),
-}
 
 
 def snapshot_steps(steps: int, every: int) -> list[int]:

@@ -1,6 +1,6 @@
 """Figures 7-11 (paper App. A.1): parameter groups during the first training steps.
 
-One figure per family of :data:`transformer_hessian.dynamics.FAMILIES` (Queries, Keys, Values,
+One figure per family of :data:`FAMILIES` (Queries, Keys, Values,
 LayerNorm, FeedForward), drawn from the ``dynamics`` rule's npz/JSON:
 
 * (a) the entries of each weight matrix at the heatmap steps (diverging colour scale centred at
@@ -24,9 +24,17 @@ from matplotlib import colors
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from .dynamics import FAMILIES
-from .hessian_groups import ALL_GROUPS, LN_GROUPS
+from . import ALL_GROUPS, LN_GROUPS
 from .io import load_dynamics  # noqa: F401 (re-exported: the format lives in io.py)
+
+#: The five figure families of Appendix A.1: figure number -> (title word, groups).
+FAMILIES = {
+    "fig7": ("Queries", ("W_Q",)),
+    "fig8": ("Keys", ("W_K",)),
+    "fig9": ("Values", ("W_V",)),
+    "fig10": ("LayerNorm", LN_GROUPS),
+    "fig11": ("FeedForward", ("W_1", "W_2")),
+}
 
 #: Axis labels of the nine groups.
 LABELS = {

@@ -22,13 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad, jvp, vmap
 
-from . import GROUPS
+from . import ALL_GROUPS, GROUPS, LN_GROUPS  # noqa: F401 (LN_GROUPS re-exported)
 from .model import ViT
 
 #: LayerNorm scale and shift of the two LayerNorms of a block (post-attention, post-FFN).
-LN_GROUPS = ("gamma1", "beta1", "gamma2", "beta2")
-#: The nine groups of one block, matrix groups first (same order as GROUPS), then LN_GROUPS.
-ALL_GROUPS = tuple(GROUPS) + LN_GROUPS
 
 
 def layout(model: ViT, block: int, groups=ALL_GROUPS):

@@ -3,9 +3,18 @@
 Theorem 7's right-hand side (``landscape``).
 See docs/theory.md ("Theorem 1", "Theorem 6", "Lemma 4")."""
 
-from .attention import attention_bound, attention_bound_paper
-from .block import block_bound, block_bound_ce, block_bound_from_loss_derivatives, block_bound_paper, lemma4_bounds
-from .landscape import landscape_bound, landscape_bound_tight
+# Imported on first use (PEP 562), so that ``bounds.plot`` can be imported without torch.
+_HOME = {
+    "attention_bound": "attention",
+    "attention_bound_paper": "attention",
+    "block_bound": "block",
+    "block_bound_ce": "block",
+    "block_bound_from_loss_derivatives": "block",
+    "block_bound_paper": "block",
+    "lemma4_bounds": "block",
+    "landscape_bound": "landscape",
+    "landscape_bound_tight": "landscape",
+}
 
 __all__ = [
     "attention_bound",
@@ -18,3 +27,11 @@ __all__ = [
     "landscape_bound_tight",
     "lemma4_bounds",
 ]
+
+
+def __getattr__(name: str):
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)

@@ -11,9 +11,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .. import GROUPS
+from .. import ATTENTION_GROUPS, GROUPS
 from ..plotting import GROUP_LABELS
-from .attention import ATTENTION_GROUPS
 
 __all__ = ["DATASET_NAMES", "bounds_figure"]
 

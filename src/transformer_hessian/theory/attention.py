@@ -43,7 +43,7 @@ __all__ = [
     "attention_loss_hessian",
 ]
 
-ATTENTION_GROUPS = ("W_Q", "W_K", "W_V")
+from .. import ATTENTION_GROUPS  # noqa: E402 (the names live in the torch-free package root)
 
 
 def _d(t: torch.Tensor) -> torch.Tensor:
