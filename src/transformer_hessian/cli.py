@@ -315,7 +315,9 @@ def cmd_summary(a) -> None:
 
     figures = {Path(p).stem: p for p in a.figures}
     tables = {Path(p).stem: p for p in a.tables}
-    summary = build_summary(a.config_hash, a.norms, a.metrics, a.landscape, a.theory, figures, tables, bounds=a.bounds)
+    summary = build_summary(
+        a.config_hash, a.norms, a.metrics, a.landscape, a.theory, figures, tables, bounds=a.bounds, scaling=a.scaling
+    )
     if a.registry_config:
         from .registry import provenance
 
@@ -418,6 +420,42 @@ def cmd_bounds_table(a) -> None:
     from .bounds.pipeline import run_table
 
     run_table(a)
+
+
+def cmd_scaling_models(a) -> None:
+    """Rule scaling_models: train and measure part ``--part`` of ``--jobs`` of the sweep's models."""
+    from .scaling import run_models, sweep_models
+    from .utils import write_json
+
+    points = sweep_models(a.scaling)[a.part :: a.jobs]
+    results = run_models(points, a.scaling, a.data_root, a.cache_dir, device=a.device)
+    write_json({"part": a.part, "jobs": a.jobs, "models": results}, a.out)
+
+
+def cmd_scaling_aggregate(a) -> None:
+    """Rule scaling: power laws across the sweep's models -> results/scaling/scaling.json."""
+    from .scaling import aggregate
+    from .utils import read_json, write_json
+
+    results = [m for path in a.parts for m in read_json(path)["models"]]
+    out = aggregate(results, a.scaling)
+    write_json(out, a.out)
+    for size, by_series in out["fits"].items():
+        for series, fits in by_series.items():
+            for q, f in fits.items():
+                if "exponent" in f:
+                    lo, hi = f["exponent_ci"] or (float("nan"), float("nan"))
+                    log.info(
+                        "scaling (n = %s, %s series): %s ~ P^%.3f, 95%% CI [%.3f, %.3f]",
+                        size,
+                        series,
+                        q,
+                        f["exponent"],
+                        lo,
+                        hi,
+                    )
+                else:
+                    log.info("scaling (n = %s, %s series): %s not fitted: %s", size, series, q, f["skipped"])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -536,6 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--notebook-dir", default=None, help="folder of the figure notebooks (default ./notebooks)")
     s.add_argument("--claims", default=None, help="paper/claims.json: adds the key 'claims'")
     s.add_argument("--bounds", nargs="*", default=[], help="results/<exp>/bounds/<stage>.json (bounds rule)")
+    s.add_argument("--scaling", default=None, help="results/scaling/scaling.json: adds the key 'scaling'")
     s.add_argument("--out", required=True, help="output JSON (paper/summary.json)")
     s.set_defaults(func=cmd_summary)
 
@@ -603,6 +642,23 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out-dir", required=True, help="folder for the table (paper/tables)")
     t.add_argument("--claims-out", default=None, help="also write the claim rows (JSON list) here")
     t.set_defaults(func=cmd_bounds_table)
+
+    s = sub.add_parser("scaling", help="scaling study: D_k slope, k*, top Hessian eigenvalue across model sizes")
+    ssub = s.add_subparsers(dest="scaling_command", required=True)
+    m = ssub.add_parser("models", help="train and measure one part of the sweep's models (cached per model)")
+    m.add_argument("--scaling", type=_json_arg, required=True, help="the validated 'scaling' config section")
+    m.add_argument("--part", type=int, default=0, help="this job's part (0-based): models part, part+jobs, ...")
+    m.add_argument("--jobs", type=int, default=1, help="number of parts the sweep is split into")
+    m.add_argument("--data-root", required=True, help=DATA_ROOT_HELP)
+    m.add_argument("--cache-dir", required=True, help="per-model results <id>.json and checkpoints <id>/")
+    m.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
+    m.add_argument("--out", required=True, help="output JSON: this part's model results")
+    m.set_defaults(func=cmd_scaling_models)
+    g = ssub.add_parser("aggregate", help="power laws in the parameter count across all parts")
+    g.add_argument("--scaling", type=_json_arg, required=True, help="the validated 'scaling' config section")
+    g.add_argument("--parts", nargs="+", required=True, help="the JSON of every part (scaling models)")
+    g.add_argument("--out", required=True, help="output JSON (results/scaling/scaling.json)")
+    g.set_defaults(func=cmd_scaling_aggregate)
     return p
 
 

@@ -148,6 +148,7 @@ def build_summary(
     figures: dict[str, str],
     tables: dict[str, str],
     bounds: list[str] | None = None,
+    scaling: str | None = None,
 ) -> dict:
     """Gather every number the figures and tables show, with provenance.
 
@@ -183,6 +184,9 @@ def build_summary(
         results = {r["stage"]: r for r in map(read_json, bounds)}
         summary["bounds"] = {stage: r["summary"] for stage, r in results.items()}
         summary["bounds"]["claims"] = claim_rows(results)
+    if scaling:
+        # the scaling study (scaling.aggregate): per-model numbers and power-law fits, no curves
+        summary["scaling"] = {k: v for k, v in read_json(scaling).items() if k != "models"}
     summary["figures"] = figures
     summary["tables"] = tables
     return summary
