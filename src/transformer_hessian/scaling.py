@@ -118,9 +118,10 @@ def k_star_fitted(prefactor: float, slope: float, tolerance: float, k_cap: float
         return 1
     if b >= 0:
         return None
-    x = math.exp((math.log(tol) - math.log(a)) / b)
-    if not x <= k_cap:
+    log_x = (math.log(tol) - math.log(a)) / b
+    if not log_x <= math.log(k_cap):
         return None
+    x = math.exp(log_x)
     kk = max(1, math.ceil(x))
     while kk > 1 and ok(kk - 1):  # guard against rounding in the power
         kk -= 1

@@ -237,13 +237,13 @@ def scaling_figure(result: Mapping[str, Any] | str | os.PathLike[str], size=(13.
             transform=ax_b.transAxes,
             fontsize=8,
         )
-        ax_b.set_xscale("log")
+        ax_b.set(xticks=[], yticks=[])
     ax_b.set(
         xlabel="parameters P",
         ylabel="spectral norm of the diagonal Hessian block",
         title="(f) block 0's diagonal Hessian blocks at $w^*$",
     )
-    for ax in (ax_s, ax_a, ax_k, ax_l, ax_b):
+    for ax in (ax_s, ax_a, ax_k, ax_l, ax_b) if dense else (ax_s, ax_a, ax_k, ax_l):
         _plain_ticks(ax)
     fig.suptitle(sweep_title(res), fontsize=9)
     return fig
