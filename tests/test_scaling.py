@@ -179,9 +179,9 @@ def test_block_norms_dense_or_skipped_with_reason():
 
 
 def test_sweep_models_union_of_both_directions():
-    s = config_with(**{**TINY_SWEEP, "widths": [4, 8, 16], "depths": [1, 2, 4], "fixed_width": 8, "train_sizes": [100, None]})[
-        "scaling"
-    ]
+    s = config_with(
+        **{**TINY_SWEEP, "widths": [4, 8, 16], "depths": [1, 2, 4], "fixed_width": 8, "train_sizes": [100, None]}
+    )["scaling"]
     ids = [p["id"] for p in scaling.sweep_models(s)]
     assert ids == [
         *("w4_d1_n100", "w8_d1_n100", "w16_d1_n100", "w8_d2_n100", "w8_d4_n100"),
@@ -242,9 +242,9 @@ def _fake_result(point, P, slope, prefactor, lam, tol=1e-3):
 
 
 def test_aggregate_fits_each_direction_and_data_set_size():
-    s = config_with(**{**TINY_SWEEP, "widths": [4, 8, 16], "depths": [1, 2], "fixed_width": 4, "train_sizes": [100, None]})[
-        "scaling"
-    ]
+    s = config_with(
+        **{**TINY_SWEEP, "widths": [4, 8, 16], "depths": [1, 2], "fixed_width": 4, "train_sizes": [100, None]}
+    )["scaling"]
     rng = np.random.default_rng()
     b_lam = rng.uniform(-1, 1)
     results = []
