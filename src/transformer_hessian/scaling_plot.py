@@ -33,11 +33,14 @@ def size_label(size: Any, n_train: int | None = None) -> str:
 
 
 def exponent_label(fit: Mapping[str, Any]) -> str:
-    """``"b = -0.26 [-0.50, -0.13]"``: the fitted exponent and its bootstrap 95% interval."""
-    text = f"b = {fit['exponent']:.2f}"
-    if fit.get("exponent_ci"):
-        lo, hi = fit["exponent_ci"]
-        text += f" [{lo:.2f}, {hi:.2f}]"
+    """``"b = -0.26 [-0.50, -0.13]"``: the fitted exponent and its bootstrap 95% interval, with
+    enough decimals (2 to 4) to show the interval's width; no interval: the number of models."""
+    ci = fit.get("exponent_ci")
+    width = abs(ci[1] - ci[0]) if ci else 1.0
+    decimals = int(min(4, max(2, np.ceil(-np.log10(width))))) if width > 0 else 2
+    text = f"b = {fit['exponent']:.{decimals}f}"
+    if ci:
+        text += f" [{ci[0]:.{decimals}f}, {ci[1]:.{decimals}f}]"
     else:
         text += f" ({fit['n_points']} models: no interval)"
     return text
