@@ -444,16 +444,11 @@ def cmd_scaling_aggregate(a) -> None:
         for series, fits in by_series.items():
             for q, f in fits.items():
                 if "exponent" in f:
-                    lo, hi = f["exponent_ci"] or (float("nan"), float("nan"))
-                    log.info(
-                        "scaling (n = %s, %s series): %s ~ P^%.3f, 95%% CI [%.3f, %.3f]",
-                        size,
-                        series,
-                        q,
-                        f["exponent"],
-                        lo,
-                        hi,
+                    lo_hi = f["exponent_ci"]
+                    ci = (
+                        f"95% CI [{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]" if lo_hi else f"no interval ({f['n_points']} models)"
                     )
+                    log.info("scaling (n = %s, %s series): %s ~ P^%.3f, %s", size, series, q, f["exponent"], ci)
                 else:
                     log.info("scaling (n = %s, %s series): %s not fitted: %s", size, series, q, f["skipped"])
 
