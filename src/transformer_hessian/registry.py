@@ -24,6 +24,10 @@ How to add a figure
    ``config["hessian"]["experiment"]``, ``{lexp}`` is ``config["landscape"]["experiment"]``;
    ``{cfg[section][key]}`` reads any other config value.
 3. Run ``transformer-hessian registry --write-readme`` and commit ``paper/README.md``.
+A figure that only some configs want names its boolean switch in ``enabled_by`` (e.g.
+``"scaling.enabled"``): :func:`figure_ids`, :func:`rule_specs` and :func:`provenance` then skip
+it when the switch is off, and the rules that compute its inputs are included by the Snakefile
+under the same condition.
 Nothing else changes: the rule, the ``all`` target, the report entry (caption from here,
 through ``workflow/report/figure.rst``) and the summary's provenance follow from the entry.
 Figures that other rule files build today (fig1, fig7-fig12, bound and Theorem 7 figures)
