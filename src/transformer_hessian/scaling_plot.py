@@ -186,7 +186,7 @@ def scaling_figure(result: Mapping[str, Any] | str | os.PathLike[str], size=(13.
     scatter(ax_k, "k_star_fitted", filled=False, fit=False)
     ax_k.set(
         ylabel=f"sample size k* with D_k <= {tol:g} (samples)",
-        title="(d) k*: measured (filled, fitted law), from the fitted D_k (open)",
+        title="(d) sample size k* at the tolerance",
     )
     scatter(ax_l, "top_eigenvalue")
     ax_l.set(
@@ -197,6 +197,12 @@ def scaling_figure(result: Mapping[str, Any] | str | os.PathLike[str], size=(13.
         handles, labels = ax.get_legend_handles_labels()
         handles += [plt.Line2D([], [], color="0.4", marker=_MARKER[k], linestyle="none", markersize=5) for k in _MARKER]
         labels += [_SERIES[k].format(**res["settings"]) for k in _MARKER]
+        if ax is ax_k:
+            handles += [
+                plt.Line2D([], [], color="0.4", marker="o", linestyle="none", markersize=5),
+                plt.Line2D([], [], color="0.4", marker="o", markerfacecolor="white", linestyle="none", markersize=5),
+            ]
+            labels += ["k* measured on the mean D_k", "k* of the fitted prefactor k^slope"]
         ax.legend(handles, labels, fontsize=6.5, loc="best", frameon=True, framealpha=0.85, edgecolor="0.8")
 
     # (f) spectral norms of the diagonal blocks of block 0's dense Hessian, one line per sweep direction
