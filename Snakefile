@@ -51,7 +51,7 @@ if workflow.is_main_process:
 
 from transformer_hessian.registry import figure_ids, notebook_tables  # noqa: E402
 
-FIGURES = figure_ids()  # every figure of the registry (src/transformer_hessian/registry.py)
+FIGURES = figure_ids(config)  # the registry's figures (src/transformer_hessian/registry.py) this config switches on
 TABLES = ["block_norms", "run_summary", "closed_form_check"]  # written by the `tables` rule
 ALL_TABLES = TABLES + ["table1", "bounds"] + notebook_tables()  # + Table 1 (rule table1) + tables of figure notebooks
 
@@ -73,6 +73,11 @@ include: "workflow/rules/claims.smk"
 include: "workflow/rules/probe.smk"
 include: "workflow/rules/dynamics.smk"
 include: "workflow/rules/bounds.smk"
+
+
+if config["scaling"]["enabled"]:
+
+    include: "workflow/rules/scaling.smk"
 
 
 rule all:

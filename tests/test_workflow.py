@@ -49,6 +49,24 @@ TINY = {
         "shift_orderings": 2,
     },
     "dynamics": {"steps": 9, "every": 3, "heatmaps": 2},
+    "scaling": {
+        "enabled": True,
+        "patch_size": 4,
+        "widths": [2, 4],
+        "depths": [1, 2],
+        "fixed_width": 2,
+        "fixed_depth": 1,
+        "train_sizes": [80, 160],
+        "train": {"epochs": 1, "batch_size": 32},
+        "tolerance": 0.02,
+        "n_orderings": 5,
+        "n_bootstrap": 20,
+        "k_min": 5,
+        "lanczos_iters": 4,
+        "hessian_samples": 16,
+        "dense_max_params": 150,
+        "jobs": 2,
+    },
 }
 
 
@@ -284,6 +302,44 @@ def test_bounds_outputs_hold_and_are_complete(run):
             assert len(sel) == n, (stage, setting, layer)
             assert (sel.project_held == 1.0).all() and (sel.project_bound >= sel.measured).all()
             assert (sel.measured > 0).all() and (sel.ratio_median >= 1).all()
+
+
+def test_scaling_outputs(run):
+    """Three architectures x two data-set sizes, split into two jobs; finite slopes, positive integer
+    k*, parameter counts growing with the width, fits per size and direction, the summary's copy."""
+    r = json.loads((run / "results/scaling/scaling.json").read_text())
+    rows = r["rows"]
+    assert [row["id"] for row in rows] == [
+        *("w2_d1_n80", "w2_d2_n80", "w4_d1_n80"),
+        *("w2_d1_n160", "w2_d2_n160", "w4_d1_n160"),
+    ]
+    parts = [json.loads((run / f"results/scaling/parts/part{i}of2.json").read_text()) for i in range(2)]
+    assert sorted(m["id"] for p in parts for m in p["models"]) == sorted(row["id"] for row in rows)
+    assert len(list((run / "results/scaling/models").glob("*.json"))) == 6
+    for row in rows:
+        assert row["n_train"] == row["train_size"]
+        assert math.isfinite(row["slope"]) and row["slope_ci95"][0] <= row["slope"] <= row["slope_ci95"][1]
+        assert row["prefactor"] > 0 and row["top_eigenvalue"] > 0
+        for key in ("k_star_measured", "k_star_fitted"):
+            assert isinstance(row[key], int) and row[key] >= 1, (row["id"], key)
+        assert row["k_star_measured"] <= row["n_train"] - 1
+        # block 0 of width 2 has 52 parameters (dense), of width 4 192 > dense_max_params = 150
+        assert (row["block_diag_spectral"] is None) == (row["width"] == 4)
+    for size in (80, 160):
+        width_series = sorted(
+            (row for row in rows if row["train_size"] == size and "width" in row["series"]),
+            key=lambda row: row["width"],
+        )
+        assert [row["width"] for row in width_series] == [2, 4]
+        assert width_series[0]["n_parameters"] < width_series[1]["n_parameters"]
+        fits = r["fits"][str(size)]
+        assert set(fits) == {"width", "depth"}
+        assert all(math.isfinite(f["exponent"]) for f in fits["width"].values() if "exponent" in f)
+    skipped = next(m for m in r["models"] if m["id"] == "w4_d1_n80")["block_norms_skipped"]
+    assert "scaling.dense_max_params = 150" in skipped
+    s = json.loads((run / "paper/summary.json").read_text())
+    assert s["scaling"]["rows"] == rows and s["scaling"]["fits"] == r["fits"]
+    assert "scaling" in s["figure_provenance"]
 
 
 def test_rerun_does_nothing_and_report_builds(run, root, env):

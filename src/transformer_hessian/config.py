@@ -313,6 +313,9 @@ def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH, cli_ove
                 f"experiments defined under 'experiments' ({', '.join(experiments)})"
             )
     cross = _cross_key_errors(config)
+    from .scaling import config_errors as scaling_errors
+
+    cross += scaling_errors(config)
     if cross:
         raise ConfigError("invalid configuration:\n" + "\n".join(cross))
     return config

@@ -24,6 +24,10 @@ How to add a figure
    ``config["hessian"]["experiment"]``, ``{lexp}`` is ``config["landscape"]["experiment"]``;
    ``{cfg[section][key]}`` reads any other config value.
 3. Run ``transformer-hessian registry --write-readme`` and commit ``paper/README.md``.
+A figure that only some configs want names its boolean switch in ``enabled_by`` (e.g.
+``"scaling.enabled"``): :func:`figure_ids`, :func:`rule_specs` and :func:`provenance` then skip
+it when the switch is off, and the rules that compute its inputs are included by the Snakefile
+under the same condition.
 Nothing else changes: the rule, the ``all`` target, the report entry (caption from here,
 through ``workflow/report/figure.rst``) and the summary's provenance follow from the entry.
 Figures that other rule files build today (fig1, fig7-fig12, bound and Theorem 7 figures)
@@ -44,6 +48,7 @@ __all__ = [
     "OTHER_ARTEFACTS",
     "Figure",
     "by_id",
+    "enabled",
     "file_sha256",
     "figure_ids",
     "groups",
@@ -91,6 +96,10 @@ class Figure:
     #: Path templates the rule waits for without passing them to the notebook: a figure of a
     #: Hessian is drawn only after the ``theory`` rule has checked that Hessian.
     gate: tuple[str, ...] = ()
+    #: Dotted config key of a boolean switch (e.g. ``"scaling.enabled"``): when it is false the
+    #: figure has no rule, is not in ``all`` or the provenance (:func:`enabled`), and
+    #: ``paper/README.md`` lists it as optional. None: always drawn.
+    enabled_by: str | None = None
 
     @property
     def rule(self) -> str:
@@ -343,6 +352,27 @@ FIGURES: list[Figure] = [
         shows="measured Hessian block norms vs the project's and the paper's bounds; Theorem 1 counter-example",
         functions="`bounds.plot`; `bounds.pipeline`, `bounds.attention`, `bounds.block`",
     ),
+    Figure(
+        id="scaling",
+        paper="beyond the paper (Figure 1's sample size determination, Theorem 7)",
+        label="fig:introduction",
+        notebook="scaling.ipynb",
+        group="scaling_figure",  # the rule `scaling` computes the fits
+        inputs={"scaling": "results/scaling/scaling.json"},
+        enabled_by="scaling.enabled",
+        caption="Scaling study of post-norm ViTs on {scaling_data} (widths at fixed depth, depths at fixed "
+        "width; one colour per training-set size n). (a) D_k = |L_(k+1)(w*) - L_k(w*)| against k (mean over "
+        "random orderings, medians in log-spaced bins; dotted: the tolerance; markers: measured k*). "
+        "(b) decay rate -slope of the log-log fit of D_k (bootstrap 95% interval over orderings; dotted: "
+        "Theorem 7's 1/k rate), (c) its prefactor, (d) the sample size k*: measured = smallest k from which "
+        "the mean D_k stays at or below the tolerance (filled), fitted = smallest k with prefactor * k^slope "
+        "at or below it (open), (e) the top Hessian eigenvalue of the training loss at w* (Lanczos), "
+        "(f) the largest spectral norm of the diagonal blocks of block 0's dense Hessian (where it is "
+        "formed), each against the parameter count P on log axes, with fitted power laws a P^b "
+        "(exponent b in the legend) and their pairs-bootstrap 95% bands over models.",
+        shows="D_k curves, D_k slope and prefactor, sample size k* and top Hessian eigenvalue against the parameter count, with fitted power laws",
+        functions="`scaling_plot.scaling_figure`; `scaling.run_models`, `scaling.aggregate`",
+    ),
 ]
 
 #: Artefacts that are not notebook figures (for ``paper/README.md`` only): (path, what it
@@ -417,9 +447,19 @@ def by_id(fig_id: str) -> Figure:
     raise KeyError(f"no figure {fig_id!r} in the registry; known: {figure_ids()}")
 
 
-def figure_ids() -> list[str]:
-    """The ids of :data:`FIGURES`, in order."""
-    return [fig.id for fig in FIGURES]
+def enabled(fig: Figure, config: dict | None) -> bool:
+    """Whether ``config`` switches ``fig`` on (always when it has no ``enabled_by`` or no config is given)."""
+    if fig.enabled_by is None or config is None:
+        return True
+    node: Any = config
+    for key in fig.enabled_by.split("."):
+        node = node.get(key) if isinstance(node, dict) else None
+    return bool(node)
+
+
+def figure_ids(config: dict | None = None) -> list[str]:
+    """The ids of :data:`FIGURES`, in order; with ``config``, only those it switches on (:func:`enabled`)."""
+    return [fig.id for fig in FIGURES if enabled(fig, config)]
 
 
 def notebook_tables() -> list[str]:
@@ -451,10 +491,13 @@ def caption(fig: Figure, config: dict) -> str:
         if land.get("granularity", "sample") == "batch"
         else "sample-by-sample"
     )
+    scaling_set = config.get("scaling", {}).get("dataset", "digits")
     return fig.caption.format(
         hessian_data=_data_name(config, config["hessian"]["experiment"], "MNIST"),
         landscape_data=_data_name(config, land["experiment"], "CIFAR-100"),
         granularity=granularity,
+        scaling_data=_DATASET.get(scaling_set, scaling_set)
+        + (", stand-in for MNIST / CIFAR-100" if scaling_set == "digits" else ""),
     )
 
 
@@ -496,6 +539,9 @@ def rule_specs(config: dict) -> list[dict[str, Any]]:
 
     specs = []
     for name, figs in groups().items():
+        figs = [f for f in figs if enabled(f, config)]
+        if not figs:
+            continue
         first = figs[0]
         literal = " ".join(f"-p {k} {shlex.quote(str(v))}" for k, v in first.params.items())
         specs.append(
@@ -550,6 +596,8 @@ def provenance(
 
     out = {}
     for fig in FIGURES:
+        if not enabled(fig, config):
+            continue
         inputs = resolve_inputs(fig, config)
         out[fig.id] = {
             "paper": fig.paper,
@@ -588,8 +636,9 @@ def render_paper_readme() -> str:
     ]
     for fig in FIGURES:
         inputs = ", ".join(f"`{t}`" for t in fig.inputs.values())
+        shows = fig.shows + (f" (optional: only with `{fig.enabled_by}: true`)" if fig.enabled_by else "")
         lines.append(
-            f"| `figures/{fig.id}.{{pdf,png}}` | {fig.paper} (`{fig.label}`) | {fig.shows} | "
+            f"| `figures/{fig.id}.{{pdf,png}}` | {fig.paper} (`{fig.label}`) | {shows} | "
             f"`notebooks/{fig.notebook}` | `{fig.rule}` | {inputs} | {fig.functions} |"
         )
     lines += [

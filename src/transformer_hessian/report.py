@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .io import load_bounds, load_landscape, load_metrics, load_norms, load_theory_check
+from .io import load_bounds, load_json, load_landscape, load_metrics, load_norms, load_theory_check
 from .utils import atomic_path, device_description, git_commit, package_versions, write_text
 
 
@@ -149,6 +149,7 @@ def build_summary(
     figures: dict[str, str],
     tables: dict[str, str],
     bounds: list[str] | None = None,
+    scaling: str | None = None,
 ) -> dict:
     """Gather every number the figures and tables show, with provenance.
 
@@ -184,6 +185,9 @@ def build_summary(
         results = {r["stage"]: r for r in map(load_bounds, bounds)}
         summary["bounds"] = {stage: r["summary"] for stage, r in results.items()}
         summary["bounds"]["claims"] = claim_rows(results)
+    if scaling:
+        # the scaling study (scaling.aggregate): per-model numbers and power-law fits, no curves
+        summary["scaling"] = {k: v for k, v in load_json(scaling, rule="scaling").items() if k != "models"}
     summary["figures"] = figures
     summary["tables"] = tables
     return summary

@@ -392,15 +392,19 @@ def summary_step(
     registry_config: Mapping[str, Any] | None = None,
     notebook_dir: str | None = None,
     claims: str | None = None,
+    scaling: str | None = None,
 ) -> dict[str, Any]:
     """Rule summary: ``paper/summary.json`` (:func:`.report.build_summary`, keyed by file stem for
-    figures and tables) with, when given, the figures' provenance and the claim rows."""
+    figures and tables) with, when given, the figures' provenance, the claim rows and the
+    scaling study."""
     from .io import load_claims, save_summary
     from .report import build_summary
 
     fig_map = {Path(p).stem: p for p in figures}
     table_map = {Path(p).stem: p for p in tables}
-    summary = build_summary(config_hash, norms, metrics, landscape, theory, fig_map, table_map, bounds=list(bounds))
+    summary = build_summary(
+        config_hash, norms, metrics, landscape, theory, fig_map, table_map, bounds=list(bounds), scaling=scaling
+    )
     if registry_config:
         from .registry import provenance
 
@@ -492,3 +496,41 @@ def registry_step(path: str, write_readme: bool = False, check: bool = False) ->
     else:
         for fig in registry.FIGURES:
             print(f"{fig.id}\t{fig.paper}\t{fig.label}\tnotebooks/{fig.notebook}")
+
+
+def scaling_models_step(
+    scaling: Mapping[str, Any], part: int, jobs: int, data_root: str, cache_dir: str, out: str, device: str = "auto"
+) -> dict[str, Any]:
+    """Rule scaling_models: train and measure models ``part, part + jobs, ...`` of the sweep
+    (:func:`.scaling.sweep_models`; per-model results cached in ``cache_dir``) and write
+    ``{"part", "jobs", "models": [...]}`` to ``out``."""
+    from .scaling import run_models, sweep_models
+    from .utils import write_json
+
+    points = sweep_models(scaling)[part::jobs]
+    result = {"part": part, "jobs": jobs, "models": run_models(points, scaling, data_root, cache_dir, device=device)}
+    write_json(result, out)
+    return result
+
+
+def scaling_aggregate_step(scaling: Mapping[str, Any], parts: Sequence[str], out: str) -> dict[str, Any]:
+    """Rule scaling: power laws in the parameter count across every part's models
+    (:func:`.scaling.aggregate`) -> ``out``; logs each fitted exponent with its interval."""
+    from .scaling import aggregate
+    from .utils import read_json, write_json
+
+    results = [m for path in parts for m in read_json(path)["models"]]
+    agg = aggregate(results, scaling)
+    write_json(agg, out)
+    for size, by_series in agg["fits"].items():
+        for series, fits in by_series.items():
+            for q, f in fits.items():
+                if "exponent" in f:
+                    lo_hi = f["exponent_ci"]
+                    ci = (
+                        f"95% CI [{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]" if lo_hi else f"no interval ({f['n_points']} models)"
+                    )
+                    log.info("scaling (n = %s, %s series): %s ~ P^%.3f, %s", size, series, q, f["exponent"], ci)
+                else:
+                    log.info("scaling (n = %s, %s series): %s not fitted: %s", size, series, q, f["skipped"])
+    return agg

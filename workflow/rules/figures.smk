@@ -85,12 +85,14 @@ rule summary:
         tables=expand("paper/tables/{table}.csv", table=ALL_TABLES),
         claims="paper/claims.json",
         bounds=expand("results/{exp}/bounds/{stage}.json", exp=HEXP, stage=STAGES),
+        scaling=["results/scaling/scaling.json"] if config["scaling"]["enabled"] else [],
     output:
         "paper/summary.json",
     params:
         config_hash=CONFIG_HASH,
         registry_config=lambda wildcards: json.dumps(config),  # a function: braces in values are no wildcards
         notebook_dir=NB,
+        scaling_args=lambda w, input: " ".join(f"--scaling {shlex.quote(p)}" for p in input.scaling),
     conda:
         "../../environment.yml"
     log:
@@ -105,4 +107,4 @@ rule summary:
         "transformer-hessian summary --config-hash {params.config_hash:q} --norms {input.norms:q} "
         "--metrics {input.metrics:q} --landscape {input.landscape:q} --theory {input.theory:q} "
         "--figures {input.figures:q} --tables {input.tables:q} --registry-config {params.registry_config:q} "
-        "--notebook-dir {params.notebook_dir:q} --claims {input.claims:q} --bounds {input.bounds:q} --out {output:q} 2> {log:q}"
+        "--notebook-dir {params.notebook_dir:q} --claims {input.claims:q} --bounds {input.bounds:q} {params.scaling_args} --out {output:q} 2> {log:q}"

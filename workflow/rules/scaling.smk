@@ -1,0 +1,60 @@
+# Scaling study (transformer_hessian.scaling), included only when scaling.enabled is true: the
+# sweep's models are split into scaling.jobs parts (1 on the embedded default: one process pays
+# torch's start-up once; on a cluster, one part per model runs them side by side). Each model's
+# result is cached in results/scaling/models/<id>.json (not a declared output, so a changed
+# setting reruns a part that skips every model whose own settings did not change). The figure
+# (registry entry "scaling") reads results/scaling/scaling.json.
+
+SCALING = config["scaling"]
+SCALING_PARTS = [f"results/scaling/parts/part{i}of{SCALING['jobs']}.json" for i in range(SCALING["jobs"])]
+
+
+rule scaling_models:
+    input:
+        manifest=f"{DATA_ROOT}/{SCALING['dataset']}/manifest.json",
+    output:
+        "results/scaling/parts/part{part}of{jobs}.json",
+    wildcard_constraints:
+        part="[0-9]+",
+        jobs="[0-9]+",
+    params:
+        data_root=data_root_of,
+        scaling=lambda w: json.dumps(SCALING),  # a function: braces in values are no wildcards
+        device=config["device"],
+    conda:
+        "../../environment.yml"
+    log:
+        "logs/scaling/part{part}of{jobs}.log",
+    benchmark:
+        "benchmarks/scaling/part{part}of{jobs}.tsv"
+    threads: 1
+    resources:
+        cpus_per_task=lambda wildcards, threads: threads,
+        gpu=config["resources"]["gpu"],
+        mem_mb=config["resources"]["mem_mb"],
+        runtime=config["resources"]["runtime"],
+    shell:
+        "transformer-hessian --threads {threads} scaling models --scaling {params.scaling:q} "
+        "--part {wildcards.part:q} --jobs {wildcards.jobs:q} --data-root {params.data_root:q} "
+        "--cache-dir results/scaling/models --device {params.device:q} --out {output:q} 2> {log:q}"
+
+
+rule scaling:
+    input:
+        SCALING_PARTS,
+    output:
+        "results/scaling/scaling.json",
+    params:
+        scaling=lambda w: json.dumps(SCALING),
+    conda:
+        "../../environment.yml"
+    log:
+        "logs/scaling/aggregate.log",
+    benchmark:
+        "benchmarks/scaling/aggregate.tsv"
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    shell:
+        "transformer-hessian scaling aggregate --scaling {params.scaling:q} --parts {input:q} --out {output:q} 2> {log:q}"
