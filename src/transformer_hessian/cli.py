@@ -576,12 +576,32 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("bench", help="benchmarks (see `bench hessian --help`)")
     bsub = s.add_subparsers(dest="bench", required=True)
     b = bsub.add_parser("hessian", help="time dense Hessian extraction: curvlinops, torch.func, closed form, pipeline")
-    b.add_argument("--widths", type=int, nargs="+", default=[8, 16, 32], help="model widths d to time")
-    b.add_argument("--batch-size", type=int, default=64, help="samples in the Hessian batch")
+    b.add_argument(
+        "--widths", type=int, nargs="+", default=None, help="model widths d to time (default 8 16 32; paper shape 16)"
+    )
+    b.add_argument(
+        "--batch-size", type=int, default=None, help="samples in the Hessian batch (default 64; paper shape 128)"
+    )
     b.add_argument("--repeats", type=int, default=3, help="timed runs per method after one warm-up")
-    b.add_argument("--memory-cap-gib", type=float, default=8.0, help="address-space cap of each method's process")
-    b.add_argument("--timeout", type=float, default=600.0, help="seconds per method and size")
+    b.add_argument(
+        "--memory-cap-gib",
+        type=float,
+        default=None,
+        help="address-space cap of each method's process (GiB; default 8, paper shape 16)",
+    )
+    b.add_argument(
+        "--timeout", type=float, default=None, help="seconds per method and size (default 600; paper shape 3600)"
+    )
     b.add_argument("--out-dir", default="results/bench", help="folder for hessian_bench.{json,md}")
+    b.add_argument(
+        "--paper-shape",
+        action="store_true",
+        help="the paper's Hessian problem: 28x28 images, patch 4 (49 tokens), d=16, d_ff=64, batch 128; "
+        "curvlinops (a) once vs the closed form (c) unless --widths/--batch-size/--methods say otherwise",
+    )
+    b.add_argument("--methods", nargs="+", default=None, help="method labels to run (a-e; default all)")
+    b.add_argument("--device", default=None, help="cpu (default), cuda, or auto (cuda when available)")
+    b.add_argument("--reference-cache", default=None, help="folder caching the reference Hessian and its timing")
     s.set_defaults(func=cmd_bench)
 
     s = sub.add_parser("bounds", help="Hessian bounds (Theorems 1, 6, Lemma 4) vs measured curvature")
