@@ -400,7 +400,12 @@ def cmd_registry(a) -> None:
 
 
 def cmd_bench(a) -> None:
-    """The Hessian extraction benchmark."""
+    """The Hessian extraction benchmark (``bench hessian``) or training throughput (``bench train``)."""
+    if a.bench == "train":
+        from .bench.train import run_train_bench
+
+        run_train_bench(a)
+        return
     from .bench import run_bench
 
     run_bench(a)
@@ -602,6 +607,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--methods", nargs="+", default=None, help="method labels to run (a-e; default all)")
     b.add_argument("--device", default=None, help="cpu (default), cuda, or auto (cuda when available)")
     b.add_argument("--reference-cache", default=None, help="folder caching the reference Hessian and its timing")
+    b = bsub.add_parser("train", help="training throughput: images/s, data-loading share, TFLOP/s per experiment")
+    b.add_argument("--config", default="config/config.yaml", help="config whose experiments are timed")
+    b.add_argument("--experiments", nargs="+", default=None, help="experiment names (default: all)")
+    b.add_argument("--steps", type=int, default=20, help="timed training steps per experiment")
+    b.add_argument("--warmup", type=int, default=3, help="untimed steps first")
+    b.add_argument("--synthetic", action="store_true", help="random tensors of the data set's shape, not the files")
+    b.add_argument("--device", default=None, help="auto, cpu or cuda[:N] (default: the config's device)")
+    b.add_argument("--out-dir", default="results/bench", help="folder for train_bench.{json,md}")
     s.set_defaults(func=cmd_bench)
 
     s = sub.add_parser("bounds", help="Hessian bounds (Theorems 1, 6, Lemma 4) vs measured curvature")
