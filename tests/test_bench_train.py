@@ -97,4 +97,8 @@ def test_bench_train_cli_on_a_tiny_config(tmp_path):
     assert cifar["image_shape"] == [3, 32, 32] and DATASET_SHAPES["cifar100"][:3] == (32, 3, 100)
     assert cifar["augment"] == "crop_flip" and cifar["amp"] == "bf16"
     md = (out / "train_bench.md").read_text()
-    assert "tiny_cifar (cifar100) | synthetic" in md and "images/s" in buf.getvalue()
+    assert (
+        "| tiny_cifar (cifar100) | synthetic" in md
+        and all(r["config"] == str(path) for r in res["rows"])
+        and "images/s" in buf.getvalue()
+    )

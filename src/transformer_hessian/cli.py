@@ -608,7 +608,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--device", default=None, help="cpu (default), cuda, or auto (cuda when available)")
     b.add_argument("--reference-cache", default=None, help="folder caching the reference Hessian and its timing")
     b = bsub.add_parser("train", help="training throughput: images/s, data-loading share, TFLOP/s per experiment")
-    b.add_argument("--config", default="config/config.yaml", help="config whose experiments are timed")
+    b.add_argument("--config", nargs="+", default=["config/config.yaml"], help="config(s) whose experiments are timed")
     b.add_argument("--experiments", nargs="+", default=None, help="experiment names (default: all)")
     b.add_argument("--steps", type=int, default=20, help="timed training steps per experiment")
     b.add_argument("--warmup", type=int, default=3, help="untimed steps first")

@@ -170,19 +170,19 @@ def markdown(result: dict) -> str:
     lines = [
         "# Training throughput benchmark",
         "",
-        f"Config {result['config']}; device {result['device']}; {result['steps']} timed training steps after "
+        f"Config(s) {result['config']}; device {result['device']}; {result['steps']} timed training steps after "
         f"{result['warmup']} untimed ones per experiment. Data loading = indexing the on-device tensors "
         "(+ on-device augmentation); FLOPs per image = forward + backward matrix products "
         "(torch FlopCounterMode). Peak: dense vendor peak for the step's dtype, CUDA only.",
         "",
-        "| experiment | data | params | batch | amp | compile | augment | images/s | data-loading share "
+        "| config | experiment | data | params | batch | amp | compile | augment | images/s | data-loading share "
         "| GFLOP/image | TFLOP/s | of peak |",
-        "|:--|:--|---:|---:|:--|:--|:--|---:|---:|---:|---:|---:|",
+        "|:--|:--|:--|---:|---:|:--|:--|:--|---:|---:|---:|---:|---:|",
     ]
     for r in result["rows"]:
         frac = "-" if r["fraction_of_peak"] is None else f"{100 * r['fraction_of_peak']:.1f}%"
         lines.append(
-            f"| {r['experiment']} ({r['dataset']}) | {'synthetic' if r['data'].startswith('synthetic') else 'real'} "
+            f"| {r.get('config', '-')} | {r['experiment']} ({r['dataset']}) | {'synthetic' if r['data'].startswith('synthetic') else 'real'} "
             f"| {r['n_parameters']:,} | {r['batch_size']} | {r['amp'] or '-'} | {r['compile']} | {r['augment'] or '-'} "
             f"| {r['images_per_s']:.0f} | {r['data_loading_share']:.3f} | {r['flops_per_image'] / 1e9:.4f} "
             f"| {r['achieved_tflops']:.4f} | {frac} |"
@@ -195,17 +195,23 @@ def run_train_bench(a) -> dict:
     from ..config import load_config
     from ..utils import device_description, package_versions, resolve_device
 
-    cfg = load_config(a.config)
-    names = a.experiments or list(cfg["experiments"])
-    unknown = [n for n in names if n not in cfg["experiments"]]
-    if unknown:
-        raise ValueError(f"bench train: unknown experiment(s) {unknown}; the config has {list(cfg['experiments'])}")
     if a.steps < 1 or a.warmup < 0:
         raise ValueError("bench train: --steps must be >= 1 and --warmup >= 0")
-    dev = resolve_device(a.device or cfg.get("device", "auto"))
+    paths = [a.config] if isinstance(a.config, (str, Path)) else list(a.config)
+    configs = [(str(p), load_config(p)) for p in paths]
+    dev = resolve_device(a.device or configs[0][1].get("device", "auto"))
+    jobs = []
+    for path, cfg in configs:
+        names = a.experiments or list(cfg["experiments"])
+        if a.experiments:
+            names = [n for n in names if n in cfg["experiments"]]
+        jobs += [(path, cfg, n) for n in names]
+    missing = [n for n in (a.experiments or []) if not any(n == j[2] for j in jobs)]
+    if missing:
+        raise ValueError(f"bench train: unknown experiment(s) {missing} in {', '.join(paths)}")
     rows = []
-    for name in names:
-        log.info("bench train: %s ...", name)
+    for path, cfg, name in jobs:
+        log.info("bench train: %s (%s) ...", name, path)
         row = bench_experiment(
             name,
             cfg["experiments"][name],
@@ -215,6 +221,7 @@ def run_train_bench(a) -> dict:
             synthetic=a.synthetic,
             data_root=cfg["data"]["root"],
         )
+        row["config"] = path
         log.info(
             "bench train: %s: %.0f images/s, data loading %.1f%%",
             name,
@@ -224,7 +231,7 @@ def run_train_bench(a) -> dict:
         rows.append(row)
     result = {
         "benchmark": "training throughput",
-        "config": str(a.config),
+        "config": ", ".join(paths),
         "device": device_description(dev),
         "threads": torch.get_num_threads(),
         "steps": a.steps,
