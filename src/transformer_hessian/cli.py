@@ -169,7 +169,12 @@ def cmd_registry(a) -> None:
 
 
 def cmd_bench(a) -> None:
-    """The Hessian extraction benchmark."""
+    """The Hessian extraction benchmark (``bench hessian``) or training throughput (``bench train``)."""
+    if a.bench == "train":
+        from .bench.train import run_train_bench
+
+        run_train_bench(a)
+        return
     from .bench import run_bench
 
     run_bench(a)
@@ -360,12 +365,40 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("bench", help="benchmarks (see `bench hessian --help`)")
     bsub = s.add_subparsers(dest="bench", required=True)
     b = bsub.add_parser("hessian", help="time dense Hessian extraction: curvlinops, torch.func, closed form, pipeline")
-    b.add_argument("--widths", type=int, nargs="+", default=[8, 16, 32], help="model widths d to time")
-    b.add_argument("--batch-size", type=int, default=64, help="samples in the Hessian batch")
+    b.add_argument(
+        "--widths", type=int, nargs="+", default=None, help="model widths d to time (default 8 16 32; paper shape 16)"
+    )
+    b.add_argument(
+        "--batch-size", type=int, default=None, help="samples in the Hessian batch (default 64; paper shape 128)"
+    )
     b.add_argument("--repeats", type=int, default=3, help="timed runs per method after one warm-up")
-    b.add_argument("--memory-cap-gib", type=float, default=8.0, help="address-space cap of each method's process")
-    b.add_argument("--timeout", type=float, default=600.0, help="seconds per method and size")
+    b.add_argument(
+        "--memory-cap-gib",
+        type=float,
+        default=None,
+        help="address-space cap of each method's process (GiB; default 8, paper shape 16)",
+    )
+    b.add_argument(
+        "--timeout", type=float, default=None, help="seconds per method and size (default 600; paper shape 3600)"
+    )
     b.add_argument("--out-dir", default="results/bench", help="folder for hessian_bench.{json,md}")
+    b.add_argument(
+        "--paper-shape",
+        action="store_true",
+        help="the paper's Hessian problem: 28x28 images, patch 4 (49 tokens), d=16, d_ff=64, batch 128; "
+        "curvlinops (a) once vs the closed form (c) unless --widths/--batch-size/--methods say otherwise",
+    )
+    b.add_argument("--methods", nargs="+", default=None, help="method labels to run (a-e; default all)")
+    b.add_argument("--device", default=None, help="cpu (default), cuda, or auto (cuda when available)")
+    b.add_argument("--reference-cache", default=None, help="folder caching the reference Hessian and its timing")
+    b = bsub.add_parser("train", help="training throughput: images/s, data-loading share, TFLOP/s per experiment")
+    b.add_argument("--config", nargs="+", default=["config/config.yaml"], help="config(s) whose experiments are timed")
+    b.add_argument("--experiments", nargs="+", default=None, help="experiment names (default: all)")
+    b.add_argument("--steps", type=int, default=20, help="timed training steps per experiment")
+    b.add_argument("--warmup", type=int, default=3, help="untimed steps first")
+    b.add_argument("--synthetic", action="store_true", help="random tensors of the data set's shape, not the files")
+    b.add_argument("--device", default=None, help="auto, cpu or cuda[:N] (default: the config's device)")
+    b.add_argument("--out-dir", default="results/bench", help="folder for train_bench.{json,md}")
     s.set_defaults(func=cmd_bench)
 
     s = sub.add_parser("bounds", help="Hessian bounds (Theorems 1, 6, Lemma 4) vs measured curvature")

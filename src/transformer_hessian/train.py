@@ -146,6 +146,94 @@ def epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(n, generator=gen)
 
 
+#: ``train.augment`` choices: on-device augmentation of the image tensors (the CIFAR-100 recipe).
+AUGMENTATIONS = ("crop_flip",)
+
+
+def lr_factor(step: int, steps_per_epoch: int, t: dict) -> float | None:
+    """Multiplier of ``train.lr`` at global step ``step`` (0-based, counted over all epochs), or
+    None for the constant rate (``train.schedule: constant`` and ``train.warmup_epochs: 0``, the
+    default: the optimiser's rate is then never touched). With W = warmup_epochs * steps_per_epoch
+    and T = epochs * steps_per_epoch steps:
+
+        step < W:  (step + 1) / W                                   (linear warm-up)
+        else:      1 (constant)  or  0.5 (1 + cos(pi (step - W) / max(T - W, 1)))  (cosine)
+    """
+    schedule = t.get("schedule", "constant")
+    warm = int(round(float(t.get("warmup_epochs", 0)) * steps_per_epoch))
+    if schedule == "constant" and warm == 0:
+        return None
+    if step < warm:
+        return (step + 1) / warm
+    if schedule == "constant":
+        return 1.0
+    total = int(t["epochs"]) * steps_per_epoch
+    return 0.5 * (1.0 + math.cos(math.pi * min(step - warm, total - warm) / max(total - warm, 1)))
+
+
+def epoch_augmentation(n: int, seed: int, epoch: int, t: dict, device) -> dict | None:
+    """The random draws of ``train.augment`` for every sample of an epoch, made at once on the CPU
+    from a generator seeded by (seed, epoch) and moved to ``device`` once (no per-batch copies):
+    ``crop_flip``: shifts (n, 2) in [0, 2 pad] and flips (n,) bool; None without augmentation."""
+    kind = t.get("augment")
+    if kind is None:
+        return None
+    if kind not in AUGMENTATIONS:
+        raise ConfigError(f"train.augment: unknown augmentation {kind!r}; choose from {', '.join(AUGMENTATIONS)}")
+    pad = int(t.get("crop_padding", 4))
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch + 2**40)
+    shifts = torch.randint(0, 2 * pad + 1, (n, 2), generator=gen)
+    flips = torch.rand(n, generator=gen) < 0.5
+    return {"pad": pad, "shifts": shifts.to(device), "flips": flips.to(device)}
+
+
+def crop_flip(x: torch.Tensor, shifts: torch.Tensor, flips: torch.Tensor, pad: int) -> torch.Tensor:
+    """Random crop with zero padding and horizontal flip of a batch (B, C, H, W) on its device:
+    out[b] = flip_b(pad(x[b], pad)[:, dy_b : dy_b + H, dx_b : dx_b + W]), (dy_b, dx_b) = shifts[b]."""
+    B, C, H, W = x.shape
+    xp = F.pad(x, (pad, pad, pad, pad))
+    rows = shifts[:, 0:1] + torch.arange(H, device=x.device)  # (B, H)
+    cols = shifts[:, 1:2] + torch.arange(W, device=x.device)  # (B, W)
+    cols = torch.where(flips.unsqueeze(1), cols.flip(1), cols)
+    b = torch.arange(B, device=x.device)[:, None, None]
+    return xp.permute(0, 2, 3, 1)[b, rows[:, :, None], cols[:, None, :]].permute(0, 3, 1, 2)
+
+
+def make_batch(xtr: torch.Tensor, ytr: torch.Tensor, idx: torch.Tensor, aug: dict | None):
+    """The mini-batch of the (on-device) training tensors at ``idx``, augmented when ``aug`` (from
+    :func:`epoch_augmentation`) is given: (images, labels), all on the tensors' device."""
+    xb, yb = xtr[idx], ytr[idx]
+    if aug is not None:
+        xb = crop_flip(xb, aug["shifts"][idx], aug["flips"][idx], aug["pad"])
+    return xb, yb
+
+
+def autocast_context(device, amp: str | None):
+    """``torch.autocast`` to bfloat16 on ``device`` for ``amp == 'bf16'``; a no-op context for None."""
+    import contextlib
+
+    if amp is None:
+        return contextlib.nullcontext()
+    if amp != "bf16":
+        raise ConfigError(f"train.amp: {amp!r} is not supported; use null or bf16")
+    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+
+
+def train_step(forward, opt: torch.optim.Optimizer, xb: torch.Tensor, yb: torch.Tensor, *, amp=None, lr=None):
+    """One AdamW step on the batch's mean cross-entropy (``forward`` = the model or its compiled
+    form; ``lr`` sets every group's rate first when given). Returns (loss, logits), loss float32."""
+    if lr is not None:
+        for group in opt.param_groups:
+            group["lr"] = lr
+    with autocast_context(xb.device, amp):
+        logits = forward(xb)
+        loss = F.cross_entropy(logits, yb)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return loss, logits
+
+
 def train_epoch(
     model: ViT,
     opt: torch.optim.Optimizer,
@@ -159,8 +247,15 @@ def train_epoch(
     lr: float | None = None,
     on_step=None,
     max_steps: int | None = None,
+    train_cfg: dict | None = None,
+    forward=None,
 ) -> tuple[float, int]:
     """One epoch of mini-batch AdamW on cross-entropy, in the order :func:`epoch_permutation`.
+
+    ``train_cfg`` (the experiment's ``train`` section) switches on its optional keys: ``amp``
+    (bf16 autocast), ``augment`` (:func:`crop_flip`, drawn by :func:`epoch_augmentation`),
+    ``warmup_epochs`` / ``schedule`` (:func:`lr_factor` of ``lr``); ``forward`` replaces the
+    model's forward (``torch.compile``). Without them the epoch is the plain constant-rate one.
 
     Step s (0-based) uses the samples ``perm[s * batch_size : (s + 1) * batch_size]``. After each
     optimiser step, ``on_step(step, model, loss)`` is called (step counted from 1 within the
@@ -172,22 +267,24 @@ def train_epoch(
     n = len(xtr)
     steps = math.ceil(n / batch_size)
     perm = epoch_permutation(n, seed, epoch).to(dev)
+    tc = train_cfg or {}
+    aug = epoch_augmentation(n, seed, epoch, tc, dev)
+    amp = tc.get("amp")
+    forward = model if forward is None else forward
     run_loss, run_correct = 0.0, 0
     last = steps if max_steps is None else min(steps, max_steps)
     for step in tqdm(range(last), desc=f"epoch {epoch}", leave=False, disable=None):
         idx = perm[step * batch_size : (step + 1) * batch_size]
-        logits = model(xtr[idx])
-        loss = F.cross_entropy(logits, ytr[idx])
+        xb, yb = make_batch(xtr, ytr, idx, aug)
+        factor = lr_factor((epoch - 1) * steps + step, steps, tc) if tc else None
+        loss, logits = train_step(forward, opt, xb, yb, amp=amp, lr=None if factor is None else tc["lr"] * factor)
         if not torch.isfinite(loss):
             raise TrainingError(
                 f"{name}: non-finite loss ({loss.item()}) at epoch {epoch}, step {step + 1} of {steps}; "
                 f"lower train.lr (now {lr}) or check the data"
             )
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
         run_loss += loss.item() * len(idx)
-        run_correct += (logits.argmax(-1) == ytr[idx]).sum().item()
+        run_correct += (logits.argmax(-1) == yb).sum().item()
         if on_step is not None:
             on_step(step + 1, model, loss.item())
     return run_loss, run_correct
@@ -217,6 +314,7 @@ def train(name: str, spec: dict, data_root: str | Path, out_dir: str | Path, dev
     torch.manual_seed(seed)
     model = ViT(mcfg).to(dev)
     opt = make_optimizer(model, spec)
+    forward = torch.compile(model) if t.get("compile", False) else model
     history: list[dict] = []
     start_epoch = 1
     # Resume only from checkpoints of the same settings (the epoch count may grow).
@@ -270,7 +368,17 @@ def train(name: str, spec: dict, data_root: str | Path, out_dir: str | Path, dev
     for epoch in epochs:
         t0 = time.perf_counter()
         run_loss, run_correct = train_epoch(
-            model, opt, xtr, ytr, seed=seed, epoch=epoch, batch_size=bs, name=name, lr=t["lr"]
+            model,
+            opt,
+            xtr,
+            ytr,
+            seed=seed,
+            epoch=epoch,
+            batch_size=bs,
+            name=name,
+            lr=t["lr"],
+            train_cfg=t,
+            forward=forward,
         )
         val_loss, val_acc = evaluate(model, xva, yva)
         history.append(

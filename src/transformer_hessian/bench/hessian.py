@@ -67,6 +67,7 @@ from .sandbox import (
     _rss_bytes,
     _tail,
 )
+from .shapes import SHAPES
 from .tables import fmt, markdown_table
 
 
@@ -91,6 +92,15 @@ class BenchSettings:
     methods: list[str] | None = None
     #: per-label memory cap in MiB above the baseline, overriding memory_cap_gib (test hook)
     cap_overrides_mib: dict[str, float] = field(default_factory=dict)
+    #: problem shape: "default" (8x8 images, patch 2, L = 16) or "paper" (28x28, patch 4, L = 49)
+    shape: str = "default"
+    #: torch device of the model, data and Hessian ("cpu", "cuda", "cuda:1", ...)
+    device: str = "cpu"
+    #: timed runs of the reference (a)/(a') (None: ``repeats``) and whether it gets a warm-up
+    reference_repeats: int | None = None
+    reference_warmup: bool = True
+    #: folder caching the reference Hessian and its row per problem (None: no cache)
+    reference_cache: str | None = None
 
     def labels(self) -> list[str]:
         """The method labels to run, in a-e order; ValueError names unknown ones."""
@@ -113,21 +123,31 @@ def n_group_params(width: int) -> int:
     return 2 * d * d_k + d * d + 2 * d * d_ff
 
 
-def build_problem(width: int, batch_size: int, seed: int):
-    """The default single-block ViT (float64, seeded init) and a seeded random float64 batch."""
+def build_problem(width: int, batch_size: int, seed: int, shape: str = "default", device: str = "cpu"):
+    """The single-block ViT of ``SHAPES[shape]`` (float64, seeded init) and a seeded random
+    float64 batch, drawn on the CPU (the same numbers on every device) and moved to ``device``."""
     import torch
 
     from ..model import ModelConfig, ViT
 
-    cfg = ModelConfig(
-        image_size=8, channels=1, num_classes=10, patch_size=2, width=width, depth=1, d_k=width, d_ff=4 * width
-    )
+    sh = SHAPES[shape]
+    cfg = ModelConfig(**sh, width=width, depth=1, d_k=width, d_ff=4 * width)
     torch.manual_seed(seed)
     model = ViT(cfg).to(torch.float64)
     gen = torch.Generator().manual_seed(seed + 1)
-    images = torch.randn(batch_size, 1, 8, 8, generator=gen, dtype=torch.float64)
+    side = sh["image_size"]
+    images = torch.randn(batch_size, sh["channels"], side, side, generator=gen, dtype=torch.float64)
     labels = torch.randint(0, cfg.num_classes, (batch_size,), generator=gen)
-    return model, images, labels
+    dev = torch.device(device)
+    return model.to(dev), images.to(dev), labels.to(dev)
+
+
+def _synchronize(device: str) -> None:
+    """Wait for queued kernels on a CUDA device (no-op elsewhere), so wall times are complete."""
+    import torch
+
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def hessian_curvlinops_chunked(model, block: int, images, labels, chunk: int = CHUNK_COLUMNS):
@@ -198,7 +218,10 @@ def run_worker(spec: dict) -> dict:
         torch.set_num_threads(int(spec["threads"]))
     res["threads"] = torch.get_num_threads()
     try:
-        model, images, labels = build_problem(spec["width"], spec["batch_size"], spec["seed"])
+        device = spec.get("device", "cpu")
+        model, images, labels = build_problem(
+            spec["width"], spec["batch_size"], spec["seed"], spec.get("shape", "default"), device
+        )
         fn, extra = _method_fn(spec["method"], model, images, labels)
         res.update(extra)
     except Exception as err:  # e.g. the closed form not importable
@@ -213,6 +236,10 @@ def run_worker(spec: dict) -> dict:
     res["baseline_rss_mib"] = baseline / _MIB
     res["peak_source"] = "VmHWM" if _reset_peak_rss() else "ru_maxrss"
     res["memory_cap_mib"] = spec["cap_bytes"] / _MIB
+    on_cuda = torch.device(device).type == "cuda"
+    if on_cuda:
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
     res["stage"] = "running"
     save()
 
@@ -235,12 +262,14 @@ def run_worker(spec: dict) -> dict:
     try:
         cap.arm()
         try:
-            for i in range(1 + spec["repeats"]):
+            warm = 1 if spec.get("warmup", True) else 0
+            for i in range(warm + spec["repeats"]):
                 H = None
                 t0 = time.perf_counter()
                 H = fn()
+                _synchronize(device)
                 dt = time.perf_counter() - t0
-                if i == 0:
+                if i < warm:
                     res["warmup_s"] = dt
                 else:
                     res["times_s"].append(dt)
@@ -262,6 +291,8 @@ def run_worker(spec: dict) -> dict:
     )
     res["peak_rss_mib"] = peak / _MIB
     res["peak_above_baseline_mib"] = max(peak - baseline, 0) / _MIB
+    if on_cuda:
+        res["peak_device_mib"] = torch.cuda.max_memory_allocated(device) / _MIB
     res["stage"] = "done"
     if res["status"] == OK:
         H = H.detach().to("cpu")
@@ -288,11 +319,16 @@ def run_case(label: str, width: int, s: BenchSettings, workdir: Path) -> dict:
     """Run one (method, width) in a fresh subprocess under the cap and timeout; never raises."""
     method = LABELS[label]
     tag = f"{method}_d{width}"
+    is_ref = label in ("a", FALLBACK[0])
+    repeats = s.reference_repeats if is_ref and s.reference_repeats is not None else s.repeats
     spec = {
         "method": method,
         "width": width,
         "batch_size": s.batch_size,
-        "repeats": s.repeats,
+        "repeats": repeats,
+        "warmup": s.reference_warmup if is_ref else True,
+        "shape": s.shape,
+        "device": s.device,
         "seed": s.seed,
         "threads": s.threads,
         "cap_bytes": s.cap_bytes(label),
@@ -330,7 +366,8 @@ def run_case(label: str, width: int, s: BenchSettings, workdir: Path) -> dict:
         "description": DESCRIPTIONS[method],
         "n_params": n_group_params(width),
         "batch_size": s.batch_size,
-        "repeats": s.repeats,
+        "repeats": repeats,
+        "warmup": spec["warmup"],
         "status": res.get("status", ERROR),
         "median_s": None,
         "warmup_s": res.get("warmup_s"),
@@ -341,6 +378,7 @@ def run_case(label: str, width: int, s: BenchSettings, workdir: Path) -> dict:
         "memory_cap_mib": s.cap_bytes(label) / _MIB,
         "memory_mechanisms": res.get("memory_mechanisms"),
         "peak_source": res.get("peak_source"),
+        "peak_device_mib": res.get("peak_device_mib"),
         "threads": res.get("threads"),
         "rel_error_vs_a": None,
         "max_abs_error_vs_a": None,
@@ -371,8 +409,8 @@ def run_case(label: str, width: int, s: BenchSettings, workdir: Path) -> dict:
             row["oom_by"] = "SIGKILL (kernel OOM killer?)"
         row["message"] = (row["message"] or "") + f" [exit code {rc}, stage {res.get('stage')}] " + _tail(log_path)
     if row["status"] == OK:
-        if len(row["times_s"]) != s.repeats:
-            row["status"], row["message"] = ERROR, f"{len(row['times_s'])} timed runs, expected {s.repeats}"
+        if len(row["times_s"]) != repeats:
+            row["status"], row["message"] = ERROR, f"{len(row['times_s'])} timed runs, expected {repeats}"
         else:
             row["median_s"] = statistics.median(row["times_s"])
     row["_hessian_path"] = spec["hessian_out"] if row["status"] == OK else None
@@ -397,7 +435,7 @@ def relative_error(path_h: str, path_ref: str, chunk_rows: int = 512) -> tuple[f
     return (err / scale if scale > 0 else err), err
 
 
-def _environment(threads) -> dict:
+def _environment(threads, device: str = "cpu") -> dict:
     import torch
 
     from ..utils import device_description, git_commit, package_versions
@@ -405,7 +443,7 @@ def _environment(threads) -> dict:
     return {
         "packages": package_versions(),
         "git_commit": git_commit(),
-        "device": device_description(torch.device("cpu")),
+        "device": device_description(torch.device(device)),
         "cpu_count": os.cpu_count(),
         "threads": threads or torch.get_num_threads(),
     }
@@ -433,6 +471,66 @@ def _finalise_rows(rows: list[dict], ref: dict | None, tol: float) -> None:
         r["ratio_to_a"] = ref["median_s"] / r["median_s"] if r["median_s"] else None
 
 
+def _reference_key(s: BenchSettings, label: str, width: int) -> str:
+    """Cache file stem of the reference (label) of one problem: a hash of everything that
+    determines its Hessian and timing conditions (shape, width, batch, seed, device, threads,
+    torch and curvlinops versions)."""
+    import hashlib
+
+    import torch
+
+    try:
+        import curvlinops
+
+        cv = getattr(curvlinops, "__version__", "?")
+    except ImportError:  # pragma: no cover - curvlinops is a dependency
+        cv = None
+    key = {
+        "label": label,
+        "shape": s.shape,
+        "width": width,
+        "batch_size": s.batch_size,
+        "seed": s.seed,
+        "device": s.device,
+        "threads": s.threads or torch.get_num_threads(),
+        "torch": torch.__version__,
+        "curvlinops": cv,
+    }
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return f"{LABELS[label]}_{s.shape}_d{width}_b{s.batch_size}_{digest}"
+
+
+def _cached_reference(s: BenchSettings, label: str, width: int, workdir: Path) -> dict | None:
+    """The reference row of an earlier run from ``s.reference_cache`` (marked ``cached``, its
+    Hessian copied into ``workdir``), or None when there is no cache or no entry."""
+    if not s.reference_cache:
+        return None
+    stem = Path(s.reference_cache) / _reference_key(s, label, width)
+    row_path, h_path = stem.with_suffix(".json"), stem.with_suffix(".npy")
+    if not (row_path.is_file() and h_path.is_file()):
+        return None
+    with open(row_path) as fh:
+        row = json.load(fh)
+    local = workdir / h_path.name
+    shutil.copyfile(h_path, local)
+    row.update(_hessian_path=str(local), cached=True, cache_file=str(row_path))
+    log.info("bench hessian: d=%d (%s) %s: reference from the cache %s", width, label, row["method"], row_path)
+    return row
+
+
+def _store_reference(s: BenchSettings, label: str, width: int, row: dict) -> None:
+    """Save a finished reference row and its Hessian in ``s.reference_cache`` (if set)."""
+    if not s.reference_cache or row["status"] != OK or not row.get("_hessian_path"):
+        return
+    from ..utils import atomic_path
+
+    stem = Path(s.reference_cache) / _reference_key(s, label, width)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(stem.with_suffix(".npy")) as tmp:
+        shutil.copyfile(row["_hessian_path"], tmp)
+    write_json({k: v for k, v in row.items() if not k.startswith("_")}, stem.with_suffix(".json"))
+
+
 def benchmark(s: BenchSettings) -> dict:
     """Run every (width, method); write ``hessian_bench.json`` / ``.md``; return the result.
 
@@ -447,7 +545,7 @@ def benchmark(s: BenchSettings) -> dict:
         "benchmark": "dense Hessian extraction",
         "settings": asdict(s),
         "tolerance": s.tolerance,
-        "environment": _environment(s.threads),
+        "environment": _environment(s.threads, s.device),
         "complete": False,
         "rows": [],
     }
@@ -459,9 +557,13 @@ def benchmark(s: BenchSettings) -> dict:
         write_text(markdown_table(snapshot), out / "hessian_bench.md")
 
     def run(label: str, width: int, ref: dict | None, workdir: Path) -> dict:
-        log.info("bench hessian: d=%d (%s) %s ...", width, label, LABELS[label])
-        row = run_case(label, width, s, workdir)
         is_ref = label in ("a", FALLBACK[0])
+        row = _cached_reference(s, label, width, workdir) if is_ref else None
+        if row is None:
+            log.info("bench hessian: d=%d (%s) %s ...", width, label, LABELS[label])
+            row = run_case(label, width, s, workdir)
+            if is_ref:
+                _store_reference(s, label, width, row)
         _finalise_rows([row], row if is_ref else ref, s.tolerance)
         log.info(
             "bench hessian: d=%d (%s) %s: %s, median %s s, peak RSS %s MiB, rel. error %s%s",
@@ -513,17 +615,67 @@ def benchmark(s: BenchSettings) -> dict:
     return result
 
 
+#: ``--paper-shape`` defaults: the paper's Hessian problem (MNIST shape, d = 16, batch 128),
+#: curvlinops (a) once without warm-up (about 200 s on 2 cores) against the closed form (c).
+PAPER_DEFAULTS = {
+    "widths": [16],
+    "batch_size": 128,
+    "methods": ["a", "c"],
+    "reference_repeats": 1,
+    "reference_warmup": False,
+    "timeout": 3600.0,
+    "memory_cap_gib": 16.0,
+    "tolerance": 1e-12,
+}
+
+
 def settings_from_args(a) -> BenchSettings:
-    """BenchSettings from the parsed ``bench hessian`` options."""
+    """BenchSettings from the parsed ``bench hessian`` options (None: the default, or with
+    ``--paper-shape`` the value in PAPER_DEFAULTS)."""
+    paper = bool(getattr(a, "paper_shape", False))
+    base = BenchSettings()
+    defaults = {
+        "widths": base.widths,
+        "batch_size": base.batch_size,
+        "methods": None,
+        "reference_repeats": None,
+        "reference_warmup": True,
+        "timeout": base.timeout,
+        "memory_cap_gib": base.memory_cap_gib,
+        "tolerance": base.tolerance,
+    }
+    if paper:
+        defaults.update(PAPER_DEFAULTS)
+
+    def pick(name: str):
+        v = getattr(a, name, None)
+        return defaults[name] if v is None else v
+
     return BenchSettings(
-        widths=list(a.widths),
-        batch_size=a.batch_size,
+        widths=list(pick("widths")),
+        batch_size=pick("batch_size"),
         repeats=a.repeats,
-        memory_cap_gib=a.memory_cap_gib,
-        timeout=a.timeout,
+        memory_cap_gib=pick("memory_cap_gib"),
+        timeout=pick("timeout"),
         out_dir=a.out_dir,
         threads=getattr(a, "threads", None),
+        methods=pick("methods"),
+        shape="paper" if paper else "default",
+        device=_resolve_device(getattr(a, "device", None) or "cpu"),
+        reference_repeats=pick("reference_repeats"),
+        reference_warmup=defaults["reference_warmup"],
+        reference_cache=getattr(a, "reference_cache", None),
+        tolerance=defaults["tolerance"],
     )
+
+
+def _resolve_device(name: str) -> str:
+    """``auto`` -> "cuda" when available, else "cpu"; other names unchanged."""
+    if name != "auto":
+        return name
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def run_bench(a) -> dict:

@@ -19,7 +19,6 @@ from .. import GROUPS
 from .attention import ATTENTION_GROUPS
 from .ffn import ffn_mask
 from .layernorm import layernorm_forward, layernorm_hessian_contract, layernorm_jacobian_rows, layernorm_vjp
-from .vec import softmax_row_hessian_contract
 
 
 def _token_factors(X: torch.Tensor, p: dict, eps: float) -> SimpleNamespace:
@@ -56,10 +55,11 @@ def _token_factors(X: torch.Tensor, p: dict, eps: float) -> SimpleNamespace:
     Z = layernorm_forward(S, p["gamma2"], p["beta2"], eps)
     j2 = layernorm_jacobian_rows(S, p["gamma2"], eps)
     # dS_l/dY_l = I + W_2^T diag(m_l) W_1^T  (Lemma 1), [c, e]
-    Js = Id + torch.einsum("fc,blf,ef->blce", W2, M, W1)
+    Js = Id + (M @ (W2.unsqueeze(-1) * W1.T.unsqueeze(-2)).reshape(W2.shape[0], d * d)).view(Bn, L, d, d)
     # X^T J_{a_l} X = sum_j a_lj x_j x_j^T - (A X)_l (A X)_l^T
-    XJX = torch.einsum("blj,bjm,bjn->blmn", A, X, X) - AX.unsqueeze(-1) * AX.unsqueeze(-2)
-    VXJX = torch.einsum("pc,blpn->blcn", WV, XJX) / s  # W_V^T X^T J X / s
+    XX = (X.unsqueeze(-1) * X.unsqueeze(-2)).reshape(Bn, L, d * d)
+    XJX = (A @ XX).view(Bn, L, d, d) - AX.unsqueeze(-1) * AX.unsqueeze(-2)
+    VXJX = (WV.T @ XJX) / s  # W_V^T X^T J X / s
     phi_f = {
         "W_Q": VXJX @ WK,
         "W_K": VXJX,
@@ -118,6 +118,70 @@ def _dense_jacobian(f: SimpleNamespace, name: str) -> torch.Tensor:
     return t.reshape(B, L * d, -1)
 
 
+def _pair_sum(ai: torch.Tensor, aj: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
+    """sum_n ai[n, a] aj[n, a'] C[n, c, c'] as a 4-index tensor [a, a', c, c'], one gemm over n.
+
+    Cost 2 n p p' q q' flops: (ai (x) aj)^T (n x p p') times C (n x q q')."""
+    n = ai.shape[0]
+    left = (ai.unsqueeze(2) * aj.unsqueeze(1)).reshape(n, -1)
+    return (left.T @ C.reshape(n, -1)).view(ai.shape[1], aj.shape[1], C.shape[1], C.shape[2])
+
+
+def _packed_index(m: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(rows, cols, map) of the upper triangle of an m x m matrix: map[a, b] is the position of
+    (min(a, b), max(a, b)) in the packed list of pairs (rows[k], cols[k]), k < m (m + 1) / 2."""
+    rows, cols = torch.triu_indices(m, m, device=device)
+    pos = torch.empty(m, m, dtype=torch.long, device=device)
+    k = torch.arange(rows.numel(), device=device)
+    pos[rows, cols] = k
+    pos[cols, rows] = k
+    return rows, cols, pos
+
+
+def _pair_sum_sym(a: torch.Tensor, C: torch.Tensor, packed: bool = False) -> torch.Tensor:
+    """:func:`_pair_sum` (a, a, C) for C[n] symmetric (q x q), or C already packed (n, q (q + 1) / 2)
+    in the order of :func:`_packed_index` (``packed``). The result is symmetric in (a, a') and in
+    (c, c') separately, so only the unique pairs enter the gemm (about a quarter of the flops);
+    C's upper triangle is used (its exact symmetry is not required)."""
+    n, p = a.shape
+    q = int(round((math.sqrt(8 * C.shape[1] + 1) - 1) / 2)) if packed else C.shape[1]
+    ra, ca, ma = _packed_index(p, a.device)
+    rc, cc, mc = _packed_index(q, a.device)
+    right = C if packed else C.reshape(n, q * q).index_select(1, rc * q + cc)
+    left = a.index_select(1, ra) * a.index_select(1, ca)
+    T = left.T @ right
+    return T.index_select(0, ma.reshape(-1)).index_select(1, mc.reshape(-1)).view(p, p, q, q)
+
+
+def _packed_sandwich(Om: torch.Tensor, W: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """Upper triangle, packed as in :func:`_packed_index`, of diag(m_n) W Om_n W^T diag(m_n) for
+    symmetric Om (n, e, e), W (f, e), m (n, f): one gemm of Om's packed upper triangle with
+    W2P[(e, e'), (f, f')] = W_fe W_f'e' + [e != e'] W_fe' W_f'e, then the mask m_f m_f'."""
+    n, e = Om.shape[:2]
+    f = W.shape[0]
+    re, ce, _ = _packed_index(e, Om.device)
+    rf, cf, _ = _packed_index(f, Om.device)
+    Wr, Wc = W[rf], W[cf]  # (f pairs, e)
+    W2P = Wr[:, re] * Wc[:, ce] + (re != ce) * (Wr[:, ce] * Wc[:, re])  # (f pairs, e pairs)
+    out = Om.reshape(n, e * e).index_select(1, re * e + ce) @ W2P.T
+    return out.mul_(m.index_select(1, rf)).mul_(m.index_select(1, cf))
+
+
+def _psi_sandwich(P: torch.Tensor, Q: torch.Tensor, A: torch.Tensor, Delta: torch.Tensor) -> torch.Tensor:
+    """sum_{j, J} P_jr Psi_l[j, J] Q_JR for every token l, shape (B, L, r, R), with the row
+    Hessian Psi_l = diag(u_l) - u_l a_l^T - a_l u_l^T of the softmax contracted with its
+    weights (u_l = Delta_l, a_l = A_l; :func:`.vec.softmax_row_hessian_contract`), without forming Psi:
+
+        P^T diag(u_l) Q - (P^T u_l)(Q^T a_l)^T - (P^T a_l)(Q^T u_l)^T.
+    """
+    Bn, L = A.shape[:2]
+    r, R = P.shape[-1], Q.shape[-1]
+    PQ = (P.unsqueeze(-1) * Q.unsqueeze(-2)).reshape(Bn, L, r * R)
+    out = (Delta @ PQ).view(Bn, L, r, R)
+    pu, pa, qu, qa = Delta @ P, A @ P, Delta @ Q, A @ Q
+    return out - pu.unsqueeze(-1) * qa.unsqueeze(-2) - pa.unsqueeze(-1) * qu.unsqueeze(-2)
+
+
 def _functional_upper(f: SimpleNamespace, g: torch.Tensor):
     """sum_b (g_b^T (x) I) d^2Z_b/(dW_i dW_j) for X (B, L, d), g (B, L, d) = dl/dZ per sample,
     contracted through the chain without forming d^2Z (see docs/theory.md):
@@ -129,6 +193,12 @@ def _functional_upper(f: SimpleNamespace, g: torch.Tensor):
     Yields (W_i, W_j, block) for i <= j in GROUPS order, one at a time (bounded memory), each
     block a 4-index tensor in the factor layout [i, k, j, l] (row entry (i, j) of W_i, column
     entry (k, l) of W_j, W_K's two indices swapped); :func:`_block_2d` makes it a matrix.
+
+    Per token n the block is alpha_i alpha_j^T (x) C_n with C_n = Phi_i^T Omega_2 Phi_j
+    (+ Phi^F_i^T Omega_1 Phi^F_j for two attention groups, + the Psi terms of W_Q, W_K), plus
+    the cross terms of the bilinear maps; every sum over the n = B L tokens is one gemm
+    (:func:`_pair_sum`), the diagonal blocks use only unique index pairs (:func:`_pair_sum_sym`),
+    and products with the shared W_2 are plain matrix products, not per-token batches.
     """
     p = f.p
     eps = f.eps
@@ -136,14 +206,12 @@ def _functional_upper(f: SimpleNamespace, g: torch.Tensor):
     Bn, L, d = f.X.shape
     k = f.k
     s = math.sqrt(k)
-    dt, dev = f.X.dtype, f.X.device
     gs = layernorm_vjp(f.S, p["gamma2"], eps, g)
     Om2 = layernorm_hessian_contract(f.S, p["gamma2"], eps, g)
-    gy = torch.einsum("blce,blc->ble", f.Js, gs)
+    gy = (f.Js.transpose(-1, -2) @ gs.unsqueeze(-1)).squeeze(-1)
     Om1 = layernorm_hessian_contract(f.U1, p["gamma1"], eps, gy)
     gf = layernorm_vjp(f.U1, p["gamma1"], eps, gy)
-    Gam = torch.einsum("bje,ble->blj", f.XV, gf)  # gamma_l = X W_V g_F,l
-    Psi = softmax_row_hessian_contract(f.A, Gam)  # (B, L, L, L)
+    Gam = gf @ f.XV.transpose(-1, -2)  # gamma_l = X W_V g_F,l: Gam[b, l, j]
     Delta = f.A * (Gam - (f.A * Gam).sum(-1, keepdim=True))  # dl/dT, (B, L, L)
     n = Bn * L
 
@@ -151,47 +219,66 @@ def _functional_upper(f: SimpleNamespace, g: torch.Tensor):
         return t.reshape(n, *t.shape[2:])
 
     alpha = {nm: flat(v) for nm, v in f.alpha.items()}
-    om2phi = {nm: Om2 @ f.phi_s[nm] for nm in GROUPS}
-    om1phi = {nm: Om1 @ f.phi_f[nm] for nm in ATTENTION_GROUPS}
+    phi_s = {nm: flat(f.phi_s[nm]) for nm in ATTENTION_GROUPS}
+    phi_f = {nm: flat(f.phi_f[nm]) for nm in ATTENTION_GROUPS}
+    Om1f, Om2f = flat(Om1), flat(Om2)
     gfl, gsl, Ml = flat(gf), flat(gs), flat(f.M)
+    # Phi^S_i^T Omega_2 (attention groups) and Omega_1 Phi^F_j
+    so2 = {nm: phi_s[nm].transpose(-1, -2) @ Om2f for nm in ATTENTION_GROUPS}
+    o1f = {nm: Om1f @ phi_f[nm] for nm in ATTENTION_GROUPS}
+    Om2W2 = Om2f @ W2.T  # (n, d, f): Omega_2 W_2^T, one gemm with the shared W_2
     h = Ml * (gsl @ W2.T)  # m_f (W_2 g_S)_f
+    psi = {
+        ("W_Q", "W_Q"): (f.XK, f.XK),
+        ("W_K", "W_K"): (f.X, f.X),
+        ("W_Q", "W_K"): (f.XK, f.X),
+    }
+
+    def c_matrix(gi: str, gj: str) -> torch.Tensor:
+        """C_n = Phi^S_i^T Omega_2 Phi^S_j (+ Omega_1 and Psi terms), (n, q_i, q_j)."""
+        if gi in ATTENTION_GROUPS:
+            if gj == "W_2":
+                return so2[gi]
+            if gj == "W_1":
+                return (so2[gi] @ W2.T) * Ml.unsqueeze(-2)
+            C = so2[gi] @ phi_s[gj] + phi_f[gi].transpose(-1, -2) @ o1f[gj]
+            if (gi, gj) in psi:
+                P_, Q_ = psi[(gi, gj)]
+                C = C + flat(_psi_sandwich(P_, Q_, f.A, Delta)) / k
+            return C
+        if (gi, gj) == ("W_1", "W_2"):
+            return Om2W2.transpose(-1, -2) * Ml.unsqueeze(-1)
+        return Om2f  # W_2, W_2
+
     for a, gi in enumerate(GROUPS):
         for gj in GROUPS[a:]:
-            # per token: C = Phi_i^T Omega Phi_j (+ Psi terms); block = sum_n alpha_i alpha_j^T (x) C
-            C = f.phi_s[gi].transpose(-1, -2) @ om2phi[gj]
-            if gi in ATTENTION_GROUPS and gj in ATTENTION_GROUPS:
-                C = C + f.phi_f[gi].transpose(-1, -2) @ om1phi[gj]
-            if (gi, gj) == ("W_Q", "W_Q"):
-                C = C + torch.einsum("bjr,bljJ,bJR->blrR", f.XK, Psi, f.XK) / k
-            elif (gi, gj) == ("W_K", "W_K"):
-                C = C + torch.einsum("bjm,bljJ,bJn->blmn", f.X, Psi, f.X) / k
-            elif (gi, gj) == ("W_Q", "W_K"):
-                C = C + torch.einsum("bjr,bljJ,bJn->blrn", f.XK, Psi, f.X) / k
             ai, aj = alpha[gi], alpha[gj]
-            left = (ai.unsqueeze(2) * aj.unsqueeze(1)).reshape(n, -1)
-            Cf = flat(C)
-            del C
-            t = (left.T @ Cf.reshape(n, -1)).view(ai.shape[1], aj.shape[1], Cf.shape[1], Cf.shape[2])
-            del left, Cf
+            if (gi, gj) == ("W_1", "W_1"):  # diag(m) W_2 Omega_2 W_2^T diag(m), mask applied packed
+                t = _pair_sum_sym(ai, _packed_sandwich(Om2f, W2, Ml), packed=True)
+            else:
+                C = c_matrix(gi, gj)
+                t = _pair_sum_sym(ai, C) if gi == gj else _pair_sum(ai, aj, C)
+                del C
             if (gi, gj) == ("W_Q", "W_K"):
                 # bilinear scores: <Delta, d^2T/(dW_Q dW_K)> = (X^T Delta X) (x) I_k / s
-                XDX = torch.einsum("blm,blj,bjn->mn", f.X, Delta, f.X)
-                t += torch.einsum("mn,rR->mRrn", XDX, torch.eye(k, dtype=dt, device=dev)) / s
+                XDX = flat(f.X).T @ flat(Delta @ f.X)
+                t.diagonal(0, 1, 2).add_(XDX.unsqueeze(-1) / s)  # t[m, r, r, n] += XDX[m, n] / s
             elif (gi, gj) == ("W_Q", "W_V"):
-                # F bilinear in (A, W_V): d^2<g_F, F>/(dW_Q dW_V)
-                t += torch.einsum("nq,nm,npr->mprq", gfl, ai, flat(f.XJX @ p["W_K"]) / s)
+                # F bilinear in (A, W_V): d^2<g_F, F>/(dW_Q dW_V); [m, q, p, r] -> [m, p, r, q]
+                t += _pair_sum(ai, gfl, flat(f.XJX @ p["W_K"])).permute(0, 2, 3, 1) / s
             elif (gi, gj) == ("W_K", "W_V"):
-                t += torch.einsum("nq,nr,npN->rpNq", gfl, ai, flat(f.XJX) / s)
+                t += _pair_sum(ai, gfl, flat(f.XJX)).permute(0, 2, 3, 1) / s
             elif gi in ATTENTION_GROUPS and gj == "W_1":
-                # y-W_1 cross term of S (Lemma 1) contracted with g_S
-                t += torch.einsum("ni,naj,nf->iajf", ai, flat(f.phi_y[gi]), h)
+                # y-W_1 cross term of S (Lemma 1) contracted with g_S; [i, f, a, j] -> [i, a, j, f]
+                t += _pair_sum(ai, h, flat(f.phi_y[gi])).permute(0, 2, 3, 1)
             elif gi in ATTENTION_GROUPS and gj == "W_2":
-                Xi = torch.einsum("naj,af,nf->njf", flat(f.phi_y[gi]), W1, Ml)
-                t += torch.einsum("ni,njf,nc->ifjc", ai, Xi, gsl)
+                Xi = (flat(f.phi_y[gi]).transpose(-1, -2) @ W1) * Ml.unsqueeze(-2)  # [n, j, f]
+                # [i, c, j, f] -> [i, f, j, c]
+                t += _pair_sum(ai, gsl, Xi).permute(0, 3, 2, 1)
             elif (gi, gj) == ("W_1", "W_2"):
-                ymg = torch.einsum("na,nf,nc->afc", ai, Ml, gsl)
-                If = torch.eye(W1.shape[1], dtype=dt, device=dev)
-                t += torch.einsum("afc,fF->aFfc", ymg, If)
+                # t[a, f, f, c] += sum_n y_a m_f g_S,c
+                ymg = ((ai.unsqueeze(2) * Ml.unsqueeze(1)).reshape(n, -1).T @ gsl).view(ai.shape[1], -1, gsl.shape[1])
+                t.diagonal(0, 1, 2).add_(ymg.transpose(1, 2))
             yield gi, gj, t
 
 

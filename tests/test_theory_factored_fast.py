@@ -1,0 +1,125 @@
+"""The optimised factored closed form (theory/factored.py) against independent computations in
+float64: its building blocks against plain einsums, and the whole Hessian of the pipeline's loss
+against torch.func.hessian on shapes the optimisation was not developed on (9 tokens, width 6, ...;
+it was profiled on 49 tokens, width 16, batch 128)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.func import functional_call, hessian
+
+from transformer_hessian import GROUPS
+from transformer_hessian.model import ModelConfig, ViT
+from transformer_hessian.theory import model_loss_hessian
+from transformer_hessian.theory.factored import _packed_index, _packed_sandwich, _pair_sum, _pair_sum_sym, _psi_sandwich
+from transformer_hessian.theory.vec import softmax_row_hessian_contract
+
+TOL = 1e-12
+
+
+def rel_err(a, ref):
+    return ((a - ref).abs().max() / ref.abs().max()).item()
+
+
+@pytest.mark.parametrize(("n", "p", "q"), [(11, 3, 5), (4, 7, 2), (1, 1, 1)])
+def test_pair_sums_match_einsum(n, p, q):
+    g = torch.Generator().manual_seed(n + p + q)
+    a = torch.randn(n, p, generator=g, dtype=torch.float64)
+    b = torch.randn(n, q + 1, generator=g, dtype=torch.float64)
+    C = torch.randn(n, q, q, generator=g, dtype=torch.float64)
+    Cs = C + C.transpose(1, 2)
+    assert rel_err(_pair_sum(a, b, C), torch.einsum("na,nb,ncd->abcd", a, b, C)) < TOL
+    ref = torch.einsum("na,nb,ncd->abcd", a, a, Cs)
+    assert rel_err(_pair_sum_sym(a, Cs), ref) < TOL
+    rows, cols, pos = _packed_index(q, "cpu")
+    assert torch.equal(pos[rows, cols], torch.arange(rows.numel())) and torch.equal(pos, pos.T)
+    assert rel_err(_pair_sum_sym(a, Cs[:, rows, cols], packed=True), ref) < TOL
+
+
+def test_packed_sandwich_matches_the_explicit_product():
+    g = torch.Generator().manual_seed(4)
+    n, e, f = 6, 5, 7
+    Om = torch.randn(n, e, e, generator=g, dtype=torch.float64)
+    Om = Om + Om.transpose(1, 2)
+    W = torch.randn(f, e, generator=g, dtype=torch.float64)
+    m = (torch.randn(n, f, generator=g) > 0).double()
+    full = m.unsqueeze(-1) * (W @ Om @ W.T) * m.unsqueeze(-2)
+    rows, cols, _ = _packed_index(f, "cpu")
+    assert rel_err(_packed_sandwich(Om, W, m), full[:, rows, cols]) < TOL
+
+
+def test_psi_sandwich_matches_the_materialised_softmax_hessian():
+    g = torch.Generator().manual_seed(5)
+    B, L, r, R = 2, 5, 3, 4
+    A = torch.softmax(torch.randn(B, L, L, generator=g, dtype=torch.float64), -1)
+    Gam = torch.randn(B, L, L, generator=g, dtype=torch.float64)
+    Delta = A * (Gam - (A * Gam).sum(-1, keepdim=True))
+    P = torch.randn(B, L, r, generator=g, dtype=torch.float64)
+    Q = torch.randn(B, L, R, generator=g, dtype=torch.float64)
+    Psi = softmax_row_hessian_contract(A, Gam)
+    ref = torch.einsum("bjr,bljJ,bJR->blrR", P, Psi, Q)
+    assert rel_err(_psi_sandwich(P, Q, A, Delta), ref) < TOL
+
+
+def _vit(image, patch, width, d_k, d_ff, classes, bias, seed):
+    torch.manual_seed(seed)
+    cfg = ModelConfig(
+        image_size=image,
+        channels=1,
+        num_classes=classes,
+        patch_size=patch,
+        width=width,
+        depth=1,
+        d_k=d_k,
+        d_ff=d_ff,
+        ffn_bias=bias,
+    )
+    model = ViT(cfg).double()
+    with torch.no_grad():  # away from the symmetric init: random LN affine and biases too
+        for prm in model.parameters():
+            prm.add_(0.3 * torch.randn_like(prm))
+    return model
+
+
+def _func_hessian(model, images, labels):
+    names = [f"blocks.0.{n}" for n in GROUPS]
+    W = {n: model.get_parameter(n).detach() for n in names}
+
+    def loss(w):
+        return torch.nn.functional.cross_entropy(functional_call(model, w, (images,)), labels)
+
+    H = hessian(loss)(W)
+    return torch.cat([torch.cat([H[a][b].reshape(W[a].numel(), W[b].numel()) for b in names], 1) for a in names], 0)
+
+
+@settings(max_examples=4, deadline=None, derandomize=True)
+@given(
+    patch_grid=st.sampled_from([(6, 2), (9, 3), (4, 1)]),  # 9, 9, 16 tokens
+    width=st.integers(5, 7),
+    d_k=st.integers(3, 6),
+    d_ff=st.integers(5, 9),
+    batch=st.integers(3, 6),
+    bias=st.booleans(),
+    seed=st.integers(0, 10_000),
+)
+def test_model_loss_hessian_equals_torch_func_on_unseen_shapes(patch_grid, width, d_k, d_ff, batch, bias, seed):
+    image, patch = patch_grid
+    model = _vit(image, patch, width, d_k, d_ff, 4, bias, seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    images = torch.randn(batch, 1, image, image, generator=g, dtype=torch.float64)
+    labels = torch.randint(0, 4, (batch,), generator=g)
+    H = model_loss_hessian(model, images, labels).dense
+    ref = _func_hessian(model, images, labels)
+    assert H.dtype == torch.float64 and torch.equal(H, H.T)
+    assert rel_err(H, ref) < TOL
+
+
+def test_the_named_shape_9_tokens_width_6_batch_5():
+    model = _vit(6, 2, 6, 6, 24, 10, False, 7)
+    g = torch.Generator().manual_seed(8)
+    images = torch.randn(5, 1, 6, 6, generator=g, dtype=torch.float64)
+    labels = torch.randint(0, 10, (5,), generator=g)
+    assert rel_err(model_loss_hessian(model, images, labels).dense, _func_hessian(model, images, labels)) < TOL
