@@ -109,6 +109,7 @@ def replay(
             name="replay",
             on_step=on_step,
             max_steps=steps - base,
+            train_cfg=t,  # the same schedule, augmentation and autocast as the train rule
         )
         done = min(base + per_epoch, steps)
         if done == base + per_epoch and checkpoint_dir is not None:
