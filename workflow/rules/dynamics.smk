@@ -26,6 +26,8 @@ rule dynamics:
         "logs/dynamics/dynamics.log",
     benchmark:
         "benchmarks/dynamics/dynamics.tsv"
+    # dynamics and fig7_fig11 are the longest chain after training: start them first
+    priority: 10
     threads: 1
     resources:
         gpu=config["resources"]["gpu"],

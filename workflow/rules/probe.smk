@@ -22,6 +22,8 @@ rule probe:
         f"logs/probe/{LEXP}.log",
     benchmark:
         f"benchmarks/probe/{LEXP}.tsv"
+    # probe and probe_figures are the second-longest chain after training: start them early
+    priority: 10
     threads: 1
     resources:
         mem_mb=config["resources"]["mem_mb"],
