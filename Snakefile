@@ -73,6 +73,7 @@ include: "workflow/rules/claims.smk"
 include: "workflow/rules/probe.smk"
 include: "workflow/rules/dynamics.smk"
 include: "workflow/rules/bounds.smk"
+include: "workflow/rules/spectrum.smk"
 
 
 rule all:

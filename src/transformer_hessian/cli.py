@@ -420,6 +420,41 @@ def cmd_bounds_table(a) -> None:
     run_table(a)
 
 
+def cmd_spectrum(a) -> None:
+    """Rule spectrum: matrix-free top eigenvalues, traces, densities and block-pair norms."""
+    import torch
+
+    from .hessian import fixed_batch
+    from .spectrum import DEFAULTS, run_spectrum
+    from .train import load_experiment_data, load_model
+    from .utils import resolve_device, write_json
+
+    s = {**DEFAULTS, **a.spectrum}
+    dev = resolve_device(a.device)
+    data = load_experiment_data(a.spec, a.data_root)
+    images, labels = fixed_batch(data["train_x"], data["train_y"], s["batch_size"], s["seed"])
+    model = load_model(a.checkpoint, device=dev, dtype=torch.float64)
+    result = run_spectrum(model, images.to(device=dev, dtype=torch.float64), labels.to(dev), s)
+    result["experiment"] = s.get("experiment")
+    result["dataset"] = a.spec["dataset"]
+    result["device"] = str(dev)
+    write_json(result, a.out)
+    log.info(
+        "spectrum: whole-model lambda_max %.4g, trace %.4g +- %.2g; %d blocks; %.1f s",
+        result["whole_model"]["top"]["eigenvalues"][0],
+        result["whole_model"]["trace"]["mean"],
+        result["whole_model"]["trace"]["stderr"],
+        len(result["blocks"]),
+        result["seconds"],
+    )
+    if not result["interlacing"]["holds"]:
+        log.warning(
+            "spectrum: the whole-model top Ritz value lies below a block's (gaps %s): Lanczos has not "
+            "converged; raise spectrum.lanczos_steps",
+            result["interlacing"]["gap"],
+        )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every command (imports nothing heavy, so --help is instant)."""
     p = argparse.ArgumentParser(prog="transformer-hessian", description=__doc__.splitlines()[0])
@@ -603,6 +638,15 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out-dir", required=True, help="folder for the table (paper/tables)")
     t.add_argument("--claims-out", default=None, help="also write the claim rows (JSON list) here")
     t.set_defaults(func=cmd_bounds_table)
+
+    s = sub.add_parser("spectrum", help="matrix-free Hessian spectrum per block and of the whole model (Lanczos, Hutchinson, SLQ)")
+    s.add_argument("--checkpoint", required=True, help="trained checkpoint (final.pt)")
+    s.add_argument("--spec", type=_json_arg, required=True, help="the experiment's config section as JSON")
+    s.add_argument("--spectrum", type=_json_arg, required=True, help="the 'spectrum' config section")
+    s.add_argument("--data-root", required=True, help=DATA_ROOT_HELP)
+    s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]; float64 throughout")
+    s.add_argument("--out", required=True, help="output JSON (results/spectrum/<exp>.json)")
+    s.set_defaults(func=cmd_spectrum)
     return p
 
 

@@ -43,13 +43,13 @@ from .probe import FlatModel, hvp_operator
 #: Defaults of the ``spectrum:`` config section (the schema repeats them).
 DEFAULTS: dict[str, Any] = {
     "experiment": None,  # null: landscape.experiment
-    "batch_size": 64,
+    "batch_size": 32,
     "seed": 0,
     "n_eigenvalues": 5,
-    "lanczos_steps": 30,
-    "n_probes": 30,
-    "slq_probes": 4,
-    "pair_steps": 12,
+    "lanczos_steps": 20,
+    "n_probes": 10,
+    "slq_probes": 2,
+    "pair_steps": 5,
     "density_points": 400,
     "density_sigma": 0.01,
     "chunk": 32,
