@@ -188,9 +188,9 @@ def test_lanczos_breakdown_keeps_exact_spectrum():
 
 
 def test_run_spectrum_structure_and_interlacing():
-    model = tiny_vit(4, 3, 5, 2, True, 77)
-    x, y = _data(8, n=10)
-    s = {"lanczos_steps": 200, "n_probes": 4, "slq_probes": 2, "pair_steps": 40, "n_eigenvalues": 3}
+    model = tiny_vit(3, 2, 3, 2, True, 77)
+    x, y = _data(8, n=6)
+    s = {"lanczos_steps": 200, "n_probes": 4, "slq_probes": 2, "pair_steps": 9, "n_eigenvalues": 3}
     r = run_spectrum(model, x, y, s)
     assert len(r["blocks"]) == 2 and r["batch_size"] == 10
     H = _dense_whole(model, x, y)

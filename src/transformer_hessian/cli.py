@@ -315,7 +315,9 @@ def cmd_summary(a) -> None:
 
     figures = {Path(p).stem: p for p in a.figures}
     tables = {Path(p).stem: p for p in a.tables}
-    summary = build_summary(a.config_hash, a.norms, a.metrics, a.landscape, a.theory, figures, tables, bounds=a.bounds)
+    summary = build_summary(
+        a.config_hash, a.norms, a.metrics, a.landscape, a.theory, figures, tables, bounds=a.bounds, spectrum=a.spectrum
+    )
     if a.registry_config:
         from .registry import provenance
 
@@ -571,6 +573,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--notebook-dir", default=None, help="folder of the figure notebooks (default ./notebooks)")
     s.add_argument("--claims", default=None, help="paper/claims.json: adds the key 'claims'")
     s.add_argument("--bounds", nargs="*", default=[], help="results/<exp>/bounds/<stage>.json (bounds rule)")
+    s.add_argument("--spectrum", default=None, help="results/spectrum/<exp>.json (spectrum_compute rule)")
     s.add_argument("--out", required=True, help="output JSON (paper/summary.json)")
     s.set_defaults(func=cmd_summary)
 

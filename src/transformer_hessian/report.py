@@ -148,6 +148,7 @@ def build_summary(
     figures: dict[str, str],
     tables: dict[str, str],
     bounds: list[str] | None = None,
+    spectrum: str | None = None,
 ) -> dict:
     """Gather every number the figures and tables show, with provenance.
 
@@ -183,6 +184,10 @@ def build_summary(
         results = {r["stage"]: r for r in map(read_json, bounds)}
         summary["bounds"] = {stage: r["summary"] for stage, r in results.items()}
         summary["bounds"]["claims"] = claim_rows(results)
+    if spectrum:
+        from .spectrum import summary_section
+
+        summary["spectrum"] = summary_section(read_json(spectrum))
     summary["figures"] = figures
     summary["tables"] = tables
     return summary

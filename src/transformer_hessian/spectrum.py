@@ -46,10 +46,10 @@ DEFAULTS: dict[str, Any] = {
     "batch_size": 32,
     "seed": 0,
     "n_eigenvalues": 5,
-    "lanczos_steps": 20,
-    "n_probes": 10,
+    "lanczos_steps": 15,
+    "n_probes": 8,
     "slq_probes": 2,
-    "pair_steps": 5,
+    "pair_steps": 4,
     "density_points": 400,
     "density_sigma": 0.01,
     "chunk": 32,
@@ -237,12 +237,7 @@ def _operator_summary(matvec: Matvec, w: torch.Tensor, s: dict, seed: int) -> di
     out["trace"] = hutchinson_trace(matvec, w, s["n_probes"], seed)
     if s["slq_probes"]:
         q = slq_density(matvec, w, s["slq_probes"], s["lanczos_steps"], seed)
-        grid, sigma = density_grid(q["nodes"], s["density_points"], s["density_sigma"])
-        rho = broadened_density(q["nodes"], q["weights"], grid, sigma)
         out["density"] = {
-            "grid": grid.tolist(),
-            "density": rho.tolist(),
-            "sigma": sigma,
             "nodes": q["nodes"].tolist(),
             "weights": q["weights"].tolist(),
             "mean": float((q["nodes"] * q["weights"]).sum() / len(q["nodes"])),
@@ -251,12 +246,23 @@ def _operator_summary(matvec: Matvec, w: torch.Tensor, s: dict, seed: int) -> di
     return out
 
 
+def _broaden(entries: list[dict], s: dict) -> None:
+    """Add ``grid``, ``density`` and ``sigma`` to every entry's SLQ ``density``: one grid and one
+    broadening ``sigma = density_sigma x`` (range of all Ritz nodes) shared by all entries."""
+    dens = [e["density"] for e in entries if "density" in e]
+    if not dens:
+        return
+    grid, sigma = density_grid(np.concatenate([np.ravel(d["nodes"]) for d in dens]), s["density_points"], s["density_sigma"])
+    for d in dens:
+        d.update(grid=grid.tolist(), sigma=sigma, density=broadened_density(d["nodes"], d["weights"], grid, sigma).tolist())
+
+
 def run_spectrum(model, images: torch.Tensor, labels: torch.Tensor, settings: dict | None = None) -> dict[str, Any]:
     """Every estimator on every block's five-group Hessian and top eigenvalues and trace of the
     whole model's Hessian, all on the mean cross-entropy of ``(images, labels)`` in float64.
 
     Per block ``k`` (``blocks[k]``): ``top``, ``trace``, ``density`` (see
-    :func:`_operator_summary`) and ``pair_norms`` (5 x 5, GROUPS order). ``whole_model``: ``top``
+    :func:`_operator_summary`; broadened on one grid for all blocks) and ``pair_norms`` (5 x 5, GROUPS order). ``whole_model``: ``top``
     and ``trace`` over all parameters. ``interlacing``: the whole model's top Ritz value against
     each block's (a principal submatrix has ``lambda_max <= lambda_max`` of the whole Hessian;
     the Ritz values are lower bounds, so a violation means Lanczos has not converged there).
@@ -277,6 +283,7 @@ def run_spectrum(model, images: torch.Tensor, labels: torch.Tensor, settings: di
         entry["pair_seconds"] = time.perf_counter() - t0
         entry["block"] = k
         blocks.append(entry)
+    _broaden(blocks, s)
     fm = FlatModel.of(model)
     mv = batched_hvp(lambda p: fm.mean_loss(p, x, y), fm.w0, chunk)
     whole = _operator_summary(mv, fm.w0, {**s, "slq_probes": 0}, seed)

@@ -90,23 +90,20 @@ def spectrum_figure(result: Mapping[str, Any], label: str = "", size: tuple[floa
     )
     ax_tr.legend(fontsize=7)
 
-    # (c) SLQ densities, log y
-    peak = 0.0
-    for i, b in enumerate(blocks):
-        d = b.get("density")
-        if not d:
-            continue
-        rho = np.asarray(d["density"])
-        peak = max(peak, float(rho.max()))
-        ax_den.plot(d["grid"], rho, color=pal[i], lw=1.2, label=f"block {b['block']}")
-    if peak > 0:
+    # (c) SLQ densities, log y, on one grid and one broadening for all blocks
+    with_density = [b for b in blocks if b.get("density")]
+    if with_density:
+        peak = max(float(np.max(b["density"]["density"])) for b in with_density)
+        for i, b in enumerate(with_density):
+            rho = np.maximum(np.asarray(b["density"]["density"]), peak * 1e-9)
+            ax_den.plot(b["density"]["grid"], rho, color=pal[i], lw=1.2, label=f"block {b['block']}")
         ax_den.set_yscale("log")
-        ax_den.set_ylim(peak * 1e-6, peak * 3)
+        ax_den.set_ylim(peak * 1e-7, peak * 3)
     n_slq = len(blocks[0]["density"]["nodes"]) if blocks[0].get("density") else 0
     ax_den.set(
         xlabel="eigenvalue",
         ylabel="spectral density",
-        title=f"(c) SLQ density per block ({n_slq} probes,\nGaussian broadening)",
+        title=f"(c) SLQ spectral density per block ({n_slq} probes,\nGaussian broadening; log scale)",
     )
     ax_den.legend(fontsize=7, ncol=2 if nb > 4 else 1)
 

@@ -85,6 +85,7 @@ rule summary:
         tables=expand("paper/tables/{table}.csv", table=ALL_TABLES),
         claims="paper/claims.json",
         bounds=expand("results/{exp}/bounds/{stage}.json", exp=HEXP, stage=STAGES),
+        spectrum=f"results/spectrum/{SEXP}.json",
     output:
         "paper/summary.json",
     params:
@@ -105,4 +106,4 @@ rule summary:
         "transformer-hessian summary --config-hash {params.config_hash:q} --norms {input.norms:q} "
         "--metrics {input.metrics:q} --landscape {input.landscape:q} --theory {input.theory:q} "
         "--figures {input.figures:q} --tables {input.tables:q} --registry-config {params.registry_config:q} "
-        "--notebook-dir {params.notebook_dir:q} --claims {input.claims:q} --bounds {input.bounds:q} --out {output:q} 2> {log:q}"
+        "--notebook-dir {params.notebook_dir:q} --claims {input.claims:q} --bounds {input.bounds:q} --spectrum {input.spectrum:q} --out {output:q} 2> {log:q}"

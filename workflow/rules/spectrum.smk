@@ -3,7 +3,6 @@
 # block-pair spectral norms for every block. Computation: transformer_hessian.spectrum; the
 # figure's rule (spectrum) comes from the figure registry (transformer_hessian.registry).
 
-SEXP = config.get("spectrum", {}).get("experiment") or LEXP
 if SEXP not in config["experiments"]:
     raise SystemExit(
         f"transformer-hessian: invalid configuration:\n  spectrum.experiment: {SEXP!r} is not one of the "
