@@ -31,7 +31,15 @@ from transformer_hessian.spectrum import (
     top_eigenvalues,
 )
 
-torch.set_default_dtype(torch.float64)
+
+
+@pytest.fixture(autouse=True)
+def _float64():
+    """Float64 by default inside these tests only (restored afterwards for the other modules)."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)
 
 
 def _data(seed, n=6, classes=3):
@@ -60,16 +68,16 @@ def _dense_block(model, block, x, y):
 
 
 shapes = st.tuples(
-    st.integers(3, 5),  # width
+    st.integers(3, 4),  # width
     st.integers(2, 4),  # d_k
-    st.integers(3, 6),  # d_ff
+    st.integers(3, 5),  # d_ff
     st.integers(1, 2),  # depth
     st.booleans(),  # ffn bias
     st.integers(0, 10_000),  # seed
 )
 
 
-@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(shapes)
 def test_block_estimators_match_dense_hessian(shape):
     width, d_k, d_ff, depth, bias, seed = shape
@@ -122,7 +130,7 @@ def test_block_estimators_match_dense_hessian(shape):
             assert float((evals - node).abs().min()) <= 1e-7 * float(evals.abs().max())
 
 
-@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(shapes)
 def test_pair_norms_match_numpy(shape):
     width, d_k, d_ff, depth, bias, seed = shape
@@ -192,7 +200,7 @@ def test_run_spectrum_structure_and_interlacing():
     x, y = _data(8, n=6)
     s = {"lanczos_steps": 200, "n_probes": 4, "slq_probes": 2, "pair_steps": 9, "n_eigenvalues": 3}
     r = run_spectrum(model, x, y, s)
-    assert len(r["blocks"]) == 2 and r["batch_size"] == 10
+    assert len(r["blocks"]) == 2 and r["batch_size"] == 6
     H = _dense_whole(model, x, y)
     lam = float(torch.linalg.eigvalsh(H)[-1])
     assert r["whole_model"]["top"]["eigenvalues"][0] == pytest.approx(lam, rel=1e-6)

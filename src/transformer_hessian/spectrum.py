@@ -14,7 +14,8 @@ Estimators (each validated against the dense Hessian in ``tests/test_spectrum.py
 * :func:`lanczos_tridiagonal` - batched Lanczos with full reorthogonalisation that returns the
   tridiagonal ``T = Q^T A Q``. ``probe.lanczos`` returns one Ritz pair only; top-k eigenvalues
   and quadrature need the whole ``T``, hence this general version.
-* :func:`top_eigenvalues` - the k largest Ritz values of ``T`` (and the smallest).
+* :func:`top_eigenvalues` - the k largest Ritz values of ``T`` (and the smallest); it shares its
+  Lanczos runs (:func:`lanczos_runs`) with the density.
 * :func:`hutchinson_trace` - ``tr(A) ~ mean_i z_i^T A z_i`` over Rademacher probes, with its
   standard error.
 * :func:`slq_density` / :func:`broadened_density` - spectral density by stochastic Lanczos
@@ -131,23 +132,33 @@ def _gaussian(n: int, P: int, seed: int, like: torch.Tensor) -> torch.Tensor:
     return torch.randn(n, P, generator=gen, dtype=like.dtype).to(like.device)
 
 
-def top_eigenvalues(matvec: Matvec, w: torch.Tensor, k: int, steps: int, seed: int = 0) -> dict[str, Any]:
+def lanczos_runs(matvec: Matvec, w: torch.Tensor, n: int, steps: int, seed: int = 0):
+    """:func:`ritz` of ``n`` Lanczos runs from seeded Gaussian starts (one batched run): the runs
+    behind both :func:`top_eigenvalues` and :func:`slq_density`, so one set serves both."""
+    alpha, beta = lanczos_tridiagonal(matvec, _gaussian(int(n), w.numel(), int(seed) + 271, w), steps, seed)
+    return ritz(alpha, beta)
+
+
+def top_eigenvalues(
+    matvec: Matvec, w: torch.Tensor, k: int, steps: int, seed: int = 0, n_starts: int = 1, runs=None
+) -> dict[str, Any]:
     """The ``k`` largest eigenvalues of the symmetric ``A`` (operator on vectors like ``w``).
 
-    Lanczos (:func:`lanczos_tridiagonal`) from one seeded Gaussian start; the Ritz values of
-    ``T`` are lower bounds of the top eigenvalues that converge to them from below (Cauchy
-    interlacing). Returns ``eigenvalues`` (k largest Ritz values, descending), ``residuals``
-    (``||A y - theta y||`` of each), ``smallest`` (the smallest Ritz value, an upper bound of
-    ``lambda_min(A)``) and ``steps`` (``m``).
+    Lanczos (:func:`lanczos_runs`, or the given ``runs``) from ``n_starts`` seeded Gaussian
+    starts; the i-th largest Ritz value of every run is a lower bound of ``lambda_i(A)`` (Cauchy
+    interlacing) that converges from below, and the run with the largest top Ritz value is
+    reported. Returns ``eigenvalues`` (k largest Ritz values, descending), ``residuals``
+    (``||A y - theta y||`` of each), ``smallest`` (the smallest Ritz value over all runs, an upper
+    bound of ``lambda_min(A)``) and ``steps`` (``m``).
     """
-    alpha, beta = lanczos_tridiagonal(matvec, _gaussian(1, w.numel(), seed, w), steps, seed)
-    theta, _, res = ritz(alpha, beta)
-    order = torch.argsort(theta[0], descending=True)[: int(k)]
+    theta, _, res = runs if runs is not None else lanczos_runs(matvec, w, n_starts, steps, seed)
+    best = int(torch.argmax(theta[:, -1]))
+    order = torch.argsort(theta[best], descending=True)[: int(k)]
     return {
-        "eigenvalues": theta[0, order].tolist(),
-        "residuals": res[0, order].tolist(),
-        "smallest": float(theta[0, 0]),
-        "steps": int(alpha.shape[1]),
+        "eigenvalues": theta[best, order].tolist(),
+        "residuals": res[best, order].tolist(),
+        "smallest": float(theta[:, 0].min()),
+        "steps": int(theta.shape[1]),
     }
 
 
@@ -169,7 +180,9 @@ def hutchinson_trace(matvec: Matvec, w: torch.Tensor, n_probes: int, seed: int =
     }
 
 
-def slq_density(matvec: Matvec, w: torch.Tensor, n_probes: int, steps: int, seed: int = 0) -> dict[str, np.ndarray]:
+def slq_density(
+    matvec: Matvec, w: torch.Tensor, n_probes: int, steps: int, seed: int = 0, runs=None
+) -> dict[str, np.ndarray]:
     """Stochastic Lanczos quadrature of the spectral measure ``mu = (1/P) sum_j delta(lambda_j)``.
 
     For each unit Gaussian probe ``v_i`` Lanczos gives ``T_i = S diag(theta) S^T``; the
@@ -177,10 +190,10 @@ def slq_density(matvec: Matvec, w: torch.Tensor, n_probes: int, steps: int, seed
     ``tau_ij = S[0, j]^2`` (summing to 1) and is exact for polynomials of degree ``< 2m``. Since
     ``E[v v^T] = I / P``, ``mu ~ (1/n) sum_i sum_j tau_ij delta(theta_ij)``; in particular its
     mean ``(1/n) sum_ij tau_ij theta_ij = (1/n) sum_i v_i^T A v_i`` estimates ``tr(A) / P``.
-    Returns ``nodes`` and ``weights``, both ``(n, m)``.
+    ``runs``: the :func:`lanczos_runs` to use (default: new ones). Returns ``nodes`` and
+    ``weights``, both ``(n, m)``.
     """
-    alpha, beta = lanczos_tridiagonal(matvec, _gaussian(int(n_probes), w.numel(), int(seed) + 271, w), steps, seed)
-    theta, S, _ = ritz(alpha, beta)
+    theta, S, _ = runs if runs is not None else lanczos_runs(matvec, w, n_probes, steps, seed)
     return {"nodes": theta.cpu().numpy(), "weights": (S[:, 0, :] ** 2).cpu().numpy()}
 
 
@@ -230,13 +243,15 @@ def pair_spectral_norms(matvec: Matvec, w: torch.Tensor, offsets, steps: int, se
 
 
 def _operator_summary(matvec: Matvec, w: torch.Tensor, s: dict, seed: int) -> dict[str, Any]:
-    """Top-k eigenvalues, Hutchinson trace and, when ``slq_probes > 0``, the SLQ density."""
+    """Top-k eigenvalues, Hutchinson trace and, when ``slq_probes > 0``, the SLQ density; the
+    top-k and the density come from the same ``max(1, slq_probes)`` Lanczos runs."""
     t0 = time.perf_counter()
     out: dict[str, Any] = {"n_params": int(w.numel())}
-    out["top"] = top_eigenvalues(matvec, w, s["n_eigenvalues"], s["lanczos_steps"], seed)
+    runs = lanczos_runs(matvec, w, max(1, int(s["slq_probes"])), s["lanczos_steps"], seed)
+    out["top"] = top_eigenvalues(matvec, w, s["n_eigenvalues"], s["lanczos_steps"], seed, runs=runs)
     out["trace"] = hutchinson_trace(matvec, w, s["n_probes"], seed)
     if s["slq_probes"]:
-        q = slq_density(matvec, w, s["slq_probes"], s["lanczos_steps"], seed)
+        q = slq_density(matvec, w, s["slq_probes"], s["lanczos_steps"], seed, runs=runs)
         out["density"] = {
             "nodes": q["nodes"].tolist(),
             "weights": q["weights"].tolist(),

@@ -86,7 +86,7 @@ def spectrum_figure(result: Mapping[str, Any], label: str = "", size: tuple[floa
         xlabel="transformer block",
         ylabel="tr(H) estimate",
         title=f"(b) Hutchinson trace ({blocks[0]['trace']['n_probes']} Rademacher probes)\n"
-        f"whole model: {w['mean']:.3g} ± {w['stderr']:.2g}",
+        f"whole model: {w['mean']:.3g} ± {w['stderr']:.2g} (1 s.e.)",
     )
     ax_tr.legend(fontsize=7)
 
