@@ -32,7 +32,6 @@ from transformer_hessian.spectrum import (
 )
 
 
-
 @pytest.fixture(autouse=True)
 def _float64():
     """Float64 by default inside these tests only (restored afterwards for the other modules)."""
@@ -77,7 +76,9 @@ shapes = st.tuples(
 )
 
 
-@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(shapes)
 def test_block_estimators_match_dense_hessian(shape):
     width, d_k, d_ff, depth, bias, seed = shape
@@ -130,7 +131,9 @@ def test_block_estimators_match_dense_hessian(shape):
             assert float((evals - node).abs().min()) <= 1e-7 * float(evals.abs().max())
 
 
-@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(shapes)
 def test_pair_norms_match_numpy(shape):
     width, d_k, d_ff, depth, bias, seed = shape

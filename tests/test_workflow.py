@@ -50,7 +50,14 @@ TINY = {
         "shift_orderings": 2,
     },
     "dynamics": {"steps": 9, "every": 3, "heatmaps": 2},
-    "spectrum": {"batch_size": 16, "n_eigenvalues": 3, "lanczos_steps": 40, "n_probes": 4, "slq_probes": 2, "pair_steps": 4},
+    "spectrum": {
+        "batch_size": 16,
+        "n_eigenvalues": 3,
+        "lanczos_steps": 40,
+        "n_probes": 4,
+        "slq_probes": 2,
+        "pair_steps": 4,
+    },
 }
 
 

@@ -642,7 +642,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--claims-out", default=None, help="also write the claim rows (JSON list) here")
     t.set_defaults(func=cmd_bounds_table)
 
-    s = sub.add_parser("spectrum", help="matrix-free Hessian spectrum per block and of the whole model (Lanczos, Hutchinson, SLQ)")
+    s = sub.add_parser(
+        "spectrum", help="matrix-free Hessian spectrum per block and of the whole model (Lanczos, Hutchinson, SLQ)"
+    )
     s.add_argument("--checkpoint", required=True, help="trained checkpoint (final.pt)")
     s.add_argument("--spec", type=_json_arg, required=True, help="the experiment's config section as JSON")
     s.add_argument("--spectrum", type=_json_arg, required=True, help="the 'spectrum' config section")

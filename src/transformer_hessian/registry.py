@@ -353,7 +353,9 @@ FIGURES: list[Figure] = [
             "spectrum": "results/spectrum/{sexp}.json",
             "metrics": "results/{sexp}/metrics.json",
         },
-        tables={"spectrum": "Matrix-free Hessian spectrum: top eigenvalue and Hutchinson trace per block and of the whole model"},
+        tables={
+            "spectrum": "Matrix-free Hessian spectrum: top eigenvalue and Hutchinson trace per block and of the whole model"
+        },
         caption="Matrix-free Hessian spectrum of the trained deep ViT on {spectrum_data}, cross-entropy on one fixed "
         "training batch, float64: (a) top Lanczos Ritz values of each block's Hessian w.r.t. W_Q, W_K, W_V, W_1, "
         "W_2 and the whole model's largest eigenvalue; (b) Hutchinson trace estimates with +-2 standard errors; "

@@ -267,9 +267,13 @@ def _broaden(entries: list[dict], s: dict) -> None:
     dens = [e["density"] for e in entries if "density" in e]
     if not dens:
         return
-    grid, sigma = density_grid(np.concatenate([np.ravel(d["nodes"]) for d in dens]), s["density_points"], s["density_sigma"])
+    grid, sigma = density_grid(
+        np.concatenate([np.ravel(d["nodes"]) for d in dens]), s["density_points"], s["density_sigma"]
+    )
     for d in dens:
-        d.update(grid=grid.tolist(), sigma=sigma, density=broadened_density(d["nodes"], d["weights"], grid, sigma).tolist())
+        d.update(
+            grid=grid.tolist(), sigma=sigma, density=broadened_density(d["nodes"], d["weights"], grid, sigma).tolist()
+        )
 
 
 def run_spectrum(model, images: torch.Tensor, labels: torch.Tensor, settings: dict | None = None) -> dict[str, Any]:

@@ -63,7 +63,9 @@ def spectrum_figure(result: Mapping[str, Any], label: str = "", size: tuple[floa
     k = len(blocks[0]["top"]["eigenvalues"])
     for i, b in enumerate(blocks):
         ev = np.asarray(b["top"]["eigenvalues"])
-        ax_top.scatter(np.full(len(ev) - 1, i), ev[1:], s=14, color="0.55", zorder=2, label="2nd..k-th" if i == 0 else None)
+        ax_top.scatter(
+            np.full(len(ev) - 1, i), ev[1:], s=14, color="0.55", zorder=2, label="2nd..k-th" if i == 0 else None
+        )
         ax_top.scatter([i], ev[:1], s=40, color="C0", zorder=3, label=r"$\lambda_{\max}$ of block" if i == 0 else None)
     lam = result["whole_model"]["top"]["eigenvalues"][0]
     ax_top.axhline(lam, color="C3", ls="--", lw=1.2, label=rf"whole model $\lambda_{{\max}}$ = {lam:.3g}")
@@ -121,8 +123,15 @@ def spectrum_figure(result: Mapping[str, Any], label: str = "", size: tuple[floa
         if nb <= 4:
             for a in range(len(groups)):
                 for c in range(len(groups)):
-                    ax.text(c, a, f"{N[i, a, c]:.2g}", ha="center", va="center", fontsize=6,
-                            color="white" if logN[i, a, c] < (vmin + vmax) / 2 else "black")
+                    ax.text(
+                        c,
+                        a,
+                        f"{N[i, a, c]:.2g}",
+                        ha="center",
+                        va="center",
+                        fontsize=6,
+                        color="white" if logN[i, a, c] < (vmin + vmax) / 2 else "black",
+                    )
     sub_bot.colorbar(im, ax=list(axes), label=r"$\log_{10}\|H_{ab}\|_2$", shrink=0.9)
     sub_bot.suptitle(
         r"(d) block-pair spectral norms $\|H_{ab}\|_2$ (rows a, columns b; Lanczos on $H_{ab}^\top H_{ab}$)",
