@@ -69,10 +69,13 @@ def spectrum_figure(result: Mapping[str, Any], label: str = "", size: tuple[floa
         ax_top.scatter([i], ev[:1], s=40, color="C0", zorder=3, label=r"$\lambda_{\max}$ of block" if i == 0 else None)
     lam = result["whole_model"]["top"]["eigenvalues"][0]
     ax_top.axhline(lam, color="C3", ls="--", lw=1.2, label=rf"whole model $\lambda_{{\max}}$ = {lam:.3g}")
+    # symmetric log scale: the whole model's lambda_max can be far above the blocks'
+    vals = np.abs([v for b in blocks for v in b["top"]["eigenvalues"]] + [lam])
+    ax_top.set_yscale("symlog", linthresh=max(float(np.max(vals)) * 1e-3, 1e-300))
     ax_top.set(
         xticks=x,
         xlabel="transformer block",
-        ylabel="Hessian eigenvalue (Ritz value)",
+        ylabel="Hessian eigenvalue (Ritz value, symlog)",
         title=f"(a) top-{k} eigenvalues of each block's\nfive-group Hessian (Lanczos)",
     )
     ax_top.legend(fontsize=7, loc="best")
