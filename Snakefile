@@ -35,6 +35,7 @@ CONFIG_HASH = config_hash(config)
 DATA_ROOT = config["data"]["root"]
 HEXP = config["hessian"]["experiment"]
 LEXP = config["landscape"]["experiment"]
+SEXP = config.get("spectrum", {}).get("experiment") or LEXP  # the deep model of the spectrum rule
 STAGES = ["init", "trained"]
 CHECKPOINT = {"init": "init.pt", "trained": "final.pt"}
 
@@ -73,6 +74,7 @@ include: "workflow/rules/claims.smk"
 include: "workflow/rules/probe.smk"
 include: "workflow/rules/dynamics.smk"
 include: "workflow/rules/bounds.smk"
+include: "workflow/rules/spectrum.smk"
 
 
 if config["scaling"]["enabled"]:

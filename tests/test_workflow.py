@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import matplotlib.image as mpimg
+import numpy as np
 import pytest
 import yaml
 
@@ -66,6 +67,14 @@ TINY = {
         "hessian_samples": 16,
         "dense_max_params": 150,
         "jobs": 2,
+    },
+    "spectrum": {
+        "batch_size": 16,
+        "n_eigenvalues": 3,
+        "lanczos_steps": 40,
+        "n_probes": 4,
+        "slq_probes": 2,
+        "pair_steps": 4,
     },
 }
 
@@ -185,6 +194,32 @@ def test_summary_has_required_keys_and_finite_numbers(run):
     assert len(prov["config_hash"]) == 16 and prov["git_commit"] and prov["packages"]["torch"] and prov["device"]
     bad = [(p, v) for p, v in _numbers(s) if not math.isfinite(v)]
     assert not bad
+
+
+def test_spectrum_in_summary(run):
+    """Matrix-free spectrum of the 2-block landscape model: shapes, finiteness, and what holds for
+    any Lanczos run (Ritz values sorted, inside [smallest, largest]; sqrt of a Ritz value of
+    H_ab^T H_ab symmetric in (a, b)); interlacing lambda_max(H) >= lambda_max(H_block) is exact
+    for eigenvalues and holds for the Ritz values once converged (40 steps, a large gap here)."""
+    sp = json.loads((run / "paper/summary.json").read_text())["spectrum"]
+    assert sp["experiment"] == "landscape_tiny" and sp["batch_size"] == 16 and len(sp["blocks"]) == 2
+    whole = sp["whole_model"]
+    assert whole["n_params"] > sum(b["n_params"] for b in sp["blocks"]) and len(whole["top_eigenvalues"]) == 3
+    for b in sp["blocks"]:
+        ev = b["top_eigenvalues"]
+        assert len(ev) == 3 and all(math.isfinite(v) for v in ev) and ev == sorted(ev, reverse=True)
+        assert b["smallest_ritz"] <= ev[-1] and b["n_params"] == 6 * 4 * 2 + 6 * 6 + 2 * 6 * 8
+        assert math.isfinite(b["trace"]["mean"]) and b["trace"]["stderr"] >= 0 and b["trace"]["n_probes"] == 4
+        N = np.asarray(b["pair_norms"])
+        assert N.shape == (5, 5) and np.all(N >= 0) and np.allclose(N, N.T)
+        assert whole["top_eigenvalues"][0] >= ev[0]
+    assert sp["interlacing"]["holds"]
+    r = json.loads((run / "results/spectrum/landscape_tiny.json").read_text())
+    for b in r["blocks"]:
+        d = b["density"]
+        assert np.trapezoid(d["density"], d["grid"]) == pytest.approx(1.0, abs=1e-3)
+    table = (run / "paper/tables/spectrum.csv").read_text().splitlines()
+    assert table[0].startswith("parameters,P,lambda_max") and len(table) == 1 + 3
 
 
 def test_probe_result_contents(run):

@@ -132,6 +132,7 @@ def cmd_summary(a) -> None:
         notebook_dir=a.notebook_dir,
         claims=a.claims,
         scaling=a.scaling,
+        spectrum=a.spectrum,
     )
 
 
@@ -206,6 +207,13 @@ def cmd_scaling_aggregate(a) -> None:
     from .steps import scaling_aggregate_step
 
     scaling_aggregate_step(a.scaling, a.parts, a.out)
+
+
+def cmd_spectrum(a) -> None:
+    """Rule spectrum_compute: matrix-free top eigenvalues, traces, densities and block-pair norms."""
+    from .steps import spectrum_step
+
+    spectrum_step(a.checkpoint, a.spec, a.spectrum, a.data_root, a.out, device=a.device)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -325,6 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--claims", default=None, help="paper/claims.json: adds the key 'claims'")
     s.add_argument("--bounds", nargs="*", default=[], help="results/<exp>/bounds/<stage>.json (bounds rule)")
     s.add_argument("--scaling", default=None, help="results/scaling/scaling.json: adds the key 'scaling'")
+    s.add_argument("--spectrum", default=None, help="results/spectrum/<exp>.json (spectrum_compute rule)")
     s.add_argument("--out", required=True, help="output JSON (paper/summary.json)")
     s.set_defaults(func=cmd_summary)
 
@@ -437,6 +446,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--parts", nargs="+", required=True, help="the JSON of every part (scaling models)")
     g.add_argument("--out", required=True, help="output JSON (results/scaling/scaling.json)")
     g.set_defaults(func=cmd_scaling_aggregate)
+    s = sub.add_parser(
+        "spectrum", help="matrix-free Hessian spectrum per block and of the whole model (Lanczos, Hutchinson, SLQ)"
+    )
+    s.add_argument("--checkpoint", required=True, help="trained checkpoint (final.pt)")
+    s.add_argument("--spec", type=_json_arg, required=True, help="the experiment's config section as JSON")
+    s.add_argument("--spectrum", type=_json_arg, required=True, help="the 'spectrum' config section")
+    s.add_argument("--data-root", required=True, help=DATA_ROOT_HELP)
+    s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]; float64 throughout")
+    s.add_argument("--out", required=True, help="output JSON (results/spectrum/<exp>.json)")
+    s.set_defaults(func=cmd_spectrum)
     return p
 
 

@@ -21,7 +21,8 @@ How to add a figure
    ``out``; the other cells only load results and call helpers from the package, then
    ``plotting.save_figure(fig, out)``. Commit it without outputs.
 2. Append a :class:`Figure` to :data:`FIGURES`. Input paths are templates: ``{hexp}`` is
-   ``config["hessian"]["experiment"]``, ``{lexp}`` is ``config["landscape"]["experiment"]``;
+   ``config["hessian"]["experiment"]``, ``{lexp}`` is ``config["landscape"]["experiment"]``
+   (``{sexp}``: ``config["spectrum"]["experiment"]``, default ``{lexp}``);
    ``{cfg[section][key]}`` reads any other config value.
 3. Run ``transformer-hessian registry --write-readme`` and commit ``paper/README.md``.
 A figure that only some configs want names its boolean switch in ``enabled_by`` (e.g.
@@ -373,6 +374,26 @@ FIGURES: list[Figure] = [
         shows="D_k curves, D_k slope and prefactor, sample size k* and top Hessian eigenvalue against the parameter count, with fitted power laws",
         functions="`scaling_plot.scaling_figure`; `scaling.run_models`, `scaling.aggregate`",
     ),
+    Figure(
+        id="spectrum",
+        paper="beyond the paper (Figure 5 for every block)",
+        label="fig:norm",
+        notebook="spectrum.ipynb",
+        inputs={
+            "spectrum": "results/spectrum/{sexp}.json",
+            "metrics": "results/{sexp}/metrics.json",
+        },
+        tables={
+            "spectrum": "Matrix-free Hessian spectrum: top eigenvalue and Hutchinson trace per block and of the whole model"
+        },
+        caption="Matrix-free Hessian spectrum of the trained deep ViT on {spectrum_data}, cross-entropy on one fixed "
+        "training batch, float64: (a) top Lanczos Ritz values of each block's Hessian w.r.t. W_Q, W_K, W_V, W_1, "
+        "W_2 and the whole model's largest eigenvalue; (b) Hutchinson trace estimates with +-2 standard errors; "
+        "(c) spectral densities by stochastic Lanczos quadrature (Gaussian-broadened, log scale); (d) log10 of the "
+        "block-pair spectral norms ||H_ab||_2 of Figure 5 for every block, one colour scale.",
+        shows="top Hessian eigenvalues, traces, spectral densities and block-pair norms of every block of the deep model",
+        functions="`spectrum_plot.spectrum_figure`, `spectrum_plot.spectrum_table`; `spectrum.run_spectrum`",
+    ),
 ]
 
 #: Artefacts that are not notebook figures (for ``paper/README.md`` only): (path, what it
@@ -468,7 +489,9 @@ def notebook_tables() -> list[str]:
 
 
 def _template_values(config: dict) -> dict[str, Any]:
-    return {"hexp": config["hessian"]["experiment"], "lexp": config["landscape"]["experiment"], "cfg": config}
+    lexp = config["landscape"]["experiment"]
+    sexp = (config.get("spectrum") or {}).get("experiment") or lexp
+    return {"hexp": config["hessian"]["experiment"], "lexp": lexp, "sexp": sexp, "cfg": config}
 
 
 def resolve_inputs(fig: Figure, config: dict) -> dict[str, str]:
@@ -495,6 +518,7 @@ def caption(fig: Figure, config: dict) -> str:
     return fig.caption.format(
         hessian_data=_data_name(config, config["hessian"]["experiment"], "MNIST"),
         landscape_data=_data_name(config, land["experiment"], "CIFAR-100"),
+        spectrum_data=_data_name(config, _template_values(config)["sexp"], "CIFAR-100"),
         granularity=granularity,
         scaling_data=_DATASET.get(scaling_set, scaling_set)
         + (", stand-in for MNIST / CIFAR-100" if scaling_set == "digits" else ""),

@@ -150,6 +150,7 @@ def build_summary(
     tables: dict[str, str],
     bounds: list[str] | None = None,
     scaling: str | None = None,
+    spectrum: str | None = None,
 ) -> dict:
     """Gather every number the figures and tables show, with provenance.
 
@@ -188,6 +189,10 @@ def build_summary(
     if scaling:
         # the scaling study (scaling.aggregate): per-model numbers and power-law fits, no curves
         summary["scaling"] = {k: v for k, v in load_json(scaling, rule="scaling").items() if k != "models"}
+    if spectrum:
+        from .spectrum import summary_section
+
+        summary["spectrum"] = summary_section(load_json(spectrum, rule="spectrum_compute"))
     summary["figures"] = figures
     summary["tables"] = tables
     return summary

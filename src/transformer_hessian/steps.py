@@ -393,6 +393,7 @@ def summary_step(
     notebook_dir: str | None = None,
     claims: str | None = None,
     scaling: str | None = None,
+    spectrum: str | None = None,
 ) -> dict[str, Any]:
     """Rule summary: ``paper/summary.json`` (:func:`.report.build_summary`, keyed by file stem for
     figures and tables) with, when given, the figures' provenance, the claim rows and the
@@ -403,7 +404,16 @@ def summary_step(
     fig_map = {Path(p).stem: p for p in figures}
     table_map = {Path(p).stem: p for p in tables}
     summary = build_summary(
-        config_hash, norms, metrics, landscape, theory, fig_map, table_map, bounds=list(bounds), scaling=scaling
+        config_hash,
+        norms,
+        metrics,
+        landscape,
+        theory,
+        fig_map,
+        table_map,
+        bounds=list(bounds),
+        scaling=scaling,
+        spectrum=spectrum,
     )
     if registry_config:
         from .registry import provenance
@@ -534,3 +544,48 @@ def scaling_aggregate_step(scaling: Mapping[str, Any], parts: Sequence[str], out
                 else:
                     log.info("scaling (n = %s, %s series): %s not fitted: %s", size, series, q, f["skipped"])
     return agg
+
+
+def spectrum_step(
+    checkpoint: str,
+    spec: Mapping[str, Any],
+    spectrum: Mapping[str, Any],
+    data_root: str,
+    out: str,
+    device: str = "auto",
+) -> dict[str, Any]:
+    """Rule spectrum_compute: :func:`.spectrum.run_spectrum` (top eigenvalues, Hutchinson traces,
+    SLQ densities, block-pair norms) of the trained model on one fixed training batch, float64;
+    warns when the whole-model top Ritz value lies below a block's (Lanczos not converged)."""
+    import torch
+
+    from .hessian import fixed_batch
+    from .spectrum import DEFAULTS, run_spectrum
+    from .train import load_experiment_data, load_model
+    from .utils import resolve_device, write_json
+
+    s = {**DEFAULTS, **spectrum}
+    dev = resolve_device(device)
+    data = load_experiment_data(spec, data_root)
+    images, labels = fixed_batch(data["train_x"], data["train_y"], s["batch_size"], s["seed"])
+    model = load_model(checkpoint, device=dev, dtype=torch.float64)
+    result = run_spectrum(model, images.to(device=dev, dtype=torch.float64), labels.to(dev), s)
+    result["experiment"] = s.get("experiment")
+    result["dataset"] = spec["dataset"]
+    result["device"] = str(dev)
+    write_json(result, out)
+    log.info(
+        "spectrum: whole-model lambda_max %.4g, trace %.4g +- %.2g; %d blocks; %.1f s",
+        result["whole_model"]["top"]["eigenvalues"][0],
+        result["whole_model"]["trace"]["mean"],
+        result["whole_model"]["trace"]["stderr"],
+        len(result["blocks"]),
+        result["seconds"],
+    )
+    if not result["interlacing"]["holds"]:
+        log.warning(
+            "spectrum: the whole-model top Ritz value lies below a block's (gaps %s): Lanczos has not "
+            "converged; raise spectrum.lanczos_steps",
+            result["interlacing"]["gap"],
+        )
+    return result

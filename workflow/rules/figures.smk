@@ -86,6 +86,7 @@ rule summary:
         claims="paper/claims.json",
         bounds=expand("results/{exp}/bounds/{stage}.json", exp=HEXP, stage=STAGES),
         scaling=["results/scaling/scaling.json"] if config["scaling"]["enabled"] else [],
+        spectrum=f"results/spectrum/{SEXP}.json",
     output:
         "paper/summary.json",
     params:
@@ -107,4 +108,5 @@ rule summary:
         "transformer-hessian summary --config-hash {params.config_hash:q} --norms {input.norms:q} "
         "--metrics {input.metrics:q} --landscape {input.landscape:q} --theory {input.theory:q} "
         "--figures {input.figures:q} --tables {input.tables:q} --registry-config {params.registry_config:q} "
-        "--notebook-dir {params.notebook_dir:q} --claims {input.claims:q} --bounds {input.bounds:q} {params.scaling_args} --out {output:q} 2> {log:q}"
+        "--notebook-dir {params.notebook_dir:q} --claims {input.claims:q} --bounds {input.bounds:q} {params.scaling_args} "
+        "--spectrum {input.spectrum:q} --out {output:q} 2> {log:q}"

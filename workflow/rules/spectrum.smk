@@ -1,0 +1,38 @@
+# Matrix-free curvature of the deep (landscape) model: top Hessian eigenvalues of every block's
+# five groups and of the whole model, Hutchinson traces, SLQ spectral densities and Figure 5's
+# block-pair spectral norms for every block. Computation: transformer_hessian.spectrum; the
+# figure's rule (spectrum) comes from the figure registry (transformer_hessian.registry).
+
+if SEXP not in config["experiments"]:
+    raise SystemExit(
+        f"transformer-hessian: invalid configuration:\n  spectrum.experiment: {SEXP!r} is not one of the "
+        f"experiments defined under 'experiments' ({', '.join(config['experiments'])})"
+    )
+
+
+rule spectrum_compute:
+    input:
+        checkpoint=f"results/{SEXP}/checkpoints/final.pt",
+        manifest=f"{DATA_ROOT}/{config['experiments'][SEXP]['dataset']}/manifest.json",
+    output:
+        f"results/spectrum/{SEXP}.json",
+    params:
+        data_root=data_root_of,
+        spec=json.dumps(config["experiments"][SEXP]),
+        spectrum=json.dumps({**config.get("spectrum", {}), "experiment": SEXP}),
+        device=config["device"],
+    conda:
+        "../../environment.yml"
+    log:
+        f"logs/spectrum/{SEXP}.log",
+    benchmark:
+        f"benchmarks/spectrum/{SEXP}.tsv"
+    threads: 1
+    resources:
+        gpu=config["resources"]["gpu"],
+        mem_mb=config["resources"]["mem_mb"],
+        runtime=config["resources"]["runtime"],
+    shell:
+        "transformer-hessian --threads {threads} spectrum --checkpoint {input.checkpoint:q} "
+        "--spec {params.spec:q} --spectrum {params.spectrum:q} --data-root {params.data_root:q} "
+        "--device {params.device:q} --out {output:q} 2> {log:q}"
