@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .io import load_bounds, load_json, load_landscape, load_metrics, load_norms, load_theory_check
+from .io import load_bounds, load_landscape, load_metrics, load_norms, load_scaling, load_spectrum, load_theory_check
 from .utils import atomic_path, device_description, git_commit, package_versions, write_text
 
 
@@ -188,11 +188,11 @@ def build_summary(
         summary["bounds"]["claims"] = claim_rows(results)
     if scaling:
         # the scaling study (scaling.aggregate): per-model numbers and power-law fits, no curves
-        summary["scaling"] = {k: v for k, v in load_json(scaling, rule="scaling").items() if k != "models"}
+        summary["scaling"] = {k: v for k, v in load_scaling(scaling).items() if k != "models"}
     if spectrum:
         from .spectrum import summary_section
 
-        summary["spectrum"] = summary_section(load_json(spectrum, rule="spectrum_compute"))
+        summary["spectrum"] = summary_section(load_spectrum(spectrum))
     summary["figures"] = figures
     summary["tables"] = tables
     return summary

@@ -514,24 +514,24 @@ def scaling_models_step(
     """Rule scaling_models: train and measure models ``part, part + jobs, ...`` of the sweep
     (:func:`.scaling.sweep_models`; per-model results cached in ``cache_dir``) and write
     ``{"part", "jobs", "models": [...]}`` to ``out``."""
+    from .io import save_scaling_part
     from .scaling import run_models, sweep_models
-    from .utils import write_json
 
     points = sweep_models(scaling)[part::jobs]
-    result = {"part": part, "jobs": jobs, "models": run_models(points, scaling, data_root, cache_dir, device=device)}
-    write_json(result, out)
-    return result
+    models = run_models(points, scaling, data_root, cache_dir, device=device)
+    save_scaling_part(out, part, jobs, models)
+    return {"part": part, "jobs": jobs, "models": models}
 
 
 def scaling_aggregate_step(scaling: Mapping[str, Any], parts: Sequence[str], out: str) -> dict[str, Any]:
     """Rule scaling: power laws in the parameter count across every part's models
     (:func:`.scaling.aggregate`) -> ``out``; logs each fitted exponent with its interval."""
+    from .io import load_scaling_part, save_scaling
     from .scaling import aggregate
-    from .utils import read_json, write_json
 
-    results = [m for path in parts for m in read_json(path)["models"]]
+    results = [m for path in parts for m in load_scaling_part(path)["models"]]
     agg = aggregate(results, scaling)
-    write_json(agg, out)
+    save_scaling(out, agg)
     for size, by_series in agg["fits"].items():
         for series, fits in by_series.items():
             for q, f in fits.items():
@@ -560,9 +560,10 @@ def spectrum_step(
     import torch
 
     from .hessian import fixed_batch
+    from .io import save_spectrum
     from .spectrum import DEFAULTS, run_spectrum
     from .train import load_experiment_data, load_model
-    from .utils import resolve_device, write_json
+    from .utils import resolve_device
 
     s = {**DEFAULTS, **spectrum}
     dev = resolve_device(device)
@@ -573,7 +574,7 @@ def spectrum_step(
     result["experiment"] = s.get("experiment")
     result["dataset"] = spec["dataset"]
     result["device"] = str(dev)
-    write_json(result, out)
+    save_spectrum(out, result)
     log.info(
         "spectrum: whole-model lambda_max %.4g, trace %.4g +- %.2g; %d blocks; %.1f s",
         result["whole_model"]["top"]["eigenvalues"][0],
