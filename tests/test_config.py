@@ -58,6 +58,7 @@ BAD = [
     ("experiments.hessian_digits.train.learning_rate", 0.1, "experiments.hessian_digits.train.learning_rate"),
     ("hessian.method", "finite_differences", "hessian.method"),
     ("hessian.experiment", "missing_exp", "hessian.experiment"),
+    ("spectrum.experiment", "missing_exp", "spectrum.experiment"),
     ("hessian.block", 3, "hessian.block"),
     ("landscape.ema_factor", 1.5, "landscape.ema_factor"),
     ("device", "tpu", "device"),

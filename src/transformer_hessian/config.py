@@ -305,8 +305,10 @@ def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH, cli_ove
         lines = [f"  {_key_path(e)}: {e.message}" for e in errors]
         raise ConfigError("invalid configuration:\n" + "\n".join(lines))
     experiments = config["experiments"]
-    for section in ("hessian", "landscape"):
-        name = config[section]["experiment"]
+    for section in ("hessian", "landscape", "spectrum"):
+        name = config.get(section, {}).get("experiment")
+        if section == "spectrum" and name is None:  # null: the landscape experiment
+            continue
         if name not in experiments:
             raise ConfigError(
                 f"invalid configuration:\n  {section}.experiment: {name!r} is not one of the "
