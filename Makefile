@@ -11,10 +11,12 @@ setup: $(STAMP)
 
 # Re-install only when the dependency files change; a no-op otherwise. uv (pinned, from PyPI)
 # installs the pinned lock in seconds; plain pip is the fallback where uv cannot be had.
+# --compile-bytecode: uv writes no .pyc by default, and where PYTHONDONTWRITEBYTECODE is set
+# every job would compile torch's modules again (make reproduce: 3 min 27 s instead of 2 min 4 s).
 $(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	@if $(BIN)/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION) && \
-	    $(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements.lock; then \
+	    $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -r requirements.lock; then \
 	  $(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e . ; \
 	else \
 	  echo "uv unavailable: installing the lock with pip (slower)"; \
