@@ -62,6 +62,27 @@ def tiny_vit(width, d_k, d_ff, depth, bias, seed):
     return ViT(cfg).double()
 
 
+def func_hessian(model, images, labels):
+    """Reference five-group Hessian of the mean cross-entropy of a one-block ``model``:
+    ``torch.func.hessian`` over [W_Q, W_K, W_V, W_1, W_2] of block 0, as one dense matrix.
+
+    (No LayerNorm weight is differentiated, so torch 2.14.1's layer_norm mixed-derivative bug
+    does not apply.)"""
+    import torch
+    from torch.func import functional_call, hessian
+
+    from transformer_hessian import GROUPS
+
+    names = [f"blocks.0.{n}" for n in GROUPS]
+    W = {n: model.get_parameter(n).detach() for n in names}
+
+    def loss(w):
+        return torch.nn.functional.cross_entropy(functional_call(model, w, (images,)), labels)
+
+    H = hessian(loss)(W)
+    return torch.cat([torch.cat([H[a][b].reshape(W[a].numel(), W[b].numel()) for b in names], 1) for a in names], 0)
+
+
 def snakemake_dry_run(root, workdir, env, *args, timeout=180):
     """``snakemake -n`` of this repository's Snakefile in ``workdir`` (completed process, output captured)."""
     import subprocess

@@ -5,13 +5,12 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 import yaml
+from conftest import snakemake_dry_run
 
 from transformer_hessian import registry
 
@@ -130,25 +129,15 @@ def test_provenance_hashes_files(tmp_path):
 def test_generated_rules_run_the_registered_notebooks(env):
     """Dry-run of the workflow: one rule per entry, each calling papermill on its notebook with
     every registry input as a parameter and `out`."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-n",
-            "-p",
-            "--forceall",
-            "--cores",
-            "1",
-            "--snakefile",
-            str(REPO / "Snakefile"),
-            "--directory",
-            str(REPO),
-            *[f"paper/figures/{i}.pdf" for i in registry.figure_ids()],
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
+    proc = snakemake_dry_run(
+        REPO,
+        REPO,
+        env,
+        "-p",
+        "--forceall",
+        "--cores",
+        "1",
+        *[f"paper/figures/{i}.pdf" for i in registry.figure_ids()],
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

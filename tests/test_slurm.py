@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 import test_workflow
 import yaml
+from conftest import snakemake_dry_run
 
 STATE_DIR = Path("/var/tmp/transformer-hessian-slurm-ci")
 LOCK = Path("/var/tmp/transformer-hessian-slurm-ci.lock")
@@ -180,26 +181,16 @@ def test_gpu_request_is_refused_on_this_gpu_less_cluster(cluster, tmp_path):
 
 
 def test_rerun_on_slurm_does_nothing(run, root, cluster):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-n",
-            "--snakefile",
-            str(root / "Snakefile"),
-            "--directory",
-            str(run),
-            "--configfile",
-            str(run / "tiny.yaml"),
-            "--profile",
-            str(root / "workflow/profiles/slurm"),
-            "--config",
-            "resources={gpu: 0}",
-        ],
-        capture_output=True,
-        text=True,
-        env=cluster,
+    proc = snakemake_dry_run(
+        root,
+        run,
+        cluster,
+        "--configfile",
+        str(run / "tiny.yaml"),
+        "--profile",
+        str(root / "workflow/profiles/slurm"),
+        "--config",
+        "resources={gpu: 0}",
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import func_hessian
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.func import functional_call, hessian
 
-from transformer_hessian import GROUPS
 from transformer_hessian.model import ModelConfig, ViT
 from transformer_hessian.theory import model_loss_hessian
 from transformer_hessian.theory.factored import _packed_index, _packed_sandwich, _pair_sum, _pair_sum_sym, _psi_sandwich
@@ -84,17 +83,6 @@ def _vit(image, patch, width, d_k, d_ff, classes, bias, seed):
     return model
 
 
-def _func_hessian(model, images, labels):
-    names = [f"blocks.0.{n}" for n in GROUPS]
-    W = {n: model.get_parameter(n).detach() for n in names}
-
-    def loss(w):
-        return torch.nn.functional.cross_entropy(functional_call(model, w, (images,)), labels)
-
-    H = hessian(loss)(W)
-    return torch.cat([torch.cat([H[a][b].reshape(W[a].numel(), W[b].numel()) for b in names], 1) for a in names], 0)
-
-
 @settings(max_examples=4, deadline=None, derandomize=True)
 @given(
     patch_grid=st.sampled_from([(6, 2), (9, 3), (4, 1)]),  # 9, 9, 16 tokens
@@ -112,7 +100,7 @@ def test_model_loss_hessian_equals_torch_func_on_unseen_shapes(patch_grid, width
     images = torch.randn(batch, 1, image, image, generator=g, dtype=torch.float64)
     labels = torch.randint(0, 4, (batch,), generator=g)
     H = model_loss_hessian(model, images, labels).dense
-    ref = _func_hessian(model, images, labels)
+    ref = func_hessian(model, images, labels)
     assert H.dtype == torch.float64 and torch.equal(H, H.T)
     assert rel_err(H, ref) < TOL
 
@@ -122,4 +110,4 @@ def test_the_named_shape_9_tokens_width_6_batch_5():
     g = torch.Generator().manual_seed(8)
     images = torch.randn(5, 1, 6, 6, generator=g, dtype=torch.float64)
     labels = torch.randint(0, 10, (5,), generator=g)
-    assert rel_err(model_loss_hessian(model, images, labels).dense, _func_hessian(model, images, labels)) < TOL
+    assert rel_err(model_loss_hessian(model, images, labels).dense, func_hessian(model, images, labels)) < TOL

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import func_hessian
 from curvlinops import GGNLinearOperator, HessianLinearOperator
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.func import functional_call, hessian
 
 from transformer_hessian import GROUPS
 from transformer_hessian.model import ModelConfig, PostNormBlock, ViT
@@ -101,17 +101,6 @@ def small_vit(bias: bool, seed: int = 0, classes: int = 3):
         for prm in model.parameters():
             prm.add_(0.3 * torch.randn_like(prm))
     return model
-
-
-def func_hessian(model, images, labels):
-    names = [f"blocks.0.{n}" for n in GROUPS]
-    W = {n: model.get_parameter(n).detach() for n in names}
-
-    def loss(w):
-        return torch.nn.functional.cross_entropy(functional_call(model, w, (images,)), labels)
-
-    H = hessian(loss)(W)
-    return torch.cat([torch.cat([H[a][b].reshape(W[a].numel(), W[b].numel()) for b in names], 1) for a in names], 0)
 
 
 @pytest.mark.parametrize("bias", [False, True])
