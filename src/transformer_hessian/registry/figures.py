@@ -297,7 +297,7 @@ OTHER_ARTEFACTS: list[tuple[str, str, str, str, str]] = [
         "spectral norm, the project's bound, the paper's bounds (both forms), ratios, held or not",
         "`transformer-hessian bounds table`",
         "`bounds_table` (after `bounds`)",
-        "`bounds.pipeline`",
+        "`bounds.table`, `bounds.step`",
     ),
     (
         "tables/table1.{csv,tex,md}",
