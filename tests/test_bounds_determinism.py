@@ -45,3 +45,31 @@ def test_default_arpack_start_is_what_made_the_bits_move():
     A = _symmetric(420, 3).numpy()
     values = {abs(eigsh(A, k=1, which="LM", tol=1e-12, return_eigenvectors=False)[0]).hex() for _ in range(6)}
     assert len(values) > 1
+
+
+def test_evaluate_bounds_same_bits_for_any_thread_count():
+    """evaluate_bounds runs single-threaded (torch and BLAS) whatever the caller set, restores
+    the caller's thread count, and gives the same JSON twice and under 1 or 3 torch threads.
+    W_1 has 8 * 40 = 320 entries, so its norms take the ARPACK path."""
+    import json
+
+    from transformer_hessian.bounds.pipeline import evaluate_bounds
+    from transformer_hessian.model import ModelConfig, ViT
+
+    torch.manual_seed(7)
+    cfg = ModelConfig(image_size=8, channels=1, num_classes=3, patch_size=4, width=8, depth=1, d_k=5, d_ff=40)
+    model = ViT(cfg).double()
+    images = torch.randn(3, 1, 8, 8, dtype=torch.float64)
+    labels = torch.randint(0, 3, (3,))
+    before = torch.get_num_threads()
+    texts = []
+    try:
+        for threads in (1, 3, 3):
+            torch.set_num_threads(threads)
+            res = evaluate_bounds(model, images, labels, None, n_samples=2, delta=1e-2)
+            assert torch.get_num_threads() == threads
+            texts.append(json.dumps(res, sort_keys=True))
+    finally:
+        torch.set_num_threads(before)
+    assert texts[0] == texts[1] == texts[2]
+    assert json.loads(texts[0])["summary"]["holds_fraction"] == 1.0

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -38,7 +40,7 @@ from ..utils import log
 from .attention import ATTENTION_GROUPS, attention_bound, attention_bound_paper
 from .block import block_bound, block_bound_ce, block_bound_paper, lemma4_bounds
 
-__all__ = ["ARPACK_SEED", "PAPER_FORMS", "bounds_summary", "evaluate_bounds", "spectral_norm"]
+__all__ = ["ARPACK_SEED", "PAPER_FORMS", "bounds_summary", "evaluate_bounds", "single_threaded", "spectral_norm"]
 
 PAPER_FORMS = {
     "attention": {"statement": "Theorem 1 (statement)", "appendix": "Theorem 1 (proof's final M)"},
@@ -172,14 +174,39 @@ def _counterexample(X: torch.Tensor, params: dict, delta_min: float) -> dict:
     return out
 
 
-@torch.no_grad()
+@contextmanager
+def single_threaded() -> Iterator[None]:
+    """Run the enclosed code with one torch intra-op thread and one BLAS thread (numpy/scipy),
+    then restore the previous counts. Reductions (matrix products, eigvalsh) then add in one
+    fixed order, so the same inputs give the same bits whatever ``--threads`` the caller set."""
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(limits=1, user_api="blas"):
+            yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def evaluate_bounds(
     model, images: torch.Tensor, labels: torch.Tensor, ce_norms: dict | None, n_samples: int = 2, delta: float = 1e-6
 ) -> dict:
     """All bound evaluations for one stage (module docstring). ``model`` must be a single-block
     float64 ViT; ``images, labels`` the Hessian experiment's fixed batch; ``ce_norms`` the hessian
     rule's ``<stage>_norms.json`` (or None to skip the experiment setting); the theory setting
-    uses the first ``n_samples`` samples of the batch. Returns a JSON-ready dict."""
+    uses the first ``n_samples`` samples of the batch. Returns a JSON-ready dict.
+
+    Runs :func:`single_threaded`: bit-identical run to run and for any thread count."""
+    with single_threaded():
+        return _evaluate_bounds(model, images, labels, ce_norms, n_samples, delta)
+
+
+@torch.no_grad()
+def _evaluate_bounds(
+    model, images: torch.Tensor, labels: torch.Tensor, ce_norms: dict | None, n_samples: int, delta: float
+) -> dict:
     if len(model.blocks) != 1:
         raise ValueError(f"bounds: the model has {len(model.blocks)} blocks; the bounds cover a single block")
     blk = model.blocks[0]

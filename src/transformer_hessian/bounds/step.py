@@ -50,7 +50,7 @@ def evaluate_step(
     from ..io import load_hessian, load_norms, save_bounds
     from ..train import load_experiment_data, load_model
     from ..utils import resolve_device
-    from .pipeline import evaluate_bounds, spectral_norm
+    from .pipeline import evaluate_bounds, single_threaded, spectral_norm
 
     t0 = time.perf_counter()
     dev = resolve_device(device)
@@ -61,7 +61,8 @@ def evaluate_step(
     measured = load_norms(norms)
     if hessian_npz:
         H = torch.as_tensor(load_hessian(hessian_npz)["H"])
-        measured["total_spectral"] = spectral_norm(H, symmetric=True)
+        with single_threaded():
+            measured["total_spectral"] = spectral_norm(H, symmetric=True)
     result = evaluate_bounds(
         model, images, labels.to(dev), measured, n_samples=bounds["n_samples"], delta=bounds["delta"]
     )
