@@ -210,7 +210,8 @@ def test_theorem6_paper_bound_keys_and_total():
 def test_evaluate_bounds_table_and_claims_on_a_tiny_model():
     """evaluate_bounds end to end on a tiny single-block ViT, with the measured CE block norms
     from torch.func HVPs: every record present, project bounds hold, claim rows well formed."""
-    from transformer_hessian.bounds.pipeline import bounds_table, claim_rows, evaluate_bounds, spectral_norm
+    from transformer_hessian.bounds.pipeline import evaluate_bounds, spectral_norm
+    from transformer_hessian.bounds.table import bounds_table, claim_rows
     from transformer_hessian.hessian import block_norms, group_layout, hessian_vmap
     from transformer_hessian.model import ModelConfig, ViT
 

@@ -183,16 +183,27 @@ def cmd_bench(a) -> None:
 
 def cmd_bounds_evaluate(a) -> None:
     """Rule bounds: measured norms against the project's and the paper's bounds, one stage."""
-    from .bounds.pipeline import run_evaluate
+    from .bounds.step import evaluate_step
 
-    run_evaluate(a)
+    evaluate_step(
+        checkpoint=a.checkpoint,
+        stage=a.stage,
+        spec=a.spec,
+        hessian=a.hessian,
+        bounds=a.bounds,
+        data_root=a.data_root,
+        norms=a.norms,
+        out=a.out,
+        hessian_npz=a.hessian_npz,
+        device=a.device,
+    )
 
 
 def cmd_bounds_table(a) -> None:
     """Rule bounds_table: paper/tables/bounds.* and the bound claim rows."""
-    from .bounds.pipeline import run_table
+    from .bounds.step import table_step
 
-    run_table(a)
+    table_step(a.results, a.out_dir, claims_out=a.claims_out)
 
 
 def cmd_scaling_models(a) -> None:

@@ -181,7 +181,7 @@ def build_summary(
         t = load_theory_check(path)
         summary["theory"][t["stage"]] = t
     if bounds:
-        from .bounds.pipeline import claim_rows
+        from .bounds.table import claim_rows
 
         results = {r["stage"]: r for r in map(load_bounds, bounds)}
         summary["bounds"] = {stage: r["summary"] for stage, r in results.items()}

@@ -1,122 +1,14 @@
-"""The one registry of the paper's figures: id -> notebook, inputs, caption, paper label.
-
-Everything else is generated from :data:`FIGURES`:
-
-* the Snakemake rules: ``workflow/rules/figures.smk`` loops over :func:`rule_specs` and
-  defines one rule per entry (``name:`` inside ``rule:``), which runs the entry's notebook with
-  papermill, passing each input path as a notebook parameter of the same name, the entry's
-  literal ``params`` and ``out`` (``paper/figures/<id>`` without suffix);
-* ``paper/README.md`` (committed): :func:`render_paper_readme`, written by
-  ``transformer-hessian registry --write-readme`` and compared by the tests;
-* the per-figure provenance in ``paper/summary.json`` (``figure_provenance``): notebook,
-  rule, paper label and the sha256 of every input and output file (:func:`provenance`).
-
-A test fails when the registry, the generated rules, ``paper/README.md`` and the notebooks'
-``parameters`` cells disagree (``tests/test_registry.py``).
-
-How to add a figure
--------------------
-1. Write ``notebooks/<id>_<topic>.ipynb``: a cell tagged ``parameters`` that defines one
-   variable per input (the names of ``inputs`` below), one per literal ``params`` key, and
-   ``out``; the other cells only load results and call helpers from the package, then
-   ``plotting.save_figure(fig, out)``. Commit it without outputs.
-2. Append a :class:`Figure` to :data:`FIGURES`. Input paths are templates: ``{hexp}`` is
-   ``config["hessian"]["experiment"]``, ``{lexp}`` is ``config["landscape"]["experiment"]``
-   (``{sexp}``: ``config["spectrum"]["experiment"]``, default ``{lexp}``);
-   ``{cfg[section][key]}`` reads any other config value.
-3. Run ``transformer-hessian registry --write-readme`` and commit ``paper/README.md``.
-A figure that only some configs want names its boolean switch in ``enabled_by`` (e.g.
-``"scaling.enabled"``): :func:`figure_ids`, :func:`rule_specs` and :func:`provenance` then skip
-it when the switch is off, and the rules that compute its inputs are included by the Snakefile
-under the same condition.
-Nothing else changes: the rule, the ``all`` target, the report entry (caption from here,
-through ``workflow/report/figure.rst``) and the summary's provenance follow from the entry.
-Figures that other rule files build today (fig1, fig7-fig12, bound and Theorem 7 figures)
-move here the same way: their rule's inputs become ``inputs``, the notebook's output
-parameter is renamed ``out``.
-"""
+"""The registry's entries (data): :data:`FIGURES`, one :class:`.entry.Figure` per figure of the
+paper the pipeline regenerates, and :data:`OTHER_ARTEFACTS` for ``paper/README.md``; plus the
+lookups over them. Add a figure here (see the package docstring, "How to add a figure")."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "FIGURES",
-    "OTHER_ARTEFACTS",
-    "Figure",
-    "by_id",
-    "enabled",
-    "file_sha256",
-    "figure_ids",
-    "groups",
-    "notebook_tables",
-    "output_parameters",
-    "provenance",
-    "render_paper_readme",
-    "resolve_inputs",
-    "rule_specs",
-]
+from .entry import Figure
 
-#: Data set names in captions, and what the embedded default's digits stand in for.
-_DATASET = {"digits": "scikit-learn's 8x8 digits", "mnist": "MNIST", "cifar100": "CIFAR-100"}
-
-
-@dataclass(frozen=True)
-class Figure:
-    """One figure of the paper as the pipeline regenerates it.
-
-    ``id`` is the public file name (``paper/figures/<id>.{pdf,png}``) and the rule name;
-    ``paper`` the paper's number ("Figure 3") and ``label`` its LaTeX label; ``notebook`` the
-    file under ``notebooks/``; ``inputs`` maps notebook parameter -> path template (see the
-    module docstring); ``params`` are literal notebook parameters; ``caption`` is a format
-    string with ``{hessian_data}``, ``{landscape_data}`` (data set names of the two
-    experiments, with what they stand in for), ``{granularity}``; ``shows`` is the one-line
-    description in ``paper/README.md`` and ``functions`` the package functions behind it.
-    """
-
-    id: str
-    paper: str
-    label: str
-    notebook: str
-    inputs: dict[str, str]
-    caption: str
-    shows: str
-    functions: str
-    params: dict[str, Any] = field(default_factory=dict)
-    #: Name of the rule (and notebook run) that draws the figure; entries that share a ``group``
-    #: are drawn by one run of one notebook (same ``notebook``, ``inputs`` and ``params``), which
-    #: then takes one output parameter ``out_<id>`` per figure instead of ``out``.
-    group: str | None = None
-    #: Tables the notebook run writes besides the figure: stem -> caption; each is passed as the
-    #: notebook parameter ``table_<stem>`` (``paper/tables/<stem>`` without suffix).
-    tables: dict[str, str] = field(default_factory=dict)
-    #: Path templates the rule waits for without passing them to the notebook: a figure of a
-    #: Hessian is drawn only after the ``theory`` rule has checked that Hessian.
-    gate: tuple[str, ...] = ()
-    #: Dotted config key of a boolean switch (e.g. ``"scaling.enabled"``): when it is false the
-    #: figure has no rule, is not in ``all`` or the provenance (:func:`enabled`), and
-    #: ``paper/README.md`` lists it as optional. None: always drawn.
-    enabled_by: str | None = None
-
-    @property
-    def rule(self) -> str:
-        """Name of the Snakemake rule that draws the figure (``group``, else ``id``)."""
-        return self.group or self.id
-
-    @property
-    def out(self) -> str:
-        """Output path without suffix (the notebook parameter ``out``)."""
-        return f"paper/figures/{self.id}"
-
-    @property
-    def executed(self) -> str:
-        """Where papermill writes the executed notebook."""
-        return f"results/notebooks/{self.rule}.ipynb"
-
+__all__ = ["FIGURES", "OTHER_ARTEFACTS", "by_id", "enabled", "figure_ids", "groups", "notebook_tables"]
 
 _H = "results/{hexp}/hessian"
 _DYN = {
@@ -405,7 +297,7 @@ OTHER_ARTEFACTS: list[tuple[str, str, str, str, str]] = [
         "spectral norm, the project's bound, the paper's bounds (both forms), ratios, held or not",
         "`transformer-hessian bounds table`",
         "`bounds_table` (after `bounds`)",
-        "`bounds.pipeline`",
+        "`bounds.table`, `bounds.step`",
     ),
     (
         "tables/table1.{csv,tex,md}",
@@ -488,43 +380,6 @@ def notebook_tables() -> list[str]:
     return [stem for fig in FIGURES for stem in fig.tables]
 
 
-def _template_values(config: dict) -> dict[str, Any]:
-    lexp = config["landscape"]["experiment"]
-    sexp = (config.get("spectrum") or {}).get("experiment") or lexp
-    return {"hexp": config["hessian"]["experiment"], "lexp": lexp, "sexp": sexp, "cfg": config}
-
-
-def resolve_inputs(fig: Figure, config: dict) -> dict[str, str]:
-    """The input paths of ``fig`` for ``config`` (templates filled in; see the module doc)."""
-    values = _template_values(config)
-    return {name: template.format(**values) for name, template in fig.inputs.items()}
-
-
-def _data_name(config: dict, exp: str, stands_in_for: str) -> str:
-    dataset = config["experiments"][exp]["dataset"]
-    name = _DATASET.get(dataset, dataset)
-    return f"{name}, stand-in for {stands_in_for}" if dataset == "digits" else name
-
-
-def caption(fig: Figure, config: dict) -> str:
-    """The caption of ``fig`` for ``config`` (data set names and granularity filled in)."""
-    land = config["landscape"]
-    granularity = (
-        "batch-by-batch (batch size {})".format(land.get("batch_size", 16))
-        if land.get("granularity", "sample") == "batch"
-        else "sample-by-sample"
-    )
-    scaling_set = config.get("scaling", {}).get("dataset", "digits")
-    return fig.caption.format(
-        hessian_data=_data_name(config, config["hessian"]["experiment"], "MNIST"),
-        landscape_data=_data_name(config, land["experiment"], "CIFAR-100"),
-        spectrum_data=_data_name(config, _template_values(config)["sexp"], "CIFAR-100"),
-        granularity=granularity,
-        scaling_data=_DATASET.get(scaling_set, scaling_set)
-        + (", stand-in for MNIST / CIFAR-100" if scaling_set == "digits" else ""),
-    )
-
-
 def groups() -> dict[str, list[Figure]]:
     """The registry's entries by rule name, in registry order (a group shares one notebook run)."""
     out: dict[str, list[Figure]] = {}
@@ -539,153 +394,3 @@ def groups() -> dict[str, list[Figure]]:
                     "inputs or params (a group is one notebook run)"
                 )
     return out
-
-
-def output_parameters(figs: list[Figure]) -> dict[str, str]:
-    """Notebook output parameters of one rule: ``out`` for a lone figure, ``out_<id>`` per figure
-    of a group, ``table_<stem>`` per table; values are paths without suffix."""
-    outs = {"out": figs[0].out} if len(figs) == 1 else {f"out_{f.id}": f.out for f in figs}
-    for fig in figs:
-        outs.update({f"table_{stem}": f"paper/tables/{stem}" for stem in fig.tables})
-    return outs
-
-
-def rule_specs(config: dict) -> list[dict[str, Any]]:
-    """What ``figures.smk`` needs to define each figure rule, one dict per rule (group).
-
-    Keys: ``name`` (rule), ``notebook`` (file name under notebooks/), ``inputs`` (resolved),
-    ``figures`` (ids drawn), ``pdf`` / ``png`` (lists of paths), ``tables`` (table stems),
-    ``executed``, ``outs`` (``-p`` output parameters: name -> path without suffix), ``caption``
-    (the figures' captions joined), ``literal`` (``-p key value`` of the literal params,
-    shell-quoted), ``paper`` and ``label``.
-    """
-    import shlex
-
-    specs = []
-    for name, figs in groups().items():
-        figs = [f for f in figs if enabled(f, config)]
-        if not figs:
-            continue
-        first = figs[0]
-        literal = " ".join(f"-p {k} {shlex.quote(str(v))}" for k, v in first.params.items())
-        specs.append(
-            {
-                "name": name,
-                "notebook": first.notebook,
-                "inputs": resolve_inputs(first, config),
-                "figures": [f.id for f in figs],
-                "pdf": [f"{f.out}.pdf" for f in figs],
-                "png": [f"{f.out}.png" for f in figs],
-                "tables": [stem for f in figs for stem in f.tables],
-                "executed": first.executed,
-                "outs": output_parameters(figs),
-                "gate": sorted({t.format(**_template_values(config)) for f in figs for t in f.gate}),
-                "caption": " ".join(caption(f, config) for f in figs),
-                "literal": literal,
-                "paper": ", ".join(f.paper for f in figs),
-                "label": ", ".join(f.label for f in figs),
-            }
-        )
-    return specs
-
-
-def file_sha256(path: str | Path) -> str:
-    """Hex sha256 of the bytes of ``path``."""
-    h = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def provenance(
-    config: dict, root: str | Path = ".", notebook_dir: str | Path | None = None
-) -> dict[str, dict[str, Any]]:
-    """Per-figure provenance for ``summary.json``: ``{id: {paper, label, notebook, rule,
-    caption, inputs: {path: sha256}, outputs: {path: sha256}}}``; a missing file hashes to None.
-
-    Result paths are relative to ``root`` (the working directory of the run); notebooks are
-    looked up in ``notebook_dir`` (default ``<root>/notebooks``) but listed as ``notebooks/<name>``.
-    """
-    root = Path(root)
-    nb_dir = Path(notebook_dir) if notebook_dir is not None else root / "notebooks"
-
-    cache: dict[Path, str | None] = {}
-
-    def digest(path: str) -> str | None:
-        p = nb_dir / Path(path).name if path.startswith("notebooks/") else root / path
-        if p not in cache:  # figures share inputs (fig3, fig4): hash each file once
-            cache[p] = file_sha256(p) if p.is_file() else None
-        return cache[p]
-
-    out = {}
-    for fig in FIGURES:
-        if not enabled(fig, config):
-            continue
-        inputs = resolve_inputs(fig, config)
-        out[fig.id] = {
-            "paper": fig.paper,
-            "label": fig.label,
-            "notebook": f"notebooks/{fig.notebook}",
-            "rule": fig.rule,
-            "caption": caption(fig, config),
-            "inputs": {p: digest(p) for p in [f"notebooks/{fig.notebook}", *inputs.values()]},
-            "outputs": {p: digest(p) for p in (f"{fig.out}.pdf", f"{fig.out}.png")},
-        }
-    return out
-
-
-README_HEADER = """# Generated paper artefacts
-
-<!-- generated by `transformer-hessian registry --write-readme` from
-src/transformer_hessian/registry.py; edit the registry, not this file -->
-
-Everything in `figures/`, `tables/`, `claims.{md,json}`, `summary.json` and `report.html` is
-generated by `make reproduce` (or `snakemake --cores all`) and is not committed. This page maps
-each artefact to the notebook or command, the Snakemake rule and the package function behind
-it. Figures come from one registry (`transformer_hessian.registry.FIGURES`), which also defines
-their rules, captions and the per-figure provenance in `summary.json` (`figure_provenance`:
-notebook, rule and sha256 of every input and output).
-"""
-
-
-def render_paper_readme() -> str:
-    """The text of ``paper/README.md``, generated from :data:`FIGURES` and :data:`OTHER_ARTEFACTS`."""
-    lines = [
-        README_HEADER,
-        "## Figures",
-        "",
-        "| artefact | paper | what it shows | notebook | rule | inputs | package function |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for fig in FIGURES:
-        inputs = ", ".join(f"`{t}`" for t in fig.inputs.values())
-        shows = fig.shows + (f" (optional: only with `{fig.enabled_by}: true`)" if fig.enabled_by else "")
-        lines.append(
-            f"| `figures/{fig.id}.{{pdf,png}}` | {fig.paper} (`{fig.label}`) | {shows} | "
-            f"`notebooks/{fig.notebook}` | `{fig.rule}` | {inputs} | {fig.functions} |"
-        )
-    lines += [
-        "",
-        "`{hexp}` / `{lexp}`: the experiments named by `hessian.experiment` and `landscape.experiment` in the config.",
-        "",
-        "## Other artefacts",
-        "",
-        "| artefact | what it shows | command | rule | package function |",
-        "|---|---|---|---|---|",
-    ]
-    for path, shows, command, rule, function in OTHER_ARTEFACTS:
-        lines.append(f"| `{path}` | {shows} | {command} | {rule} | {function} |")
-    for fig in FIGURES:
-        for stem, text in fig.tables.items():
-            lines.append(
-                f"| `tables/{stem}.{{csv,tex,md}}` | {text} | `notebooks/{fig.notebook}` | "
-                f"`{fig.rule}` | {fig.functions} |"
-            )
-    lines += ["", "Executed notebooks (with outputs) are kept in `results/notebooks/<id>.ipynb`.", ""]
-    return "\n".join(lines)
-
-
-def provenance_json(config: dict, root: str | Path = ".") -> str:
-    """:func:`provenance` as indented JSON text."""
-    return json.dumps(provenance(config, root), indent=2, sort_keys=True)

@@ -1,97 +1,20 @@
-"""A verdict on each empirical claim of the paper (arXiv 2510.16927), computed from result files.
-
-One row per claim (the shared schema)::
-
-    {"id", "claim" (verbatim quote), "source" (paper location), "rule" (how the verdict is
-     decided), "measured" (the numbers), "verdict", "evidence" (result files)}
-
-``verdict`` is one of :data:`VERDICTS` and is always computed here from the numbers, never
-typed. The rows of this module:
-
-* :func:`hessian_claim_rows` (norms JSON of the ``hessian`` rule + the model sizes of the
-  Hessian experiment): heterogeneity (Sec. 5), Values blocks larger at initialisation
-  (Fig. 3 caption), every block grows with training and the V-V block largest after training
-  (Sec. 5, Fig. 4 caption, Discussion), "Keys and Values" highest (Sec. 5 after Fig. 5);
-* :func:`training_claim_rows` (``metrics.json``): validation accuracy > 50 % (Sec. 5, both
-  experiments);
-* :func:`landscape_claim_rows` (landscape JSON): the log-log slope of Figure 6 is consistent
-  with -1 (Discussion) and Theorem 7's bound holds at w* (Sec. 4.3).
-
-"Entry magnitude" of a Hessian block H_ij (n_i x n_j entries) is its RMS entry,
-``||H_ij||_F / sqrt(n_i n_j)``; of a block row i, ``||H_i,:||_F / sqrt(n_i P)``, with the
-Frobenius norms of the ``hessian`` rule and n_i from the model sizes.
-
-Collection point for other modules
-----------------------------------
-A module that owns a result exposes ``claim_rows(result) -> list[dict]``. To wire it:
-add ``"<name>": "<module>:<function>"`` to :data:`PROVIDERS` and pass its result file to
-``transformer-hessian claims --extra <name>=<path>`` (in ``workflow/rules/claims.smk`` add the
-path to ``CLAIM_EXTRA_INPUTS``). A rule may instead write a JSON list of finished rows and
-pass it with ``--rows <path>``. :func:`collect_claims` validates every row (schema, verdict
-word, unique id) and keeps the order: this module's rows, then the providers', then ``--rows``.
-"""
+"""This project's claim rows: the paper's claims about the Hessian blocks (Sec. 5, Figs. 3-5),
+training accuracy and the loss landscape (Fig. 6, Theorem 7), each with its verdict computed from
+the result files (see the package docstring for the list and the "entry magnitude" used)."""
 
 from __future__ import annotations
 
-import importlib
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from . import GROUPS
+from .. import GROUPS
+from .schema import verdict
 
-__all__ = [
-    "PROVIDERS",
-    "ROW_KEYS",
-    "VERDICTS",
-    "block_sizes",
-    "entry_spread",
-    "collect_claims",
-    "hessian_claim_rows",
-    "landscape_claim_rows",
-    "readme_section",
-    "render_markdown",
-    "training_claim_rows",
-    "update_readme",
-    "validate_row",
-    "verdict",
-]
-
-REPRODUCED, NOT_REPRODUCED, NOT_TESTABLE = "reproduced", "not reproduced", "not testable on this data set"
-#: The three verdict words of the shared schema.
-VERDICTS = (REPRODUCED, NOT_REPRODUCED, NOT_TESTABLE)
-#: Keys every row must have (``rule`` is optional for rows of other modules).
-ROW_KEYS = ("id", "claim", "source", "measured", "verdict", "evidence")
-
-#: Other modules' ``claim_rows`` functions: name -> "module:function" (see the module doc).
-PROVIDERS: dict[str, str] = {"probe": "transformer_hessian.probe:claim_rows"}
+__all__ = ["block_sizes", "entry_spread", "hessian_claim_rows", "landscape_claim_rows", "training_claim_rows"]
 
 _DATA = {"digits": "8x8 digits", "mnist": "MNIST", "cifar100": "CIFAR-100"}
 _SHORT = {"W_Q": "Q", "W_K": "K", "W_V": "V", "W_1": "W1", "W_2": "W2"}
-
-
-def verdict(holds: bool | None) -> str:
-    """``reproduced`` if ``holds``, ``not reproduced`` if not, ``not testable...`` if None."""
-    if holds is None:
-        return NOT_TESTABLE
-    return REPRODUCED if holds else NOT_REPRODUCED
-
-
-def validate_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    """Check one claim row against the shared schema; returns it as a dict.
-
-    Every key of :data:`ROW_KEYS` must be a non-empty string and ``verdict`` one of
-    :data:`VERDICTS`; ``ValueError`` names the row and the problem otherwise.
-    """
-    name = row.get("id", "<no id>") if isinstance(row, Mapping) else repr(row)
-    if not isinstance(row, Mapping):
-        raise ValueError(f"claim row {name} is not a dict")
-    for key in ROW_KEYS:
-        if not isinstance(row.get(key), str) or not row[key].strip():
-            raise ValueError(f"claim row {name!r}: {key!r} must be a non-empty string")
-    if row["verdict"] not in VERDICTS:
-        raise ValueError(f"claim row {name!r}: verdict {row['verdict']!r} is not one of {VERDICTS}")
-    return dict(row)
 
 
 def block_sizes(model: Mapping[str, Any]) -> dict[str, int]:
@@ -341,89 +264,3 @@ def landscape_claim_rows(
         }
     )
     return rows
-
-
-def _provider(spec: str):
-    module, _, function = spec.partition(":")
-    return getattr(importlib.import_module(module), function)
-
-
-def collect_claims(
-    *row_lists: Iterable[Mapping[str, Any]], extra: Mapping[str, Any] | None = None
-) -> list[dict[str, Any]]:
-    """Validate and concatenate rows; ``extra`` maps a :data:`PROVIDERS` name to its loaded
-    result, whose ``claim_rows(result)`` rows are appended. Duplicate ids raise ``ValueError``."""
-    rows = [validate_row(r) for rows_ in row_lists for r in rows_]
-    for name, result in (extra or {}).items():
-        if name not in PROVIDERS:
-            raise ValueError(f"no claim provider {name!r}; known: {sorted(PROVIDERS)}")
-        rows += [validate_row(r) for r in _provider(PROVIDERS[name])(result)]
-    seen: set[str] = set()
-    for r in rows:
-        if r["id"] in seen:
-            raise ValueError(f"duplicate claim id {r['id']!r}")
-        seen.add(r["id"])
-    return rows
-
-
-def _cell(text: str) -> str:
-    r"""Table-cell text: pipes escaped as ``\\|`` (GitHub tables treat every backslash-pipe as
-    cell text, also after another backslash as in LaTeX ``\\|``), newlines as spaces."""
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def render_markdown(rows: Iterable[Mapping[str, Any]]) -> str:
-    """The verdict table (Markdown) with a count line; ``paper/claims.md`` and the README use it."""
-    rows = list(rows)
-    counts = {v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}
-    lines = [
-        "| claim | paper | verdict | measured | rule |",
-        "|---|---|---|---|---|",
-    ]
-    for r in rows:
-        mark = {REPRODUCED: "**reproduced**", NOT_REPRODUCED: "**NOT reproduced**"}.get(r["verdict"], r["verdict"])
-        quote = r["claim"] if len(r["claim"]) <= 140 else r["claim"][:137] + "..."
-        lines.append(
-            f'| `{r["id"]}`: "{_cell(quote)}" | {_cell(r["source"])} | {mark} | '
-            f"{_cell(r['measured'])} | {_cell(r.get('rule', ''))} |"
-        )
-    summary = (
-        f"{counts[REPRODUCED]} reproduced, {counts[NOT_REPRODUCED]} not reproduced, "
-        f"{counts[NOT_TESTABLE]} not testable on this data set (of {len(rows)} claims)."
-    )
-    return "\n".join(lines) + "\n\n" + summary + "\n"
-
-
-def claims_document(rows: Iterable[Mapping[str, Any]], config_hash: str | None = None) -> str:
-    """Text of ``paper/claims.md``: a heading, the table and where the evidence is."""
-    head = [
-        "# The paper's empirical claims, checked",
-        "",
-        "Each verdict is computed by `transformer_hessian.claims` from the result files named in "
-        "`paper/claims.json` (`evidence`); the rule of each verdict is in the last column.",
-    ]
-    if config_hash:
-        head.append(f"Config hash: `{config_hash}`.")
-    return "\n".join(head) + "\n\n" + render_markdown(rows)
-
-
-README_START, README_END = "<!-- claims:start -->", "<!-- claims:end -->"
-
-
-def readme_section(rows: Iterable[Mapping[str, Any]]) -> str:
-    """The generated README block, markers included."""
-    return (
-        f"{README_START}\n<!-- generated by `transformer-hessian claims-readme`; do not edit -->\n\n"
-        f"{render_markdown(rows)}\n{README_END}"
-    )
-
-
-def update_readme(text: str, rows: Iterable[Mapping[str, Any]]) -> str:
-    """``text`` with the block between the claims markers replaced by :func:`readme_section`.
-
-    ``ValueError`` if the markers are missing or out of order.
-    """
-    start, end = text.find(README_START), text.find(README_END)
-    if start < 0 or end < start:
-        raise ValueError(f"README lacks the markers {README_START} ... {README_END}")
-    return text[:start] + readme_section(rows) + text[end + len(README_END) :]

@@ -1,0 +1,66 @@
+"""A verdict on each empirical claim of the paper (arXiv 2510.16927), computed from result files.
+
+One row per claim (the shared schema)::
+
+    {"id", "claim" (verbatim quote), "source" (paper location), "rule" (how the verdict is
+     decided), "measured" (the numbers), "verdict", "evidence" (result files)}
+
+``verdict`` is one of :data:`VERDICTS` and is always computed here from the numbers, never
+typed. The rows of this module:
+
+* :func:`hessian_claim_rows` (norms JSON of the ``hessian`` rule + the model sizes of the
+  Hessian experiment): heterogeneity (Sec. 5), Values blocks larger at initialisation
+  (Fig. 3 caption), every block grows with training and the V-V block largest after training
+  (Sec. 5, Fig. 4 caption, Discussion), "Keys and Values" highest (Sec. 5 after Fig. 5);
+* :func:`training_claim_rows` (``metrics.json``): validation accuracy > 50 % (Sec. 5, both
+  experiments);
+* :func:`landscape_claim_rows` (landscape JSON): the log-log slope of Figure 6 is consistent
+  with -1 (Discussion) and Theorem 7's bound holds at w* (Sec. 4.3).
+
+"Entry magnitude" of a Hessian block H_ij (n_i x n_j entries) is its RMS entry,
+``||H_ij||_F / sqrt(n_i n_j)``; of a block row i, ``||H_i,:||_F / sqrt(n_i P)``, with the
+Frobenius norms of the ``hessian`` rule and n_i from the model sizes.
+
+Collection point for other modules
+----------------------------------
+A module that owns a result exposes ``claim_rows(result) -> list[dict]``. To wire it:
+add ``"<name>": "<module>:<function>"`` to :data:`PROVIDERS` (``claims/collect.py``) and pass its result file to
+``transformer-hessian claims --extra <name>=<path>`` (in ``workflow/rules/claims.smk`` add the
+path to ``CLAIM_EXTRA_INPUTS``). A rule may instead write a JSON list of finished rows and
+pass it with ``--rows <path>``. :func:`collect_claims` validates every row (schema, verdict
+word, unique id) and keeps the order: this module's rows, then the providers', then ``--rows``.
+
+Modules: :mod:`.schema` (verdict words, row keys, validation), :mod:`.rows` (this project's
+claim rows), :mod:`.collect` (providers and collection), :mod:`.render` (``paper/claims.md``,
+the README block). Every name is re-exported here (``claims.collect_claims`` etc. keep working).
+"""
+
+from __future__ import annotations
+
+from .collect import PROVIDERS, collect_claims
+from .render import README_END, README_START, claims_document, readme_section, render_markdown, update_readme
+from .rows import block_sizes, entry_spread, hessian_claim_rows, landscape_claim_rows, training_claim_rows
+from .schema import NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, ROW_KEYS, VERDICTS, validate_row, verdict
+
+__all__ = [
+    "NOT_REPRODUCED",
+    "NOT_TESTABLE",
+    "PROVIDERS",
+    "README_END",
+    "README_START",
+    "REPRODUCED",
+    "ROW_KEYS",
+    "VERDICTS",
+    "block_sizes",
+    "claims_document",
+    "collect_claims",
+    "entry_spread",
+    "hessian_claim_rows",
+    "landscape_claim_rows",
+    "readme_section",
+    "render_markdown",
+    "training_claim_rows",
+    "update_readme",
+    "validate_row",
+    "verdict",
+]

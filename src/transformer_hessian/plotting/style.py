@@ -1,0 +1,99 @@
+"""The project's one look: seaborn theme, colours, group labels and the data set / model label
+that names what a figure shows (every figure of the project uses these)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import seaborn as sns
+
+__all__ = [
+    "DATASET_NAMES",
+    "GROUP_LABELS",
+    "HEATMAP_CMAP",
+    "HEATMAP_QUANTILES",
+    "STAGE_COLOURS",
+    "VALUES_COLOUR",
+    "ZERO_COLOUR",
+    "contrast_ratio",
+    "dataset_model_label",
+    "set_theme",
+]
+
+GROUP_LABELS = {"W_Q": "$W_Q$", "W_K": "$W_K$", "W_V": "$W_V$", "W_1": "$W_1$", "W_2": "$W_2$"}
+
+#: The paper marks the Values in olive (Figures 3, 4 captions); so do the tick labels here.
+VALUES_COLOUR = "olive"
+
+#: Colour of exact zeros in the Hessian heatmaps (outside the colour map "rocket").
+ZERO_COLOUR = "#5fa8d3"
+
+#: Default quantiles of the nonzero log10 |H_ij| that set the heatmap colour range.
+HEATMAP_QUANTILES = (0.005, 0.9995)
+
+#: Names of the data sets in titles; digits is the offline stand-in.
+DATASET_NAMES = {"digits": "8x8 digits (scikit-learn)", "mnist": "MNIST", "cifar100": "CIFAR-100"}
+
+#: Colour map of the log-magnitude heatmaps.
+HEATMAP_CMAP = "rocket"
+
+#: Colour of each training stage in the bar charts.
+STAGE_COLOURS = {"init": "#4C72B0", "trained": "#DD8452"}
+
+
+def set_theme(dpi: int = 150, savefig_dpi: int = 300) -> None:
+    """Apply the project's plotting theme (call once, before drawing)."""
+    sns.set_theme(
+        context="paper",
+        style="ticks",
+        palette="deep",
+        font="DejaVu Sans",
+        rc={
+            "figure.dpi": dpi,
+            "savefig.dpi": savefig_dpi,
+            "savefig.bbox": "tight",
+            "savefig.pad_inches": 0.02,
+            "axes.titlesize": 10,
+            "axes.labelsize": 9,
+            "xtick.labelsize": 8,
+            "ytick.labelsize": 8,
+            "legend.fontsize": 8,
+            "legend.frameon": False,
+            "pdf.fonttype": 42,  # embed TrueType: text stays editable and searchable
+            "ps.fonttype": 42,
+            "image.interpolation": "nearest",
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+        },
+    )
+
+
+def _relative_luminance(colour: Any) -> float:
+    from matplotlib.colors import to_rgb
+
+    rgb = np.array(to_rgb(colour))
+    lin = np.where(rgb <= 0.03928, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    return float(lin @ np.array([0.2126, 0.7152, 0.0722]))
+
+
+def contrast_ratio(c1: Any, c2: Any) -> float:
+    """WCAG contrast ratio ``(L1 + 0.05) / (L2 + 0.05)`` of two colours (>= 1)."""
+    l1, l2 = sorted((_relative_luminance(c1), _relative_luminance(c2)), reverse=True)
+    return (l1 + 0.05) / (l2 + 0.05)
+
+
+def dataset_model_label(metrics: Mapping[str, Any], stands_in_for: str | None = None, sep: str = "; ") -> str:
+    """``"8x8 digits (scikit-learn; stand-in for MNIST), ViT: 1 block, 16 tokens, d=16, ..."``.
+
+    ``metrics`` is a training ``metrics.json`` (keys ``dataset`` and ``model``); the text names
+    the data set the model ran on and its sizes, so every figure says what it shows.
+    """
+    m = metrics["model"]
+    name = DATASET_NAMES.get(metrics["dataset"], str(metrics["dataset"]))
+    if metrics["dataset"] == "digits" and stands_in_for:
+        name = name.replace(")", f"; stand-in for {stands_in_for})")
+    tokens = (int(m["image_size"]) // int(m["patch_size"])) ** 2
+    blocks = f"{m['depth']} block" + ("s" if int(m["depth"]) != 1 else "")
+    return f"{name}{sep}ViT, {blocks}, {tokens} tokens, d={m['width']}, d_K={m['d_k']}, d_ff={m['d_ff']}"
