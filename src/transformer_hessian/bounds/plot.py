@@ -103,7 +103,7 @@ def bounds_figure(results: Mapping[str, Mapping[str, Any]]) -> Figure:
     fig, axes = plt.subplots(
         len(stages),
         4,
-        figsize=(21, 4.3 * len(stages)),
+        figsize=(18, 4.3 * len(stages) + 0.6),
         layout="constrained",
         gridspec_kw={"width_ratios": [7, 16, 16, 8]},
         squeeze=False,
@@ -169,13 +169,22 @@ def bounds_figure(results: Mapping[str, Mapping[str, Any]]) -> Figure:
                 f"{stage}: {title}" + (f", median of {n} samples" if setting == "theory" else ", whole batch"),
                 fontsize=9,
             )
-            handles, lab = ax.get_legend_handles_labels()
-            uniq = dict(zip(lab, handles))
-            if c == 2 or r == 0:
-                ax.legend(
-                    uniq.values(), uniq.keys(), fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False
-                )
         _counterexample_panel(axes[r, 3], results[stage]["counterexample"], stage)
+    # One legend per block-pair column, under its bottom panel (the scan panels keep theirs).
+    for c in range(3):
+        uniq: dict = {}
+        for ax in axes[:, c]:
+            for handle, label in zip(*ax.get_legend_handles_labels()):
+                uniq.setdefault(label, handle)
+        axes[-1, c].legend(
+            uniq.values(),
+            uniq.keys(),
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.27),
+            ncol=2,
+            fontsize=7,
+            frameon=False,
+        )
     ds = DATASET_NAMES.get(first.get("dataset"), first.get("dataset"))
     fig.suptitle(
         f"Hessian spectral norms vs bounds - {ds}; ViT, 1 post-norm block, width {first['width']}, "
