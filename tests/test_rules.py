@@ -27,13 +27,26 @@ def result_paths(text: str) -> list[str]:
     return out
 
 
-def retyped(paths: list[str]) -> list[tuple[str, str]]:
+def wildcard_constraints(text: str) -> dict[str, str]:
+    """The global ``wildcard_constraints:`` of a Snakefile's text: name -> regex."""
+    block = re.search(r"^wildcard_constraints:\n((?:[ \t]+.*\n)+)", text, re.M)
+    return dict(re.findall(r'(\w+)="([^"]*)"', block.group(1))) if block else {}
+
+
+def retyped(paths: list[str], constraints: dict[str, str] | None = None) -> list[tuple[str, str]]:
     """Pairs (a, b) of distinct occurrences where b is a path that the template a also describes:
-    every ``{...}`` of a stands for one path component or part of one (``[^/]+``), every ``{...}``
-    of b for a value. Identical literals count too."""
+    every ``{name}`` of a stands for its wildcard constraint (``constraints``), else for one path
+    component or part of one (``[^/]+``); every ``{...}`` of b for a value. Identical literals
+    count too."""
+    constraints = constraints or {}
     pairs = []
     for i, a in enumerate(paths):
-        pattern = re.compile("".join(re.escape(s) if k % 2 == 0 else "[^/]+" for k, s in enumerate(_split(a))))
+        pattern = re.compile(
+            "".join(
+                re.escape(s) if k % 2 == 0 else f"(?:{constraints.get(s[1:-1].strip(), '[^/]+')})"
+                for k, s in enumerate(_split(a))
+            )
+        )
         for j, b in enumerate(paths):
             if i != j and pattern.fullmatch(_BRACES.sub("x", b)):
                 pairs.append((a, b))
@@ -58,7 +71,9 @@ def workflow_texts() -> dict[str, str]:
 def test_no_result_path_is_typed_twice():
     paths = [p for text in workflow_texts().values() for p in result_paths(text)]
     assert len(paths) >= 15, paths  # the producers' outputs are found at all
-    assert not retyped(paths), retyped(paths)
+    constraints = wildcard_constraints(workflow_texts()["Snakefile"])
+    assert constraints.get("stage") == "init|trained", constraints
+    assert not retyped(paths, constraints), retyped(paths, constraints)
 
 
 def test_the_guard_finds_a_retyped_path():
@@ -72,6 +87,10 @@ def test_the_guard_finds_a_retyped_path():
     assert len(retyped(result_paths('a = "paper/claims.md"\nb = "paper/claims.md"\n'))) == 2
     assert retyped(result_paths('a = "results/{exp}/metrics.json"\nb = "results/{exp}/theory/{stage}.json"\n')) == []
     assert result_paths("# results/in/a/comment.json\nx = 1\n") == []
+    # a wildcard's constraint tells a stage's file from another file of the same folder
+    stage = ['"results/{exp}/bounds/{stage}.json"', 'f"results/{HEXP}/bounds/claim_rows.json"']
+    assert len(retyped(result_paths("\n".join(stage)))) == 1
+    assert retyped(result_paths("\n".join(stage)), {"stage": "init|trained"}) == []
 
 
 def _jobs(out: str) -> dict[str, list[str]]:
@@ -91,7 +110,10 @@ def _jobs(out: str) -> dict[str, list[str]]:
 def test_exp_wildcard_selects_the_experiment(root, tmp_path, env, target):
     """The Hessian of landscape_digits (not the hessian experiment) is built from landscape_digits'
     own checkpoint: the {exp} wildcard is not ignored."""
-    proc = snakemake_dry_run(root, tmp_path, env, "--cores", "1", f"results/landscape_digits/{target}")
+    config = str(root / "config/config.yaml")
+    proc = snakemake_dry_run(
+        root, tmp_path, env, "--cores", "1", f"results/landscape_digits/{target}", "--configfile", config
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = _jobs(proc.stdout + proc.stderr)
     stage = "init" if "init" in target else "final"
