@@ -37,18 +37,6 @@ HEXP = config["hessian"]["experiment"]
 LEXP = config["landscape"]["experiment"]
 SEXP = config.get("spectrum", {}).get("experiment") or LEXP  # the deep model of the spectrum rule
 STAGES = ["init", "trained"]
-CHECKPOINT = {"init": "init.pt", "trained": "final.pt"}
-
-# A checkpoint damaged after its job finished (see docs/reliability.md) is set aside, so that
-# its train job runs again and resumes from the newest valid epoch checkpoint.
-if workflow.is_main_process:
-    from transformer_hessian.checkpoints import set_aside_damaged  # noqa: E402
-
-    set_aside_damaged(
-        [f"results/{e}/checkpoints/{c}" for e in config["experiments"] for c in CHECKPOINT.values()],
-        dry_run=workflow.dryrun,
-    )
-
 
 from transformer_hessian.registry import figure_ids, notebook_tables  # noqa: E402
 
@@ -69,8 +57,6 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/hessian.smk"
 include: "workflow/rules/theory.smk"
 include: "workflow/rules/landscape.smk"
-include: "workflow/rules/figures.smk"
-include: "workflow/rules/claims.smk"
 include: "workflow/rules/probe.smk"
 include: "workflow/rules/dynamics.smk"
 include: "workflow/rules/bounds.smk"
@@ -82,17 +68,33 @@ if config["scaling"]["enabled"]:
     include: "workflow/rules/scaling.smk"
 
 
+# Consumers of every rule above (each input is a `rules.<producer>.output`): included last.
+include: "workflow/rules/claims.smk"
+include: "workflow/rules/figures.smk"
+
+
+# A checkpoint damaged after its job finished (see docs/reliability.md) is set aside, so that
+# its train job runs again and resumes from the newest valid epoch checkpoint.
+if workflow.is_main_process:
+    from transformer_hessian.checkpoints import set_aside_damaged  # noqa: E402
+
+    set_aside_damaged(
+        [str(p) for e in config["experiments"] for p in expand([rules.train.output.init, rules.train.output.final], exp=e)],
+        dry_run=workflow.dryrun,
+    )
+
+
 rule all:
     default_target: True
     input:
-        expand("paper/figures/{fig}.{ext}", fig=FIGURES, ext=["pdf", "png"]),
-        expand("paper/tables/{table}.{ext}", table=ALL_TABLES, ext=["csv", "tex", "md"]),
-        "paper/summary.json",
-        "paper/claims.md",
+        [FIGURE_FILES[fig][ext] for fig in FIGURES for ext in ("pdf", "png")],
+        table_files(ALL_TABLES),
+        rules.summary.output,
+        rules.claims.output.md,
 
 
 # The verdict table on the terminal after every successful run, so a failed claim is seen.
 onsuccess:
-    if os.path.exists("paper/claims.md"):
-        with open("paper/claims.md") as handle:
+    if os.path.exists(rules.claims.output.md):
+        with open(rules.claims.output.md) as handle:
             print(f"\n{handle.read()}")

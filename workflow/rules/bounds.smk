@@ -4,18 +4,14 @@
 
 rule bounds:
     input:
-        checkpoint=lambda w: f"results/{HEXP}/checkpoints/{CHECKPOINT[w.stage]}",
-        manifest=f"{DATA_ROOT}/{config['experiments'][HEXP]['dataset']}/manifest.json",
-        norms=f"{HDIR}/{{stage}}_norms.json",
-        npz=f"{HDIR}/{{stage}}.npz",
+        **STAGE_INPUTS,
+        norms=rules.hessian.output.norms,
+        npz=rules.hessian.output.npz,
     output:
-        "results/{exp}/bounds/{stage}.json",
+        json="results/{exp}/bounds/{stage}.json",
     params:
-        data_root=data_root_of,
-        spec=lambda w: json.dumps(config["experiments"][w.exp]),
-        hessian=json.dumps(config["hessian"]),
+        **STAGE_PARAMS,
         bounds=json.dumps(config["bounds"]),
-        device=config["device"],
     conda:
         "../../environment.yml"
     log:
@@ -36,10 +32,12 @@ rule bounds:
 
 rule bounds_table:
     input:
-        expand("results/{exp}/bounds/{stage}.json", exp=HEXP, stage=STAGES),
+        expand(rules.bounds.output.json, exp=HEXP, stage=STAGES),
     output:
-        tables=expand("paper/tables/bounds.{ext}", ext=["csv", "tex", "md"]),
+        tables=table_files("bounds"),
         claims=f"results/{HEXP}/bounds/claim_rows.json",
+    params:
+        out_dir=lambda w, output: os.path.dirname(output.tables[0]),
     conda:
         "../../environment.yml"
     log:
@@ -51,5 +49,5 @@ rule bounds_table:
         mem_mb=1000,
         runtime=10,
     shell:
-        "transformer-hessian bounds table --results {input:q} --out-dir paper/tables "
+        "transformer-hessian bounds table --results {input:q} --out-dir {params.out_dir:q} "
         "--claims-out {output.claims:q} 2> {log:q}"

@@ -2,19 +2,19 @@
 # results; paper/claims.md is printed at the end of every successful run (onsuccess, Snakefile).
 
 # Results of other modules with a claims.PROVIDERS entry: name -> path (passed as --extra).
-CLAIM_EXTRA_INPUTS = {"probe": f"results/{LEXP}/probe/probe.json"}
+CLAIM_EXTRA_INPUTS = {"probe": rules.probe.output.json}
 # JSON lists of finished claim rows written by other rules (passed as --rows).
-CLAIM_ROW_FILES = [f"results/{HEXP}/bounds/claim_rows.json"]
+CLAIM_ROW_FILES = [rules.bounds_table.output.claims]
 
 
 rule claims:
     input:
-        hessian_init=f"{HDIR}/init.npz",
-        init=f"{HDIR}/init_norms.json",
-        trained=f"{HDIR}/trained_norms.json",
-        metrics_hessian=f"results/{HEXP}/metrics.json",
-        metrics_landscape=f"results/{LEXP}/metrics.json",
-        landscape=f"results/{LEXP}/landscape/landscape.json",
+        hessian_init=expand(rules.hessian.output.npz, exp=HEXP, stage="init"),
+        init=expand(rules.hessian.output.norms, exp=HEXP, stage="init"),
+        trained=expand(rules.hessian.output.norms, exp=HEXP, stage="trained"),
+        metrics_hessian=expand(rules.train.output.metrics, exp=HEXP),
+        metrics_landscape=expand(rules.train.output.metrics, exp=LEXP),
+        landscape=expand(rules.landscape.output.json, exp=LEXP),
         extra=list(CLAIM_EXTRA_INPUTS.values()),
         rows=CLAIM_ROW_FILES,
     output:

@@ -1,7 +1,12 @@
-# Shared constants and helpers of the rules (no rules here).
+# Shared constants and helpers of the rules (no rules here). A rule's input is the output of the
+# rule that makes it, `rules.<producer>.output.<name>` (expanded where the wildcards differ), so
+# that every result path is typed once, in its producer. The helpers below are called while the
+# rules are defined or while jobs are built, after their producer rule exists.
 
 NB = f"{workflow.basedir}/notebooks"
-HDIR = f"results/{HEXP}/hessian"
+TABLE_EXTS = ["csv", "tex", "md"]
+# The training checkpoint (an output name of rule `train`) that each Hessian stage evaluates.
+STAGE_CHECKPOINT = {"init": "init", "trained": "final"}
 
 
 def experiment(exp):
@@ -9,14 +14,44 @@ def experiment(exp):
     return config["experiments"][exp]
 
 
-def figure(name, caption):
-    """A figure output (pdf) that appears in `snakemake --report` with its caption."""
-    return report(f"paper/figures/{name}.pdf", caption=f"../report/{caption}", category="Figures")
-
-
 def data_root_of(wildcards, input):
     """The data root, derived from the manifest input (ROOT/DATASET/manifest.json)."""
     return os.path.dirname(os.path.dirname(input.manifest))
+
+
+def manifest(dataset):
+    """The manifest of ``dataset`` that rule ``download`` writes."""
+    return expand(rules.download.output.manifest, dataset=dataset)[0]
+
+
+def manifest_of(wildcards):
+    """Input function: the manifest of the data set of experiment ``{exp}``."""
+    return manifest(experiment(wildcards.exp)["dataset"])
+
+
+def checkpoint_of(wildcards):
+    """Input function: the checkpoint of experiment ``{exp}`` at ``{stage}`` (rule ``train``)."""
+    return expand(getattr(rules.train.output, STAGE_CHECKPOINT[wildcards.stage]), exp=wildcards.exp)[0]
+
+
+def table_files(stems, exts=TABLE_EXTS):
+    """The files paper/tables/<stem>.<ext> of each table stem (the one place this path is typed)."""
+    return expand("paper/tables/{stem}.{ext}", stem=stems, ext=exts)
+
+
+def out_dir_of(wildcards, output):
+    """The folder of a rule's first output (a command's --out-dir)."""
+    return os.path.dirname(output[0])
+
+
+# Resources of the jobs that load a model: the config's resources; cpus_per_task (SLURM)
+# follows the rule's threads.
+MODEL_RESOURCES = dict(
+    cpus_per_task=lambda wildcards, threads: threads,
+    gpu=config["resources"]["gpu"],
+    mem_mb=config["resources"]["mem_mb"],
+    runtime=config["resources"]["runtime"],
+)
 
 
 import shlex  # noqa: E402

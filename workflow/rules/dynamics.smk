@@ -2,20 +2,17 @@
 # init checkpoint and record weights, norms and nine-group Hessian blocks (drawn by the registry's
 # fig7_fig11 rule); Table 1.
 
-DDIR = f"results/{HEXP}/dynamics"
-
-
 rule dynamics:
     input:
-        checkpoint=f"results/{HEXP}/checkpoints/init.pt",
-        manifest=f"{DATA_ROOT}/{config['experiments'][HEXP]['dataset']}/manifest.json",
-        saved_init=f"{HDIR}/init.npz",
+        checkpoint=expand(rules.train.output.init, exp=HEXP),
+        manifest=manifest(experiment(HEXP)["dataset"]),
+        saved_init=expand(rules.hessian.output.npz, exp=HEXP, stage="init"),
     output:
-        npz=f"{DDIR}/dynamics.npz",
-        json=f"{DDIR}/dynamics.json",
+        npz=f"results/{HEXP}/dynamics/dynamics.npz",
+        json=f"results/{HEXP}/dynamics/dynamics.json",
     params:
         data_root=data_root_of,
-        spec=json.dumps(config["experiments"][HEXP]),
+        spec=json.dumps(experiment(HEXP)),
         hessian=json.dumps(config["hessian"]),
         dynamics=json.dumps(config["dynamics"]),
         device=config["device"],
@@ -42,12 +39,12 @@ rule dynamics:
 
 rule table1:
     input:
-        metrics=expand("results/{exp}/metrics.json", exp=sorted({HEXP, LEXP})),
+        metrics=expand(rules.train.output.metrics, exp=sorted({HEXP, LEXP})),
     output:
-        report("paper/tables/table1.md", caption="../report/table_table1.rst", category="Tables"),
-        "paper/tables/table1.csv",
-        "paper/tables/table1.tex",
+        report(table_files("table1", ["md"])[0], caption="../report/table_table1.rst", category="Tables"),
+        *table_files("table1", ["csv", "tex"]),
     params:
+        out_dir=out_dir_of,
         config=json.dumps({k: config[k] for k in ("experiments", "hessian", "landscape")}),
     conda:
         "../../environment.yml"
@@ -61,4 +58,4 @@ rule table1:
         runtime=10,
     shell:
         "transformer-hessian table1 --config {params.config:q} --metrics {input.metrics:q} "
-        "--out-dir paper/tables 2> {log:q}"
+        "--out-dir {params.out_dir:q} 2> {log:q}"

@@ -3,7 +3,8 @@
 # One rule per entry of the figure registry (src/transformer_hessian/registry.py): each runs
 # its notebook with papermill; inputs, caption and outputs come from the registry entry.
 # To add a figure, add a registry entry and its notebook (see the registry's docstring).
-for _spec in registry_rule_specs(config):
+FIGURE_SPECS = registry_rule_specs(config)
+for _spec in FIGURE_SPECS:
 
     rule:
         name:
@@ -16,7 +17,7 @@ for _spec in registry_rule_specs(config):
         output:
             pdf=[report(p, caption="../report/figure.rst", category="Figures") for p in _spec["pdf"]],
             png=_spec["png"],
-            tables=[f"paper/tables/{t}.{ext}" for t in _spec["tables"] for ext in ("csv", "tex", "md")],
+            tables=table_files(_spec["tables"]),
             executed=_spec["executed"],
         params:
             caption=_spec["caption"],
@@ -42,24 +43,28 @@ for _spec in registry_rule_specs(config):
             "{params.inputs_args} {params.literal_args} {params.outs_args} > {log:q} 2>&1"
 
 
+# Figure id -> {"pdf": path, "png": path}, from the outputs of the figure rules above.
+FIGURE_FILES = {
+    fig: {ext: str(getattr(getattr(rules, _spec["name"]).output, ext)[i]) for ext in ("pdf", "png")}
+    for _spec in FIGURE_SPECS
+    for i, fig in enumerate(_spec["figures"])
+}
+
+
 rule tables:
     input:
-        init=f"{HDIR}/init_norms.json",
-        trained=f"{HDIR}/trained_norms.json",
-        metrics=expand("results/{exp}/metrics.json", exp=sorted({HEXP, LEXP})),
-        theory=expand("results/{exp}/theory/{stage}.json", exp=HEXP, stage=STAGES),
+        init=expand(rules.hessian.output.norms, exp=HEXP, stage="init"),
+        trained=expand(rules.hessian.output.norms, exp=HEXP, stage="trained"),
+        metrics=expand(rules.train.output.metrics, exp=sorted({HEXP, LEXP})),
+        theory=expand(rules.theory.output.json, exp=HEXP, stage=STAGES),
     output:
         [
-            report(
-                f"paper/tables/{t}.{ext}",
-                caption=f"../report/table_{t}.rst",
-                category="Tables",
-            )
-            if ext == "md"
-            else f"paper/tables/{t}.{ext}"
+            report(path, caption=f"../report/table_{t}.rst", category="Tables") if path.endswith(".md") else path
             for t in TABLES
-            for ext in ("csv", "tex", "md")
+            for path in table_files(t)
         ],
+    params:
+        out_dir=out_dir_of,
     conda:
         "../../environment.yml"
     log:
@@ -72,21 +77,21 @@ rule tables:
         runtime=10,
     shell:
         "transformer-hessian tables --norms-init {input.init:q} --norms-trained {input.trained:q} "
-        "--metrics {input.metrics:q} --theory {input.theory:q} --out-dir paper/tables 2> {log:q}"
+        "--metrics {input.metrics:q} --theory {input.theory:q} --out-dir {params.out_dir:q} 2> {log:q}"
 
 
 rule summary:
     input:
-        norms=expand(f"{HDIR}/{{stage}}_norms.json", stage=STAGES),
-        metrics=expand("results/{exp}/metrics.json", exp=sorted({HEXP, LEXP})),
-        landscape=f"results/{LEXP}/landscape/landscape.json",
-        theory=expand("results/{exp}/theory/{stage}.json", exp=HEXP, stage=STAGES),
-        figures=expand("paper/figures/{fig}.pdf", fig=FIGURES),
-        tables=expand("paper/tables/{table}.csv", table=ALL_TABLES),
-        claims="paper/claims.json",
-        bounds=expand("results/{exp}/bounds/{stage}.json", exp=HEXP, stage=STAGES),
-        scaling=["results/scaling/scaling.json"] if config["scaling"]["enabled"] else [],
-        spectrum=f"results/spectrum/{SEXP}.json",
+        norms=expand(rules.hessian.output.norms, exp=HEXP, stage=STAGES),
+        metrics=expand(rules.train.output.metrics, exp=sorted({HEXP, LEXP})),
+        landscape=expand(rules.landscape.output.json, exp=LEXP),
+        theory=expand(rules.theory.output.json, exp=HEXP, stage=STAGES),
+        figures=[FIGURE_FILES[fig]["pdf"] for fig in FIGURES],
+        tables=table_files(ALL_TABLES, ["csv"]),
+        claims=rules.claims.output.json,
+        bounds=expand(rules.bounds.output.json, exp=HEXP, stage=STAGES),
+        scaling=rules.scaling.output if config["scaling"]["enabled"] else [],
+        spectrum=rules.spectrum_compute.output.json,
     output:
         "paper/summary.json",
     params:

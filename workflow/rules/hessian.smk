@@ -1,18 +1,25 @@
-# Exact dense Hessian of the loss on one fixed training batch w.r.t. [W_Q, W_K, W_V, W_1, W_2].
+# Exact dense Hessian of the loss on one fixed training batch w.r.t. [W_Q, W_K, W_V, W_1, W_2],
+# for the model of experiment {exp} at {stage} (init or trained).
+
+# Inputs and parameters of every rule that evaluates the model of {exp} at {stage} (hessian,
+# theory, bounds): its checkpoint from rule train and its data set's manifest.
+STAGE_INPUTS = dict(checkpoint=checkpoint_of, manifest=manifest_of)
+STAGE_PARAMS = dict(
+    data_root=data_root_of,
+    spec=lambda w: json.dumps(experiment(w.exp)),
+    hessian=json.dumps(config["hessian"]),
+    device=config["device"],
+)
 
 
 rule hessian:
     input:
-        checkpoint=lambda w: f"results/{HEXP}/checkpoints/{CHECKPOINT[w.stage]}",
-        manifest=f"{DATA_ROOT}/{config['experiments'][HEXP]['dataset']}/manifest.json",
+        **STAGE_INPUTS,
     output:
         npz="results/{exp}/hessian/{stage}.npz",
         norms="results/{exp}/hessian/{stage}_norms.json",
     params:
-        data_root=data_root_of,
-        spec=lambda w: json.dumps(config["experiments"][w.exp]),
-        hessian=json.dumps(config["hessian"]),
-        device=config["device"],
+        **STAGE_PARAMS,
     conda:
         "../../environment.yml"
     log:
@@ -21,10 +28,7 @@ rule hessian:
         "benchmarks/hessian/{exp}_{stage}.tsv"
     threads: 1
     resources:
-        cpus_per_task=lambda wildcards, threads: threads,
-        gpu=config["resources"]["gpu"],
-        mem_mb=config["resources"]["mem_mb"],
-        runtime=config["resources"]["runtime"],
+        **MODEL_RESOURCES,
     shell:
         "transformer-hessian --threads {threads} hessian --checkpoint {input.checkpoint:q} --stage {wildcards.stage:q} "
         "--spec {params.spec:q} --hessian {params.hessian:q} --data-root {params.data_root:q} --device {params.device:q} "

@@ -3,10 +3,10 @@
 
 rule landscape:
     input:
-        checkpoint="results/{exp}/checkpoints/final.pt",
-        manifest=lambda w: f"{DATA_ROOT}/{config['experiments'][w.exp]['dataset']}/manifest.json",
+        checkpoint=rules.train.output.final,
+        manifest=manifest_of,
     output:
-        "results/{exp}/landscape/landscape.json",
+        json="results/{exp}/landscape/landscape.json",
     params:
         data_root=data_root_of,
         spec=lambda w: json.dumps(config["experiments"][w.exp]),
@@ -20,10 +20,7 @@ rule landscape:
         "benchmarks/landscape/{exp}.tsv"
     threads: 1
     resources:
-        cpus_per_task=lambda wildcards, threads: threads,
-        gpu=config["resources"]["gpu"],
-        mem_mb=config["resources"]["mem_mb"],
-        runtime=config["resources"]["runtime"],
+        **MODEL_RESOURCES,
     shell:
         "transformer-hessian --threads {threads} landscape --checkpoint {input.checkpoint:q} --spec {params.spec:q} "
         "--landscape {params.landscape:q} --data-root {params.data_root:q} --device {params.device:q} --out {output:q} 2> {log:q}"

@@ -6,14 +6,14 @@
 
 rule probe:
     input:
-        checkpoint=f"results/{LEXP}/checkpoints/final.pt",
-        init=f"results/{LEXP}/checkpoints/init.pt",
-        manifest=f"{DATA_ROOT}/{config['experiments'][LEXP]['dataset']}/manifest.json",
+        checkpoint=expand(rules.train.output.final, exp=LEXP),
+        init=expand(rules.train.output.init, exp=LEXP),
+        manifest=manifest(experiment(LEXP)["dataset"]),
     output:
-        f"results/{LEXP}/probe/probe.json",
+        json=f"results/{LEXP}/probe/probe.json",
     params:
         data_root=data_root_of,
-        spec=json.dumps(config["experiments"][LEXP]),
+        spec=json.dumps(experiment(LEXP)),
         probe=json.dumps({"experiment": LEXP, **config.get("probe", {})}),
         device=config["device"],
     conda:

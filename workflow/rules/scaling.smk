@@ -6,14 +6,13 @@
 # (registry entry "scaling") reads results/scaling/scaling.json.
 
 SCALING = config["scaling"]
-SCALING_PARTS = [f"results/scaling/parts/part{i}of{SCALING['jobs']}.json" for i in range(SCALING["jobs"])]
 
 
 rule scaling_models:
     input:
-        manifest=f"{DATA_ROOT}/{SCALING['dataset']}/manifest.json",
+        manifest=manifest(SCALING["dataset"]),
     output:
-        "results/scaling/parts/part{part}of{jobs}.json",
+        json="results/scaling/parts/part{part}of{jobs}.json",
     wildcard_constraints:
         part="[0-9]+",
         jobs="[0-9]+",
@@ -29,10 +28,7 @@ rule scaling_models:
         "benchmarks/scaling/part{part}of{jobs}.tsv"
     threads: 1
     resources:
-        cpus_per_task=lambda wildcards, threads: threads,
-        gpu=config["resources"]["gpu"],
-        mem_mb=config["resources"]["mem_mb"],
-        runtime=config["resources"]["runtime"],
+        **MODEL_RESOURCES,
     shell:
         "transformer-hessian --threads {threads} scaling models --scaling {params.scaling:q} "
         "--part {wildcards.part:q} --jobs {wildcards.jobs:q} --data-root {params.data_root:q} "
@@ -41,9 +37,9 @@ rule scaling_models:
 
 rule scaling:
     input:
-        SCALING_PARTS,
+        expand(rules.scaling_models.output.json, part=range(SCALING["jobs"]), jobs=SCALING["jobs"]),
     output:
-        "results/scaling/scaling.json",
+        json="results/scaling/scaling.json",
     params:
         scaling=lambda w: json.dumps(SCALING),
     conda:

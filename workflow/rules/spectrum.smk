@@ -8,13 +8,13 @@
 
 rule spectrum_compute:
     input:
-        checkpoint=f"results/{SEXP}/checkpoints/final.pt",
-        manifest=f"{DATA_ROOT}/{config['experiments'][SEXP]['dataset']}/manifest.json",
+        checkpoint=expand(rules.train.output.final, exp=SEXP),
+        manifest=manifest(experiment(SEXP)["dataset"]),
     output:
-        f"results/spectrum/{SEXP}.json",
+        json=f"results/spectrum/{SEXP}.json",
     params:
         data_root=data_root_of,
-        spec=json.dumps(config["experiments"][SEXP]),
+        spec=json.dumps(experiment(SEXP)),
         spectrum=json.dumps({**config.get("spectrum", {}), "experiment": SEXP}),
         device=config["device"],
     conda:

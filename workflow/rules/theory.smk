@@ -5,17 +5,13 @@
 
 rule theory:
     input:
-        checkpoint=lambda w: f"results/{HEXP}/checkpoints/{CHECKPOINT[w.stage]}",
-        manifest=f"{DATA_ROOT}/{config['experiments'][HEXP]['dataset']}/manifest.json",
+        **STAGE_INPUTS,
         npz=rules.hessian.output.npz,
         norms=rules.hessian.output.norms,
     output:
-        "results/{exp}/theory/{stage}.json",
+        json="results/{exp}/theory/{stage}.json",
     params:
-        data_root=data_root_of,
-        spec=lambda w: json.dumps(config["experiments"][w.exp]),
-        hessian=json.dumps(config["hessian"]),
-        device=config["device"],
+        **STAGE_PARAMS,
         tolerance=config["theory"]["tolerance"],
         probes=config["theory"]["probes"],
     conda:
@@ -26,10 +22,7 @@ rule theory:
         "benchmarks/theory/{exp}_{stage}.tsv"
     threads: 1
     resources:
-        cpus_per_task=lambda wildcards, threads: threads,
-        gpu=config["resources"]["gpu"],
-        mem_mb=config["resources"]["mem_mb"],
-        runtime=config["resources"]["runtime"],
+        **MODEL_RESOURCES,
     shell:
         "transformer-hessian --threads {threads} theory --checkpoint {input.checkpoint:q} --stage {wildcards.stage:q} "
         "--spec {params.spec:q} --hessian {params.hessian:q} --data-root {params.data_root:q} --device {params.device:q} "

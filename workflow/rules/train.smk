@@ -3,7 +3,7 @@
 
 rule train:
     input:
-        manifest=lambda w: f"{DATA_ROOT}/{experiment(w.exp)['dataset']}/manifest.json",
+        manifest=manifest_of,
     output:
         init="results/{exp}/checkpoints/init.pt",
         final="results/{exp}/checkpoints/final.pt",
@@ -11,7 +11,7 @@ rule train:
     params:
         data_root=data_root_of,
         spec=lambda w: json.dumps(experiment(w.exp)),
-        out="results/{exp}",
+        out=lambda w, output: os.path.dirname(output.metrics),
         device=config["device"],
     conda:
         "../../environment.yml"
@@ -21,10 +21,7 @@ rule train:
         "benchmarks/train/{exp}.tsv"
     threads: 1
     resources:
-        cpus_per_task=lambda wildcards, threads: threads,
-        gpu=config["resources"]["gpu"],
-        mem_mb=config["resources"]["mem_mb"],
-        runtime=config["resources"]["runtime"],
+        **MODEL_RESOURCES,
     shell:
         "transformer-hessian --threads {threads} train --experiment {wildcards.exp:q} --spec {params.spec:q} "
         "--data-root {params.data_root:q} --out {params.out:q} --device {params.device:q} 2> {log:q}"
