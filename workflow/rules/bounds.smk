@@ -20,9 +20,7 @@ rule bounds:
         "benchmarks/bounds/{exp}_{stage}.tsv"
     threads: 1
     resources:
-        gpu=config["resources"]["gpu"],
-        mem_mb=config["resources"]["mem_mb"],
-        runtime=config["resources"]["runtime"],
+        **MODEL_RESOURCES,
     shell:
         "transformer-hessian --threads {threads} bounds evaluate --checkpoint {input.checkpoint:q} "
         "--stage {wildcards.stage:q} --spec {params.spec:q} --hessian {params.hessian:q} --bounds {params.bounds:q} "

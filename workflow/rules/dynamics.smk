@@ -27,9 +27,7 @@ rule dynamics:
     priority: 10
     threads: 1
     resources:
-        gpu=config["resources"]["gpu"],
-        mem_mb=config["resources"]["mem_mb"],
-        runtime=config["resources"]["runtime"],
+        **MODEL_RESOURCES,
     shell:
         "transformer-hessian --threads {threads} dynamics --checkpoint {input.checkpoint:q} --spec {params.spec:q} "
         "--hessian {params.hessian:q} --dynamics {params.dynamics:q} --data-root {params.data_root:q} "

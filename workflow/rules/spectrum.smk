@@ -25,9 +25,7 @@ rule spectrum_compute:
         f"benchmarks/spectrum/{SEXP}.tsv"
     threads: 1
     resources:
-        gpu=config["resources"]["gpu"],
-        mem_mb=config["resources"]["mem_mb"],
-        runtime=config["resources"]["runtime"],
+        **MODEL_RESOURCES,
     shell:
         "transformer-hessian --threads {threads} spectrum --checkpoint {input.checkpoint:q} "
         "--spec {params.spec:q} --spectrum {params.spectrum:q} --data-root {params.data_root:q} "
