@@ -30,6 +30,11 @@ and ``.md`` (rewritten atomically after every row); the command then exits non-z
 (``BenchError``) if any method disagreed with the reference beyond 1e-10 or failed with an
 error. Out of memory and timeout are results, not failures.
 
+The paper's shape (28x28, patch 4 -> L = 49, d = 16, batch 128; curvlinops once against the
+closed form, tolerance 1e-12) is one command, ``transformer-hessian bench hessian --paper-shape``;
+each row also reports the child's process CPU time (``median_cpu_s``), less sensitive than the
+wall time to other load. The closed form's flop and memory budget: docs/theory.md, section 18.
+
 Modules: ``settings`` (options, ``--paper-shape`` defaults), ``problem`` (model, batch,
 methods), ``worker`` (the child process), ``case`` (launching one child, its row), ``compare``
 (relative error, speed-up), ``cache`` (reference cache); this module orchestrates.
