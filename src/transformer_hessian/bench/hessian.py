@@ -76,6 +76,12 @@ def _environment(threads, device: str = "cpu") -> dict:
         "device": device_description(torch.device(device)),
         "cpu_count": os.cpu_count(),
         "threads": threads or torch.get_num_threads(),
+        # the children inherit these; OMP_WAIT_POLICY=PASSIVE avoids OpenMP's spin-waiting on a
+        # loaded machine (docs/theory.md, section 12)
+        "load_average": list(os.getloadavg()),
+        "omp_env": {
+            k: os.environ[k] for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS") if k in os.environ
+        },
     }
 
 
