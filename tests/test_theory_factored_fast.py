@@ -119,10 +119,12 @@ def test_the_named_shape_9_tokens_width_6_batch_5():
 )  # 9 tokens in chunks of 2 samples (the last short) or 1; one token; batch 1; 16 tokens, 1 sample
 def test_chunked_token_sums_equal_torch_func(monkeypatch, image, patch, batch, chunk_tokens):
     """The functional part summed over chunks of samples (factored._CHUNK_TOKENS forced small,
-    so that the chunked path runs at these small shapes) gives the same Hessian."""
+    so that the chunked path runs at these small shapes), and its packed FFN blocks over chunks
+    of tokens, gives the same Hessian."""
     from transformer_hessian.theory import factored
 
     monkeypatch.setattr(factored, "_CHUNK_TOKENS", chunk_tokens)
+    monkeypatch.setattr(factored, "_PACKED_CHUNK", 4)  # the packed FFN blocks in token chunks of 4 (last short)
     model = _vit(image, patch, 5, 3, 7, 4, True, 11 + batch)
     g = torch.Generator().manual_seed(batch)
     images = torch.randn(batch, 1, image, image, generator=g, dtype=torch.float64)

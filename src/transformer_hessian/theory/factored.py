@@ -184,10 +184,14 @@ def _psi_sandwich(P: torch.Tensor, Q: torch.Tensor, A: torch.Tensor, Delta: torc
     return out - pu.unsqueeze(-1) * qa.unsqueeze(-2) - pa.unsqueeze(-1) * qu.unsqueeze(-2)
 
 
-#: tokens per chunk of the functional part's sums (:func:`_functional_upper`): small enough
-#: that every per-chunk temporary (at most ~2080 x chunk doubles) stays below glibc's mmap
-#: threshold and is reused from the heap instead of page-faulted in afresh.
-_CHUNK_TOKENS = 1024
+#: tokens per chunk of the whole functional part (:func:`_functional_upper`), which bounds its
+#: per-token temporaries on large problems. Not smaller: every chunk repeats the few hundred
+#: small per-token kernels, and with 2 OpenMP threads on a loaded machine their spin-waits
+#: doubled the time at 1024-token chunks (the paper's shape, 6272 tokens, measured 2026-11).
+_CHUNK_TOKENS = 8192
+#: tokens per chunk of the two packed FFN diagonal blocks, whose (tokens x 2080) temporaries
+#: dominate the peak memory at d_ff = 64.
+_PACKED_CHUNK = 2048
 
 
 def _slice_factors(f: SimpleNamespace, b0: int, b1: int) -> SimpleNamespace:
@@ -301,7 +305,20 @@ def _functional_chunk(f: SimpleNamespace, g: torch.Tensor):
         for gj in GROUPS[a:]:
             ai, aj = alpha[gi], alpha[gj]
             if (gi, gj) == ("W_1", "W_1"):  # diag(m) W_2 Omega_2 W_2^T diag(m), mask applied packed
-                t = _pair_sum_sym(ai, _packed_sandwich(Om2f, W2, Ml), packed=True)
+                # the packed (tokens, d_ff (d_ff + 1) / 2) temporaries are the largest: a few token chunks
+                t = None
+                for c0 in range(0, n, _PACKED_CHUNK):
+                    sl = slice(c0, c0 + _PACKED_CHUNK)
+                    tc = _pair_sum_sym(ai[sl], _packed_sandwich(Om2f[sl], W2, Ml[sl]), packed=True)
+                    t = tc if t is None else t.add_(tc)
+                    del tc
+            elif (gi, gj) == ("W_2", "W_2"):
+                t = None
+                for c0 in range(0, n, _PACKED_CHUNK):
+                    sl = slice(c0, c0 + _PACKED_CHUNK)
+                    tc = _pair_sum_sym(ai[sl], Om2f[sl])
+                    t = tc if t is None else t.add_(tc)
+                    del tc
             else:
                 C = c_matrix(gi, gj)
                 t = _pair_sum_sym(ai, C) if gi == gj else _pair_sum(ai, aj, C)
