@@ -186,8 +186,9 @@ def _psi_sandwich(P: torch.Tensor, Q: torch.Tensor, A: torch.Tensor, Delta: torc
 
 #: tokens per chunk of the whole functional part (:func:`_functional_upper`), which bounds its
 #: per-token temporaries on large problems. Not smaller: every chunk repeats the few hundred
-#: small per-token kernels, and with 2 OpenMP threads on a loaded machine their spin-waits
-#: doubled the time at 1024-token chunks (the paper's shape, 6272 tokens, measured 2026-11).
+#: small per-token kernels. At the paper's shape (6272 tokens), 1024-token chunks doubled the
+#: 2-thread CPU time in an ad-hoc test on the loaded shared machine (OMP_WAIT_POLICY=PASSIVE
+#: was set), though one benchmark run there gave the opposite; the cause is not pinned down.
 _CHUNK_TOKENS = 8192
 #: tokens per chunk of the two packed FFN diagonal blocks, whose (tokens x 2080) temporaries
 #: dominate the peak memory at d_ff = 64.
