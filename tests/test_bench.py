@@ -61,7 +61,9 @@ def test_cli_writes_json_and_markdown(cli_run):
     ]
     for r in result["rows"]:
         assert f"| ({r['label']}) | {r['method']}" in md
-    assert "| d | P |" in md
+        # process CPU time of each timed run, recorded by the worker next to the wall time
+        assert len(r["cpu_times_s"]) == len(r["times_s"]) == 1 and r["median_cpu_s"] == r["cpu_times_s"][0] > 0
+    assert "| d | P |" in md and "| CPU s |" in md
     assert not list(out.glob(".hessian_bench*"))  # no leftover temporary files of the atomic writes
 
 

@@ -111,3 +111,24 @@ def test_the_named_shape_9_tokens_width_6_batch_5():
     images = torch.randn(5, 1, 6, 6, generator=g, dtype=torch.float64)
     labels = torch.randint(0, 10, (5,), generator=g)
     assert rel_err(model_loss_hessian(model, images, labels).dense, func_hessian(model, images, labels)) < TOL
+
+
+@pytest.mark.parametrize(
+    ("image", "patch", "batch", "chunk_tokens"),
+    [(6, 2, 5, 18), (6, 2, 4, 1), (4, 4, 3, 1), (4, 4, 1, 1), (8, 2, 3, 20)],
+)  # 9 tokens in chunks of 2 samples (the last short) or 1; one token; batch 1; 16 tokens, 1 sample
+def test_chunked_token_sums_equal_torch_func(monkeypatch, image, patch, batch, chunk_tokens):
+    """The functional part summed over chunks of samples (factored._CHUNK_TOKENS forced small,
+    so that the chunked path runs at these small shapes), and its packed FFN blocks over chunks
+    of tokens, gives the same Hessian."""
+    from transformer_hessian.theory import factored
+
+    monkeypatch.setattr(factored, "_CHUNK_TOKENS", chunk_tokens)
+    monkeypatch.setattr(factored, "_PACKED_CHUNK", 4)  # the packed FFN blocks in token chunks of 4 (last short)
+    model = _vit(image, patch, 5, 3, 7, 4, True, 11 + batch)
+    g = torch.Generator().manual_seed(batch)
+    images = torch.randn(batch, 1, image, image, generator=g, dtype=torch.float64)
+    labels = torch.randint(0, 4, (batch,), generator=g)
+    H = model_loss_hessian(model, images, labels).dense
+    assert torch.equal(H, H.T)
+    assert rel_err(H, func_hessian(model, images, labels)) < TOL

@@ -34,13 +34,14 @@ def markdown_table(result: dict) -> str:
         f"the baseline, timeout {s['timeout']:g} s per method and width; tolerance vs (a) "
         f"{result['tolerance']:.0e}. Device: {result['environment'].get('device', '?')}.",
         "",
+        "CPU s: median process CPU time of the method's child (all its threads). "
         "Speed-up and relative error max|H - H_ref| / max|H_ref| are against the width's reference "
         "(ref.): (a), or (a') -- the same curvlinops operator applied to blocks of "
         f"{CHUNK_COLUMNS} columns of I -- where (a) did not finish.",
         "",
-        "| d | P | | method | status | median s | speed-up vs ref. | peak RSS MiB (above baseline) "
+        "| d | P | | method | status | median s | CPU s | speed-up vs ref. | peak RSS MiB (above baseline) "
         "| peak device MiB | rel. error vs ref. | ref. |",
-        "|---:|---:|:--|:--|:--|---:|---:|---:|---:|---:|:--|",
+        "|---:|---:|:--|:--|:--|---:|---:|---:|---:|---:|---:|:--|",
     ]
     for r in result["rows"]:
         method = r["method"] + (f" (auto -> {r['resolved_method']})" if r.get("resolved_method") else "")
@@ -54,7 +55,7 @@ def markdown_table(result: dict) -> str:
             err += " **DISAGREES**"
         lines.append(
             f"| {r['width']} | {r['n_params']} | ({r['label']}) | {method} | {r['status']} | "
-            f"{fmt(r['median_s'], '.4g')} | {fmt(r['ratio_to_a'], '.2f', '-')}{'x' if r['ratio_to_a'] else ''} | "
+            f"{fmt(r['median_s'], '.4g')} | {fmt(r.get('median_cpu_s'), '.4g')} | {fmt(r['ratio_to_a'], '.2f', '-')}{'x' if r['ratio_to_a'] else ''} | "
             f"{mem} | {fmt(r.get('peak_device_mib'), '.0f')} | {err} | "
             f"{'(' + r['reference'] + ')' if r.get('reference') else '-'}{' cached' if r.get('cached') else ''} |"
         )

@@ -147,9 +147,11 @@ def _pair_sum_sym(a: torch.Tensor, C: torch.Tensor, packed: bool = False) -> tor
     q = int(round((math.sqrt(8 * C.shape[1] + 1) - 1) / 2)) if packed else C.shape[1]
     ra, ca, ma = _packed_index(p, a.device)
     rc, cc, mc = _packed_index(q, a.device)
-    right = C if packed else C.reshape(n, q * q).index_select(1, rc * q + cc)
-    left = a.index_select(1, ra) * a.index_select(1, ca)
-    T = left.T @ right
+    right = C if packed else C.reshape(n, q * q)[:, rc * q + cc]
+    # row gathers of the transposed factor are contiguous copies (a column gather is not)
+    aT = a.T.contiguous()
+    leftT = aT.index_select(0, ra).mul_(aT.index_select(0, ca))  # (p (p + 1) / 2, n)
+    T = leftT @ right
     return T.index_select(0, ma.reshape(-1)).index_select(1, mc.reshape(-1)).view(p, p, q, q)
 
 
@@ -182,7 +184,57 @@ def _psi_sandwich(P: torch.Tensor, Q: torch.Tensor, A: torch.Tensor, Delta: torc
     return out - pu.unsqueeze(-1) * qa.unsqueeze(-2) - pa.unsqueeze(-1) * qu.unsqueeze(-2)
 
 
-def _functional_upper(f: SimpleNamespace, g: torch.Tensor):
+#: tokens per chunk of the whole functional part (:func:`_functional_upper`), which bounds its
+#: per-token temporaries on large problems. Not smaller: every chunk repeats the few hundred
+#: small per-token kernels. At the paper's shape (6272 tokens), 1024-token chunks doubled the
+#: 2-thread CPU time in an ad-hoc test on the loaded shared machine (OMP_WAIT_POLICY=PASSIVE
+#: was set), though one benchmark run there gave the opposite; the cause is not pinned down.
+_CHUNK_TOKENS = 8192
+#: tokens per chunk of the two packed FFN diagonal blocks, whose (tokens x 2080) temporaries
+#: dominate the peak memory at d_ff = 64.
+_PACKED_CHUNK = 2048
+
+
+def _slice_factors(f: SimpleNamespace, b0: int, b1: int) -> SimpleNamespace:
+    """The factors of samples b0:b1 (every per-sample tensor, also inside dicts, sliced on
+    its batch axis; parameters and scalars shared)."""
+    Bn = f.X.shape[0]
+
+    def cut(v):
+        if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == Bn:
+            return v[b0:b1]
+        if isinstance(v, dict) and v is not f.p:
+            return {k: cut(x) for k, x in v.items()}
+        return v
+
+    return SimpleNamespace(**{k: cut(v) for k, v in vars(f).items()})
+
+
+def _functional_upper(f: SimpleNamespace, g: torch.Tensor, chunk_tokens: int | None = None):
+    """:func:`_functional_chunk` summed over chunks of whole samples (about ``chunk_tokens``
+    tokens each): every block is a sum over tokens, so the per-chunk blocks add up exactly to
+    the full ones, while the per-token temporaries shrink to one chunk. Yields (W_i, W_j,
+    block) for i <= j in GROUPS order, as :func:`_functional_chunk`."""
+    Bn, L = f.X.shape[:2]
+    cb = max(1, (chunk_tokens or _CHUNK_TOKENS) // L)
+    if cb >= Bn:
+        yield from _functional_chunk(f, g)
+        return
+    acc = {}
+    for b0 in range(0, Bn, cb):
+        b1 = min(Bn, b0 + cb)
+        for gi, gj, t in _functional_chunk(_slice_factors(f, b0, b1), g[b0:b1]):
+            if (gi, gj) in acc:
+                acc[(gi, gj)].add_(t)
+            else:
+                acc[(gi, gj)] = t
+            del t
+    for a, gi in enumerate(GROUPS):
+        for gj in GROUPS[a:]:
+            yield gi, gj, acc.pop((gi, gj))
+
+
+def _functional_chunk(f: SimpleNamespace, g: torch.Tensor):
     """sum_b (g_b^T (x) I) d^2Z_b/(dW_i dW_j) for X (B, L, d), g (B, L, d) = dl/dZ per sample,
     contracted through the chain without forming d^2Z (see docs/theory.md):
 
@@ -254,7 +306,20 @@ def _functional_upper(f: SimpleNamespace, g: torch.Tensor):
         for gj in GROUPS[a:]:
             ai, aj = alpha[gi], alpha[gj]
             if (gi, gj) == ("W_1", "W_1"):  # diag(m) W_2 Omega_2 W_2^T diag(m), mask applied packed
-                t = _pair_sum_sym(ai, _packed_sandwich(Om2f, W2, Ml), packed=True)
+                # the packed (tokens, d_ff (d_ff + 1) / 2) temporaries are the largest: a few token chunks
+                t = None
+                for c0 in range(0, n, _PACKED_CHUNK):
+                    sl = slice(c0, c0 + _PACKED_CHUNK)
+                    tc = _pair_sum_sym(ai[sl], _packed_sandwich(Om2f[sl], W2, Ml[sl]), packed=True)
+                    t = tc if t is None else t.add_(tc)
+                    del tc
+            elif (gi, gj) == ("W_2", "W_2"):
+                t = None
+                for c0 in range(0, n, _PACKED_CHUNK):
+                    sl = slice(c0, c0 + _PACKED_CHUNK)
+                    tc = _pair_sum_sym(ai[sl], Om2f[sl])
+                    t = tc if t is None else t.add_(tc)
+                    del tc
             else:
                 C = c_matrix(gi, gj)
                 t = _pair_sum_sym(ai, C) if gi == gj else _pair_sum(ai, aj, C)

@@ -45,11 +45,17 @@ def _model_parts(model, images: torch.Tensor, labels: torch.Tensor, block: int, 
         shapes = group_shapes(p)
         sizes = [shapes[n][0] * shapes[n][1] for n in GROUPS]
         P = sum(sizes)
+        # d logits_b / d w: sum_l alpha_l (x) (W_h J_2,l Phi^S_l) / L; W_h J_2,l first (C rows, not d)
+        WJ = Wh @ f.j2  # (B, L, C, d)
         Jl = torch.cat(
             [
-                _to_vec_order(torch.einsum("bli,oc,blcj->boij", f.alpha[n], Wh, f.j2 @ f.phi_s[n]) / L, n).reshape(
-                    Bn, Wh.shape[0], -1
-                )
+                _to_vec_order(
+                    (f.alpha[n].transpose(1, 2) @ (WJ @ f.phi_s[n]).reshape(Bn, L, -1))
+                    .view(Bn, -1, Wh.shape[0], f.phi_s[n].shape[-1])
+                    .transpose(1, 2)
+                    / L,
+                    n,
+                ).reshape(Bn, Wh.shape[0], -1)
                 for n in GROUPS
             ],
             dim=2,
