@@ -325,7 +325,7 @@ def test_claim_rows_and_table(small_run):
 def test_schema_defaults_match_module_defaults(root):
     import yaml
 
-    schema = yaml.safe_load((root / "workflow/schemas/config.schema.yaml").read_text())
+    schema = yaml.safe_load((root / "src/transformer_hessian/schema/config.schema.yaml").read_text())
     props = schema["properties"]["probe"]["properties"]
     assert {k: v["default"] for k, v in props.items()} == probe.DEFAULTS
 
