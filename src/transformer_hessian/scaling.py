@@ -209,10 +209,11 @@ def analyse_model(point: dict, scaling: dict, data_root: str | Path, model_dir: 
     """Train sweep model ``point`` (resumable, in ``model_dir``) and measure it at ``w*``."""
     import torch
 
+    from .settings import Experiment
     from .train import load_experiment_data, load_model, per_sample_losses, train
     from .utils import resolve_device
 
-    spec = experiment_spec(point, scaling)
+    spec = Experiment.with_defaults(experiment_spec(point, scaling))  # the schema fills the train keys
     times = {}
     t0 = time.perf_counter()
     metrics = train(point["id"], spec, data_root, model_dir, device=device)
@@ -237,7 +238,7 @@ def analyse_model(point: dict, scaling: dict, data_root: str | Path, model_dir: 
     times["block_norms"] = time.perf_counter() - t0
     return {
         **point,
-        "dataset": spec["dataset"],
+        "dataset": spec.dataset,
         "model": metrics["model"],
         "n_parameters": metrics["n_parameters"],
         "n_train": metrics["n_train"],

@@ -440,7 +440,9 @@ def run_evaluate(a) -> None:
 
     t0 = time.perf_counter()
     dev = resolve_device(a.device)
-    data = load_experiment_data(a.spec, a.data_root)
+    from ..settings import Experiment
+
+    data = load_experiment_data(Experiment.from_dict(a.spec), a.data_root)  # the typed section (settings.py)
     images, labels = fixed_batch(data["train_x"], data["train_y"], a.hessian["batch_size"], a.hessian["seed"])
     model = load_model(a.checkpoint, device=dev, dtype=torch.float64)
     images = images.to(device=dev, dtype=torch.float64)
