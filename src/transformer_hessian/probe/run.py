@@ -229,7 +229,7 @@ def run_probe(
         if np.all(sv > 0):
             shift["slope"] = fit_loglog_slope(np.array(ks, dtype=float), sv, k_min=ks[0])[0]
     lap("minimiser_shift", t0)
-    timings.total = time.perf_counter() - t_start
+    timings["total"] = time.perf_counter() - t_start
 
     return {
         "settings": s.to_dict(),
