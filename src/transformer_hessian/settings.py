@@ -14,8 +14,7 @@ it once, e.g. ``Experiment.from_dict(json.loads(text))``. :meth:`Section.with_de
 section from a partial dict by validating it against the schema's node for that section
 (defaults filled in there), for callers outside the workflow (tests, notebooks).
 
-This module imports neither torch nor jsonschema at import time (``transformer-hessian --help``
-stays fast).
+This module imports no torch or numpy (``transformer-hessian --help`` stays fast).
 """
 
 from __future__ import annotations
