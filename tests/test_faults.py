@@ -833,7 +833,9 @@ def test_expected_errors_print_one_message_and_no_traceback(reference_run, tmp_p
     no_cuda = "cuda" if not torch.cuda.is_available() else f"cuda:{torch.cuda.device_count() + 3}"
     common = ["--data-root", str(root / "data")]
 
-    def hessian(ckpt, spec_=spec.to_dict(), device="cpu"):
+    spec_json = spec.to_dict()
+
+    def hessian(ckpt, spec_=spec_json, device="cpu"):
         return [
             "hessian",
             "--checkpoint",
