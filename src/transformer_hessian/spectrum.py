@@ -28,6 +28,7 @@ Estimators (each validated against the dense Hessian in ``tests/test_spectrum.py
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -291,7 +292,7 @@ def run_spectrum(model, images: torch.Tensor, labels: torch.Tensor, settings: Sp
     _broaden(blocks, s)
     fm = FlatModel.of(model)
     mv = batched_hvp(lambda p: fm.mean_loss(p, x, y), fm.w0, chunk)
-    whole = _operator_summary(mv, fm.w0, {**s, "slq_probes": 0}, seed)
+    whole = _operator_summary(mv, fm.w0, dataclasses.replace(s, slq_probes=0), seed)
     lam = whole["top"]["eigenvalues"][0]
     gaps = [lam - b["top"]["eigenvalues"][0] for b in blocks]
     return {
