@@ -224,16 +224,18 @@ def cmd_bounds_table(a) -> None:
 
 def cmd_scaling_models(a) -> None:
     """Rule scaling_models: train and measure part ``--part`` of ``--jobs`` of the sweep's models."""
+    from .settings import Scaling
     from .steps import scaling_models_step
 
-    scaling_models_step(a.scaling, a.part, a.jobs, a.data_root, a.cache_dir, a.out, device=a.device)
+    scaling_models_step(Scaling.from_dict(a.scaling), a.part, a.jobs, a.data_root, a.cache_dir, a.out, device=a.device)
 
 
 def cmd_scaling_aggregate(a) -> None:
     """Rule scaling: power laws across the sweep's models -> results/scaling/scaling.json."""
+    from .settings import Scaling
     from .steps import scaling_aggregate_step
 
-    scaling_aggregate_step(a.scaling, a.parts, a.out)
+    scaling_aggregate_step(Scaling.from_dict(a.scaling), a.parts, a.out)
 
 
 def cmd_spectrum(a) -> None:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from .utils import log
 
 if TYPE_CHECKING:
-    from .settings import Dynamics, Experiment, Hessian, Landscape, Probe, Spectrum
+    from .settings import Dynamics, Experiment, Hessian, Landscape, Probe, Scaling, Spectrum
 
 __all__ = [
     "download_dataset",
@@ -527,7 +527,7 @@ def registry_step(path: str, write_readme: bool = False, check: bool = False) ->
 
 
 def scaling_models_step(
-    scaling: Mapping[str, Any], part: int, jobs: int, data_root: str, cache_dir: str, out: str, device: str = "auto"
+    scaling: Scaling, part: int, jobs: int, data_root: str, cache_dir: str, out: str, device: str = "auto"
 ) -> dict[str, Any]:
     """Rule scaling_models: train and measure models ``part, part + jobs, ...`` of the sweep
     (:func:`.scaling.sweep_models`; per-model results cached in ``cache_dir``) and write
@@ -541,7 +541,7 @@ def scaling_models_step(
     return {"part": part, "jobs": jobs, "models": models}
 
 
-def scaling_aggregate_step(scaling: Mapping[str, Any], parts: Sequence[str], out: str) -> dict[str, Any]:
+def scaling_aggregate_step(scaling: Scaling, parts: Sequence[str], out: str) -> dict[str, Any]:
     """Rule scaling: power laws in the parameter count across every part's models
     (:func:`.scaling.aggregate`) -> ``out``; logs each fitted exponent with its interval."""
     from .io import load_scaling_part, save_scaling
