@@ -23,6 +23,9 @@ def env() -> dict:
 
 
 def tiny_spec(**train):
+    """A tiny digits experiment as the typed section (settings.Experiment); ``train`` keys override."""
+    from transformer_hessian.settings import Experiment
+
     spec = {
         "dataset": "digits",
         "model": {"patch_size": 4, "width": 6, "depth": 1, "d_k": 4, "d_ff": 10, "ffn_bias": False, "ln_eps": 1e-5},
@@ -38,7 +41,15 @@ def tiny_spec(**train):
         },
     }
     spec["train"].update(train)
-    return spec
+    return Experiment.with_defaults(spec)
+
+
+def train_section(**keys):
+    """A typed ``train`` section (settings.Train): ``keys`` over epochs 1, batch_size 32, lr 3e-3;
+    every other key from the schema's defaults."""
+    from transformer_hessian.settings import Train
+
+    return Train.with_defaults({"epochs": 1, "batch_size": 32, "lr": 3e-3, **keys})
 
 
 def tiny_vit(width, d_k, d_ff, depth, bias, seed):

@@ -85,7 +85,7 @@ def test_closed_form_check_passes_and_gate_fails_on_tiny_tolerance(tiny_run):
         "--stage",
         "trained",
         "--spec",
-        json.dumps(spec),
+        json.dumps(spec.to_dict()),
         "--hessian",
         json.dumps(hess),
         "--data-root",

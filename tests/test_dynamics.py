@@ -15,6 +15,7 @@ from transformer_hessian.dynamics import (
 )
 from transformer_hessian.hessian import compute_hessian, fixed_batch
 from transformer_hessian.hessian_groups import ALL_GROUPS, hessian_all_groups, layout
+from transformer_hessian.settings import Dynamics, Hessian
 from transformer_hessian.train import load_experiment_data, load_model, train
 
 
@@ -73,13 +74,13 @@ def test_replay_equals_the_real_trajectory(run):
 def test_record_dynamics_contents(run):
     root, spec = run
     ck = root / "run" / "checkpoints"
-    hcfg = {"block": 0, "batch_size": 8, "seed": 0}
+    hcfg = Hessian.with_defaults({"experiment": "tiny", "block": 0, "batch_size": 8, "seed": 0})
     arrays, summary, H0 = record_dynamics(
         spec,
         root / "data",
         ck / "init.pt",
         hcfg,
-        {"steps": 6, "every": 5, "heatmaps": 2},
+        Dynamics.from_dict({"steps": 6, "every": 5, "heatmaps": 2}),
         device="cpu",
         checkpoint_dir=ck,
     )

@@ -826,14 +826,16 @@ def test_expected_errors_print_one_message_and_no_traceback(reference_run, tmp_p
     shutil.copytree(root / "run/checkpoints", damaged)
     _truncate(damaged / "final.pt")
     hess = json.dumps({"experiment": "tiny", "block": 0, "batch_size": 8, "seed": 0, "method": "auto"})
-    big = tiny_spec()
+    big = tiny_spec().to_dict()
     big["model"].update(width=128, d_k=128, d_ff=512)
-    huge = tiny_spec(epochs=1)
+    huge = tiny_spec(epochs=1).to_dict()
     huge["model"]["width"] = 10**6
     no_cuda = "cuda" if not torch.cuda.is_available() else f"cuda:{torch.cuda.device_count() + 3}"
     common = ["--data-root", str(root / "data")]
 
-    def hessian(ckpt, spec_=spec, device="cpu"):
+    spec_json = spec.to_dict()
+
+    def hessian(ckpt, spec_=spec_json, device="cpu"):
         return [
             "hessian",
             "--checkpoint",
@@ -861,7 +863,7 @@ def test_expected_errors_print_one_message_and_no_traceback(reference_run, tmp_p
                 "--experiment",
                 "t",
                 "--spec",
-                json.dumps(spec),
+                json.dumps(spec.to_dict()),
                 *common,
                 "--out",
                 str(tmp_path / "o1"),
@@ -907,7 +909,7 @@ def test_expected_errors_print_one_message_and_no_traceback(reference_run, tmp_p
                 "--experiment",
                 "m",
                 "--spec",
-                json.dumps({**spec, "dataset": "mnist"}),
+                json.dumps({**spec.to_dict(), "dataset": "mnist"}),
                 "--data-root",
                 str(tmp_path / "nodata"),
                 "--out",

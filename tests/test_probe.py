@@ -20,6 +20,7 @@ from torch.autograd.functional import hessian as _ag_hessian
 from transformer_hessian import probe
 from transformer_hessian.model import ModelConfig, ViT
 from transformer_hessian.probe import FlatModel
+from transformer_hessian.settings import Probe
 
 
 def tiny(seed=0, depth=1, width=3, d_k=2, d_ff=4, n=6, classes=3, scale=1.0):
@@ -287,7 +288,7 @@ def small_run():
         "shift_steps": 2,
         "shift_orderings": 2,
     }
-    return probe.run_probe(model, x, y, settings_, init_model=init)
+    return probe.run_probe(model, x, y, Probe.with_defaults(settings_), init_model=init)
 
 
 def test_run_probe_result_is_consistent(small_run):
@@ -320,14 +321,6 @@ def test_claim_rows_and_table(small_run):
     df = probe.assumption1_table(small_run)
     assert list(df["k"]) == small_run["assumption1"]["k"]
     assert (df["minimiser_shift"] != "").sum() == 2
-
-
-def test_schema_defaults_match_module_defaults(root):
-    import yaml
-
-    schema = yaml.safe_load((root / "workflow/schemas/config.schema.yaml").read_text())
-    props = schema["properties"]["probe"]["properties"]
-    assert {k: v["default"] for k, v in props.items()} == probe.DEFAULTS
 
 
 def test_block_stack_diagram_and_probe_figures(small_run):

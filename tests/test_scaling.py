@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from transformer_hessian import registry, scaling
 from transformer_hessian.config import ConfigError, validate_config
 from transformer_hessian.landscape import fit_loglog_slope
+from transformer_hessian.settings import Scaling
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
@@ -43,6 +45,11 @@ def config_with(**section) -> dict:
     cfg = copy.deepcopy(BASE)
     cfg["scaling"] = copy.deepcopy(section)
     return validate_config(cfg)
+
+
+def typed(**section) -> Scaling:
+    """The ``scaling`` section of :func:`config_with` as the typed section the package takes."""
+    return Scaling.from_dict(config_with(**section)["scaling"])
 
 
 # ----------------------------------------------------------------------------- power laws
@@ -117,12 +124,12 @@ def test_k_star_edge_cases():
 def test_dk_curve_on_losses_matches_its_parts():
     rng = np.random.default_rng()
     losses = rng.exponential(0.5, 300)
-    s = config_with(**TINY_SWEEP)["scaling"]
+    s = typed(**TINY_SWEEP)
     c = scaling.dk_curve(losses, s)
     assert c["n_samples"] == 300 and c["k"][0] == 1 and c["k"][-1] == 299
     assert c["slope_ci95"][0] <= c["slope_ci95"][1]
     assert c["prefactor"] == pytest.approx(math.exp(c["intercept"]))
-    assert c["k_star_fitted"] == scaling.k_star_fitted(c["prefactor"], c["slope"], s["tolerance"])
+    assert c["k_star_fitted"] == scaling.k_star_fitted(c["prefactor"], c["slope"], s.tolerance)
     if c["k_star_measured"] is not None:
         assert 1 <= c["k_star_measured"] <= 299
 
@@ -179,9 +186,7 @@ def test_block_norms_dense_or_skipped_with_reason():
 
 
 def test_sweep_models_union_of_both_directions():
-    s = config_with(
-        **{**TINY_SWEEP, "widths": [4, 8, 16], "depths": [1, 2, 4], "fixed_width": 8, "train_sizes": [100, None]}
-    )["scaling"]
+    s = typed(**{**TINY_SWEEP, "widths": [4, 8, 16], "depths": [1, 2, 4], "fixed_width": 8, "train_sizes": [100, None]})
     ids = [p["id"] for p in scaling.sweep_models(s)]
     assert ids == [
         *("w4_d1_n100", "w8_d1_n100", "w16_d1_n100", "w8_d2_n100", "w8_d4_n100"),
@@ -193,7 +198,7 @@ def test_sweep_models_union_of_both_directions():
 
 
 def test_cache_skips_finished_models(tmp_path, monkeypatch):
-    s = config_with(**TINY_SWEEP)["scaling"]
+    s = typed(**TINY_SWEEP)
     points = scaling.sweep_models(s)[:1]
     first = scaling.run_models(points, s, tmp_path / "data", tmp_path / "models", device="cpu")
     path = tmp_path / "models" / f"{points[0]['id']}.json"
@@ -214,9 +219,13 @@ def test_cache_skips_finished_models(tmp_path, monkeypatch):
     again = scaling.run_models(points, s, tmp_path / "data", tmp_path / "models", device="cpu")
     assert calls == [] and json.dumps(again) == json.dumps(first)
     # keys that only choose the sweep do not invalidate a model; a setting of the model does
-    assert scaling.model_key(points[0], {**s, "widths": [2, 3, 99], "jobs": 2}) == scaling.model_key(points[0], s)
+    assert scaling.model_key(points[0], dataclasses.replace(s, widths=(2, 3, 99), jobs=2)) == scaling.model_key(
+        points[0], s
+    )
     with pytest.raises(AssertionError, match="again"):
-        scaling.run_models(points, {**s, "tolerance": s["tolerance"] / 2}, tmp_path / "data", tmp_path / "models")
+        scaling.run_models(
+            points, dataclasses.replace(s, tolerance=s.tolerance / 2), tmp_path / "data", tmp_path / "models"
+        )
     path.write_text("{ damaged")
     with pytest.raises(AssertionError, match="again"):
         scaling.run_models(points, s, tmp_path / "data", tmp_path / "models")
@@ -242,9 +251,7 @@ def _fake_result(point, P, slope, prefactor, lam, tol=1e-3):
 
 
 def test_aggregate_fits_each_direction_and_data_set_size():
-    s = config_with(
-        **{**TINY_SWEEP, "widths": [4, 8, 16], "depths": [1, 2], "fixed_width": 4, "train_sizes": [100, None]}
-    )["scaling"]
+    s = typed(**{**TINY_SWEEP, "widths": [4, 8, 16], "depths": [1, 2], "fixed_width": 4, "train_sizes": [100, None]})
     rng = np.random.default_rng()
     b_lam = rng.uniform(-1, 1)
     results = []
@@ -275,7 +282,7 @@ def test_scaling_figure_draws_every_panel(tmp_path):
     matplotlib.use("Agg")
     from transformer_hessian import plotting, scaling_plot
 
-    s = config_with(**{**TINY_SWEEP, "widths": [4, 8, 16], "depths": [1, 2], "fixed_width": 4})["scaling"]
+    s = typed(**{**TINY_SWEEP, "widths": [4, 8, 16], "depths": [1, 2], "fixed_width": 4})
     results = []
     for p in scaling.sweep_models(s):
         P = 100 * p["width"] ** 2 * p["depth"]

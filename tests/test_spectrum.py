@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from transformer_hessian import GROUPS
 from transformer_hessian.hessian import group_layout, hessian_curvlinops, loss_of_groups
 from transformer_hessian.probe import FlatModel
+from transformer_hessian.settings import Spectrum
 from transformer_hessian.spectrum import (
     batched_hvp,
     broadened_density,
@@ -202,7 +203,7 @@ def test_run_spectrum_structure_and_interlacing():
     model = tiny_vit(3, 2, 3, 2, True, 77)
     x, y = _data(8, n=6)
     s = {"lanczos_steps": 200, "n_probes": 4, "slq_probes": 2, "pair_steps": 9, "n_eigenvalues": 3}
-    r = run_spectrum(model, x, y, s)
+    r = run_spectrum(model, x, y, Spectrum.with_defaults(s))
     assert len(r["blocks"]) == 2 and r["batch_size"] == 6
     H = _dense_whole(model, x, y)
     lam = float(torch.linalg.eigvalsh(H)[-1])

@@ -3,13 +3,18 @@ recomputed independently here, and applies its gate."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import numpy as np
 import pytest
 import torch
 from conftest import tiny_spec
 
 from transformer_hessian import io, steps
+from transformer_hessian.config import ConfigError
 from transformer_hessian.hessian import block_norms
+from transformer_hessian.settings import Experiment, Hessian, Landscape
 from transformer_hessian.train import train
 
 
@@ -18,7 +23,7 @@ def tiny_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("steps")
     spec = tiny_spec(epochs=1)
     train("tiny", spec, root / "data", root / "run", device="cpu")
-    hess = {"experiment": "tiny", "block": 0, "batch_size": 6, "seed": 3, "method": "auto"}
+    hess = Hessian.from_dict({"experiment": "tiny", "block": 0, "batch_size": 6, "seed": 3, "method": "auto"})
     return root, spec, hess
 
 
@@ -76,6 +81,28 @@ def test_memory_check_names_the_config_keys(monkeypatch):
     import transformer_hessian.resources as res
 
     monkeypatch.setattr(res, "available_bytes", lambda dev: 1024)
-    spec = {"model": {"width": 8, "d_k": 8, "d_ff": 16}}
+    spec = dataclasses.replace(tiny_spec(), model=dataclasses.replace(tiny_spec().model, width=8, d_k=8, d_ff=16))
+    hessian = Hessian.with_defaults({"experiment": "e"})
     with pytest.raises(ValueError, match=r"experiments\.e\.model\.width"):
-        steps.check_hessian_memory(spec, {"experiment": "e"}, torch.device("cpu"))
+        steps.check_hessian_memory(spec, hessian, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("key, value", [("width", 8), ("d_ff", 12), ("depth", 2)])
+def test_checkpoint_sizes_must_equal_the_spec(tiny_run, key, value):
+    """The model sizes travel twice (JSON spec and checkpoint): a spec that no longer matches the
+    checkpoint stops the step with an error naming experiments.<name>.model.<key>."""
+    root, spec, hess = tiny_run
+    changed = dataclasses.replace(spec, model=dataclasses.replace(spec.model, **{key: value}))
+    ckpt = str(root / "run/checkpoints/final.pt")
+    with pytest.raises(ConfigError, match=rf"experiments\.tiny\.model\.{key}: the config says {value}"):
+        steps.hessian_step(
+            ckpt, "trained", changed, hess, str(root / "data"), root / f"{key}.npz", root / f"{key}.json"
+        )
+    landscape = Landscape.with_defaults({"experiment": "tiny", "n_orderings": 2, "n_bootstrap": 10, "k_min": 2})
+    with pytest.raises(ConfigError, match=rf"experiments\.tiny\.model\.{key}"):
+        steps.landscape_step(ckpt, changed, landscape, str(root / "data"), str(root / f"{key}_l.json"), device="cpu")
+    assert not (root / f"{key}.npz").exists() and not (root / f"{key}_l.json").exists()
+    # the unchanged spec passes the same check (the JSON round trip keeps it equal)
+    same = Experiment.from_dict(json.loads(json.dumps(spec.to_dict())))
+    res = steps.landscape_step(ckpt, same, landscape, str(root / "data"), str(root / f"{key}_l.json"), device="cpu")
+    assert res["experiment"] == "tiny" and res["n_orderings"] == 2

@@ -22,7 +22,7 @@ def _cli_train(out, spec, env, extra_env=None):
             "--experiment",
             "tiny",
             "--spec",
-            json.dumps(spec),
+            json.dumps(spec.to_dict()),
             "--data-root",
             str(out.parent / "data"),
             "--out",

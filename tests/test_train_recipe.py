@@ -3,12 +3,13 @@ defaults leave training exactly as before, and each piece matches an independent
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_spec
+from conftest import tiny_spec, train_section
 
 from transformer_hessian.model import ModelConfig, ViT
 from transformer_hessian.train import (
@@ -28,17 +29,17 @@ def _tiny_model(seed=0):
 
 
 def test_lr_factor_default_is_constant_and_schedules_follow_their_formulas():
-    t = {"epochs": 10}
+    t = train_section(epochs=10)
     assert lr_factor(0, 7, t) is None
-    assert lr_factor(0, 7, {**t, "schedule": "constant", "warmup_epochs": 0}) is None
-    tw = {"epochs": 10, "warmup_epochs": 2, "schedule": "cosine"}
+    assert lr_factor(0, 7, train_section(epochs=10, schedule="constant", warmup_epochs=0)) is None
+    tw = train_section(epochs=10, warmup_epochs=2, schedule="cosine")
     W, T = 14, 70
     got = [lr_factor(s, 7, tw) for s in range(T)]
     want = [(s + 1) / W if s < W else 0.5 * (1 + math.cos(math.pi * (s - W) / (T - W))) for s in range(T)]
     assert got == pytest.approx(want, abs=1e-15)
     assert got[W - 1] == 1.0 and got[W] == 1.0 and 0 < got[-1] < 1e-2
     assert all(a >= b for a, b in zip(got[W:], got[W + 1 :]))  # cosine decays monotonically
-    tc = {"epochs": 3, "warmup_epochs": 0.5, "schedule": "constant"}
+    tc = train_section(epochs=3, warmup_epochs=0.5, schedule="constant")
     assert [lr_factor(s, 4, tc) for s in range(4)] == [0.5, 1.0, 1.0, 1.0]
 
 
@@ -63,8 +64,8 @@ def test_crop_flip_matches_a_per_sample_loop():
 
 
 def test_epoch_augmentation_is_seeded_and_off_by_default():
-    assert epoch_augmentation(10, 0, 1, {}, "cpu") is None
-    t = {"augment": "crop_flip", "crop_padding": 3}
+    assert epoch_augmentation(10, 0, 1, train_section(), "cpu") is None
+    t = train_section(augment="crop_flip", crop_padding=3)
     a, b = epoch_augmentation(50, 0, 2, t, "cpu"), epoch_augmentation(50, 0, 2, t, "cpu")
     c = epoch_augmentation(50, 0, 3, t, "cpu")
     assert torch.equal(a["shifts"], b["shifts"]) and torch.equal(a["flips"], b["flips"])
@@ -85,11 +86,11 @@ def _plain_epoch(model, opt, x, y, seed, epoch, bs):
 
 def test_default_keys_train_bit_identically_to_the_plain_loop():
     spec = tiny_spec()
-    t = dict(spec["train"], amp=None, compile=False, warmup_epochs=0, schedule="constant", augment=None)
+    t = dataclasses.replace(spec.train, amp=None, compile=False, warmup_epochs=0, schedule="constant", augment=None)
     g = torch.Generator().manual_seed(1)
     x, y = torch.randn(45, 3, 8, 8, generator=g), torch.randint(0, 5, (45,), generator=g)
     m1, m2 = _tiny_model(), _tiny_model()
-    o1, o2 = make_optimizer(m1, {"train": t}), make_optimizer(m2, {"train": t})
+    o1, o2 = make_optimizer(m1, spec), make_optimizer(m2, spec)
     for epoch in (1, 2):
         train_epoch(m1, o1, x, y, seed=0, epoch=epoch, batch_size=16, train_cfg=t)
         _plain_epoch(m2, o2, x, y, 0, epoch, 16)
@@ -98,11 +99,11 @@ def test_default_keys_train_bit_identically_to_the_plain_loop():
 
 
 def test_schedule_sets_the_rate_of_every_step():
-    t = {"epochs": 2, "lr": 1e-2, "weight_decay": 0.0, "warmup_epochs": 1, "schedule": "cosine"}
+    t = train_section(epochs=2, lr=1e-2, weight_decay=0.0, warmup_epochs=1, schedule="cosine")
     g = torch.Generator().manual_seed(2)
     x, y = torch.randn(30, 3, 8, 8, generator=g), torch.randint(0, 5, (30,), generator=g)
     model = _tiny_model()
-    opt = make_optimizer(model, {"train": t})
+    opt = make_optimizer(model, dataclasses.replace(tiny_spec(), train=t))
     seen = []
     train_epoch(
         model,

@@ -1,7 +1,9 @@
 """Command line of the reproduction pipeline; one command per Snakemake rule (see each command's --help).
 
 Each Snakemake rule calls exactly one of these commands. Settings arrive as JSON (the
-validated config section of the rule), so the rule's ``params`` are the single source of truth.
+validated config section of the rule), so the rule's ``params`` are the single source of truth;
+each command parses a section once into its frozen dataclass (:mod:`.settings`, e.g.
+``Experiment.from_dict``) and passes the typed object on.
 """
 
 from __future__ import annotations
@@ -36,28 +38,36 @@ def cmd_download(a) -> None:
 
 def cmd_train(a) -> None:
     """Rule train: train (or resume) one experiment."""
+    from .settings import Experiment
     from .train import train
 
-    m = train(a.experiment, a.spec, a.data_root, a.out, device=a.device)
+    m = train(
+        a.experiment, Experiment.from_dict(a.spec, f"experiments.{a.experiment}"), a.data_root, a.out, device=a.device
+    )
     log.info("%s: final val_acc %.4f after %d epochs", a.experiment, m["final"]["val_acc"], m["epochs"])
 
 
 def cmd_hessian(a) -> None:
     """Rule hessian: dense Hessian of one block's five groups and its block norms."""
+    from .settings import Experiment, Hessian
     from .steps import hessian_step
 
-    hessian_step(a.checkpoint, a.stage, a.spec, a.hessian, a.data_root, a.out_npz, a.out_norms, device=a.device)
+    hessian = Hessian.from_dict(a.hessian)
+    spec = Experiment.from_dict(a.spec, f"experiments.{hessian.experiment}")
+    hessian_step(a.checkpoint, a.stage, spec, hessian, a.data_root, a.out_npz, a.out_norms, device=a.device)
 
 
 def cmd_theory(a) -> None:
     """Rule theory: check the saved Hessian against curvlinops products; fail above the tolerance."""
+    from .settings import Experiment, Hessian
     from .steps import theory_step
 
+    hessian = Hessian.from_dict(a.hessian)
     theory_step(
         a.checkpoint,
         a.stage,
-        a.spec,
-        a.hessian,
+        Experiment.from_dict(a.spec, f"experiments.{hessian.experiment}"),
+        hessian,
         a.data_root,
         a.hessian_npz,
         a.out,
@@ -70,13 +80,15 @@ def cmd_theory(a) -> None:
 
 def cmd_dynamics(a) -> None:
     """Rule dynamics: replay the first training steps and record the snapshots of Figures 7-11."""
+    from .settings import Dynamics, Experiment, Hessian
     from .steps import dynamics_step
 
+    hessian = Hessian.from_dict(a.hessian)
     dynamics_step(
         a.checkpoint,
-        a.spec,
-        a.hessian,
-        a.dynamics,
+        Experiment.from_dict(a.spec, f"experiments.{hessian.experiment}"),
+        hessian,
+        Dynamics.from_dict(a.dynamics),
         a.data_root,
         a.out_npz,
         a.out_json,
@@ -95,16 +107,31 @@ def cmd_table1(a) -> None:
 
 def cmd_landscape(a) -> None:
     """Rule landscape: per-sample losses at w*, D_k over orderings and the fitted slope."""
+    from .settings import Experiment, Landscape
     from .steps import landscape_step
 
-    landscape_step(a.checkpoint, a.spec, a.landscape, a.data_root, a.out, device=a.device)
+    landscape = Landscape.from_dict(a.landscape)
+    spec = Experiment.from_dict(a.spec, f"experiments.{landscape.experiment}")
+    landscape_step(a.checkpoint, spec, landscape, a.data_root, a.out, device=a.device)
 
 
 def cmd_probe(a) -> None:
     """Rule probe: Theorem 7 off w*, the Taylor model and Assumption 1 around w*."""
+    from .settings import Experiment, Probe
     from .steps import probe_step
 
-    probe_step(a.checkpoint, a.spec, a.probe, a.data_root, a.out, init_checkpoint=a.init_checkpoint, device=a.device)
+    section = dict(a.probe)
+    experiment = section.pop("experiment", None)  # the rule adds the experiment's name to the section
+    probe_step(
+        a.checkpoint,
+        Experiment.from_dict(a.spec, f"experiments.{experiment or '<landscape.experiment>'}"),
+        Probe.from_dict(section),
+        a.data_root,
+        a.out,
+        init_checkpoint=a.init_checkpoint,
+        device=a.device,
+        experiment=experiment,
+    )
 
 
 def cmd_tables(a) -> None:
@@ -184,13 +211,15 @@ def cmd_bench(a) -> None:
 def cmd_bounds_evaluate(a) -> None:
     """Rule bounds: measured norms against the project's and the paper's bounds, one stage."""
     from .bounds.step import evaluate_step
+    from .settings import Bounds, Experiment, Hessian
 
+    hessian = Hessian.from_dict(a.hessian)
     evaluate_step(
         checkpoint=a.checkpoint,
         stage=a.stage,
-        spec=a.spec,
-        hessian=a.hessian,
-        bounds=a.bounds,
+        spec=Experiment.from_dict(a.spec, f"experiments.{hessian.experiment}"),
+        hessian=hessian,
+        bounds=Bounds.from_dict(a.bounds),
         data_root=a.data_root,
         norms=a.norms,
         out=a.out,
@@ -208,23 +237,28 @@ def cmd_bounds_table(a) -> None:
 
 def cmd_scaling_models(a) -> None:
     """Rule scaling_models: train and measure part ``--part`` of ``--jobs`` of the sweep's models."""
+    from .settings import Scaling
     from .steps import scaling_models_step
 
-    scaling_models_step(a.scaling, a.part, a.jobs, a.data_root, a.cache_dir, a.out, device=a.device)
+    scaling_models_step(Scaling.from_dict(a.scaling), a.part, a.jobs, a.data_root, a.cache_dir, a.out, device=a.device)
 
 
 def cmd_scaling_aggregate(a) -> None:
     """Rule scaling: power laws across the sweep's models -> results/scaling/scaling.json."""
+    from .settings import Scaling
     from .steps import scaling_aggregate_step
 
-    scaling_aggregate_step(a.scaling, a.parts, a.out)
+    scaling_aggregate_step(Scaling.from_dict(a.scaling), a.parts, a.out)
 
 
 def cmd_spectrum(a) -> None:
     """Rule spectrum_compute: matrix-free top eigenvalues, traces, densities and block-pair norms."""
+    from .settings import Experiment, Spectrum
     from .steps import spectrum_step
 
-    spectrum_step(a.checkpoint, a.spec, a.spectrum, a.data_root, a.out, device=a.device)
+    spectrum = Spectrum.from_dict(a.spectrum)
+    spec = Experiment.from_dict(a.spec, f"experiments.{spectrum.experiment or '<spectrum.experiment>'}")
+    spectrum_step(a.checkpoint, spec, spectrum, a.data_root, a.out, device=a.device)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,7 +16,8 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+#: The config's JSON schema, shipped inside the package (package data): the one place every default lives.
+SCHEMA_PATH = Path(__file__).resolve().parent / "schema" / "config.schema.yaml"
 
 
 class ConfigError(ValueError):
@@ -64,7 +65,7 @@ def _key_path(error: jsonschema.ValidationError) -> str:
 
 
 def load_schema(path: str | Path = SCHEMA_PATH) -> dict:
-    """The config's JSON schema (workflow/schemas/config.schema.yaml), parsed."""
+    """The config's JSON schema (``transformer_hessian/schema/config.schema.yaml``), parsed."""
     with open(path) as fh:
         return yaml.safe_load(fh)
 

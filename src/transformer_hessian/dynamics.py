@@ -25,6 +25,7 @@ import copy
 import math
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -35,6 +36,9 @@ from .hessian_groups import ALL_GROUPS, hessian_all_groups, layout, symmetric_bl
 from .model import ModelConfig, ViT
 from .train import load_experiment_data, make_optimizer, train_epoch
 from .utils import log, resolve_device
+
+if TYPE_CHECKING:
+    from .settings import Dynamics, Experiment, Hessian
 
 
 def snapshot_steps(steps: int, every: int) -> list[int]:
@@ -52,7 +56,7 @@ def heatmap_indices(n_snapshots: int, heatmaps: int) -> list[int]:
 
 
 def replay(
-    spec: dict,
+    spec: Experiment,
     data_root,
     init_checkpoint,
     steps: int,
@@ -70,8 +74,8 @@ def replay(
     ``{"steps", "steps_per_epoch", "capped", "epoch_checks": [{"epoch", "identical"}]}``.
     """
     dev = resolve_device(device)
-    t = spec["train"]
-    seed, bs = int(t.get("seed", 0)), int(t["batch_size"])
+    t = spec.train
+    seed, bs = int(t.seed), int(t.batch_size)
     data = load_experiment_data(spec, data_root)
     xtr, ytr = data["train_x"].to(dev), data["train_y"].to(dev)
     ck = torch.load(init_checkpoint, map_location=dev, weights_only=True)
@@ -82,7 +86,7 @@ def replay(
     opt = make_optimizer(model, spec)
     opt.load_state_dict(ck["optimizer"])
     per_epoch = math.ceil(len(xtr) / bs)
-    total = per_epoch * int(t["epochs"])
+    total = per_epoch * int(t.epochs)
     capped = steps > total
     steps = min(steps, total)
     wanted = set(snapshot_steps(steps, every)) if steps > 0 else {0}
@@ -105,7 +109,7 @@ def replay(
             seed=seed,
             epoch=epoch,
             batch_size=bs,
-            lr=t["lr"],
+            lr=t.lr,
             name="replay",
             on_step=on_step,
             max_steps=steps - base,
@@ -124,7 +128,13 @@ def replay(
 
 
 def record_dynamics(
-    spec: dict, data_root, init_checkpoint, hessian_cfg: dict, dyn_cfg: dict, device: str = "cpu", checkpoint_dir=None
+    spec: Experiment,
+    data_root,
+    init_checkpoint,
+    hessian_cfg: Hessian,
+    dyn_cfg: Dynamics,
+    device: str = "cpu",
+    checkpoint_dir=None,
 ) -> tuple[dict, dict, np.ndarray]:
     """Replay training and record weights, norms and Hessian blocks at the snapshot steps.
 
@@ -136,11 +146,11 @@ def record_dynamics(
     (k, 4d, 4d) the LayerNorm-LayerNorm block, ``batch_loss``, ``hessian_loss`` (n,).
     """
     dev = resolve_device(device)
-    block = int(hessian_cfg.get("block", 0))
+    block = int(hessian_cfg.block)
     data = load_experiment_data(spec, data_root)
-    images, labels = fixed_batch(data["train_x"], data["train_y"], hessian_cfg["batch_size"], hessian_cfg["seed"])
+    images, labels = fixed_batch(data["train_x"], data["train_y"], hessian_cfg.batch_size, hessian_cfg.seed)
     images, labels = images.to(device=dev, dtype=torch.float64), labels.to(dev)
-    steps_cfg, every = int(dyn_cfg["steps"]), int(dyn_cfg["every"])
+    steps_cfg, every = int(dyn_cfg.steps), int(dyn_cfg.every)
     rec = {
         "steps": [],
         "batch_loss": [],
@@ -156,9 +166,9 @@ def record_dynamics(
 
     def on_snapshot(step, model, batch_loss):
         if "heat" not in plan:  # steps may be capped by the run length: plan on the first call
-            n_total = math.ceil(len(data["train_x"]) / spec["train"]["batch_size"]) * spec["train"]["epochs"]
+            n_total = math.ceil(len(data["train_x"]) / spec.train.batch_size) * spec.train.epochs
             snaps = snapshot_steps(min(steps_cfg, n_total), every) if min(steps_cfg, n_total) > 0 else [0]
-            plan["heat"] = {snaps[i] for i in heatmap_indices(len(snaps), int(dyn_cfg["heatmaps"]))}
+            plan["heat"] = {snaps[i] for i in heatmap_indices(len(snaps), int(dyn_cfg.heatmaps))}
         m64 = copy.deepcopy(model).to(torch.float64).eval()
         blk = m64.blocks[block]
         t0 = time.perf_counter()

@@ -348,7 +348,7 @@ def thin_indices(n_points: int, max_points: int = MAX_JSON_POINTS, include: Any 
 
 def analyse_landscape(
     losses: Any,
-    n_orderings: int = 20,
+    n_orderings: int = 50,  # = the schema's landscape.n_orderings (tests/test_landscape.py checks they agree)
     seed: int = 0,
     ema_factor: float = 0.99,
     k_min: int = 10,

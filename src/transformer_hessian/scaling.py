@@ -37,11 +37,14 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .landscape import bootstrap_slope_ci, fit_loglog_slope, log_binned_median, loss_differences, thin_indices
+
+if TYPE_CHECKING:
+    from .settings import Scaling
 
 #: Relative slack when comparing D_k with the tolerance (rounding only).
 RTOL = 1e-12
@@ -57,42 +60,42 @@ QUANTITIES = {
 _SWEEP_ONLY = ("enabled", "widths", "depths", "fixed_width", "fixed_depth", "train_sizes", "jobs")
 
 
-def sweep_models(scaling: dict) -> list[dict]:
+def sweep_models(scaling: Scaling) -> list[dict]:
     """The sweep's models, in order: ``{"id", "width", "depth", "train_size"}`` (see module doc)."""
-    arch = [(w, scaling["fixed_depth"]) for w in scaling["widths"]]
-    arch += [(scaling["fixed_width"], n) for n in scaling["depths"]]
+    arch = [(w, scaling.fixed_depth) for w in scaling.widths]
+    arch += [(scaling.fixed_width, n) for n in scaling.depths]
     arch = sorted(set(arch), key=arch.index)
     return [
         {"id": f"w{w}_d{n}_n{size or 'all'}", "width": w, "depth": n, "train_size": size}
-        for size in scaling["train_sizes"]
+        for size in scaling.train_sizes
         for w, n in arch
     ]
 
 
-def experiment_spec(point: dict, scaling: dict) -> dict:
+def experiment_spec(point: dict, scaling: Scaling) -> dict:
     """The experiment section (as under ``experiments:``) that trains sweep model ``point``."""
     d = int(point["width"])
     model = {
-        "patch_size": scaling["patch_size"],
+        "patch_size": scaling.patch_size,
         "width": d,
         "depth": int(point["depth"]),
-        "d_k": max(1, round(scaling["d_k_ratio"] * d)),
-        "d_ff": max(1, round(scaling["d_ff_ratio"] * d)),
+        "d_k": max(1, round(scaling.d_k_ratio * d)),
+        "d_ff": max(1, round(scaling.d_ff_ratio * d)),
         "ffn_bias": False,
         "ln_eps": 1.0e-5,
     }
     return {
-        "dataset": scaling["dataset"],
+        "dataset": scaling.dataset,
         "model": model,
-        "train": {**scaling["train"], "max_train": point["train_size"]},
+        "train": {**scaling.train.to_dict(), "max_train": point["train_size"]},
     }
 
 
-def model_key(point: dict, scaling: dict) -> str:
+def model_key(point: dict, scaling: Scaling) -> str:
     """Hash of everything that determines one model's result (its cache key)."""
     from .config import config_hash
 
-    rest = {k: v for k, v in scaling.items() if k not in _SWEEP_ONLY}
+    rest = {k: v for k, v in scaling.to_dict().items() if k not in _SWEEP_ONLY}
     return config_hash({"spec": experiment_spec(point, scaling), "analysis": rest})
 
 
@@ -130,17 +133,17 @@ def k_star_fitted(prefactor: float, slope: float, tolerance: float, k_cap: float
     return kk
 
 
-def dk_curve(losses: Any, scaling: dict) -> dict[str, Any]:
+def dk_curve(losses: Any, scaling: Scaling) -> dict[str, Any]:
     """The D_k analysis of one model's per-sample losses at ``w*`` (JSON-ready; see module doc)."""
-    r, seed, k_min = scaling["n_orderings"], scaling["seed"], scaling["k_min"]
+    r, seed, k_min = scaling.n_orderings, scaling.seed, scaling.k_min
     diffs = loss_differences(losses, r, seed)  # (R, n-1), column k-1 holds D_k
     n = diffs.shape[1] + 1
     k = np.arange(1, n, dtype=np.float64)
     d_mean = diffs.mean(axis=0)
     slope, intercept = fit_loglog_slope(k, d_mean, k_min=k_min)
-    lo, hi, _ = bootstrap_slope_ci(diffs, k, k_min=k_min, n_bootstrap=scaling["n_bootstrap"], seed=seed)
+    lo, hi, _ = bootstrap_slope_ci(diffs, k, k_min=k_min, n_bootstrap=scaling.n_bootstrap, seed=seed)
     prefactor = math.exp(intercept)
-    tol = scaling["tolerance"]
+    tol = scaling.tolerance
     keep = thin_indices(n - 1, max_points=400)
     bk, bd = log_binned_median(k, d_mean)
     return {
@@ -205,14 +208,15 @@ def block_norms(model, x, y, max_params: int) -> tuple[dict | None, str | None]:
     }, None
 
 
-def analyse_model(point: dict, scaling: dict, data_root: str | Path, model_dir: str | Path, device: str = "auto"):
+def analyse_model(point: dict, scaling: Scaling, data_root: str | Path, model_dir: str | Path, device: str = "auto"):
     """Train sweep model ``point`` (resumable, in ``model_dir``) and measure it at ``w*``."""
     import torch
 
+    from .settings import Experiment
     from .train import load_experiment_data, load_model, per_sample_losses, train
     from .utils import resolve_device
 
-    spec = experiment_spec(point, scaling)
+    spec = Experiment.with_defaults(experiment_spec(point, scaling))  # the schema fills the train keys
     times = {}
     t0 = time.perf_counter()
     metrics = train(point["id"], spec, data_root, model_dir, device=device)
@@ -227,17 +231,17 @@ def analyse_model(point: dict, scaling: dict, data_root: str | Path, model_dir: 
     t0 = time.perf_counter()
     curve = dk_curve(per_sample_losses(model, data["train_x"], data["train_y"]), scaling)
     times["dk_curve"] = time.perf_counter() - t0
-    nh = min(len(data["train_x"]), scaling["hessian_samples"])
+    nh = min(len(data["train_x"]), scaling.hessian_samples)
     x, y = data["train_x"][:nh].to(dev, torch.float64), data["train_y"][:nh].to(dev)
     t0 = time.perf_counter()
-    lam, resid = top_hessian_eigenvalue(model, x, y, scaling["lanczos_iters"], seed=scaling["seed"])
+    lam, resid = top_hessian_eigenvalue(model, x, y, scaling.lanczos_iters, seed=scaling.seed)
     times["top_eigenvalue"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    blocks, skipped = block_norms(model.to(torch.float64), x, y, scaling["dense_max_params"])
+    blocks, skipped = block_norms(model.to(torch.float64), x, y, scaling.dense_max_params)
     times["block_norms"] = time.perf_counter() - t0
     return {
         **point,
-        "dataset": spec["dataset"],
+        "dataset": spec.dataset,
         "model": metrics["model"],
         "n_parameters": metrics["n_parameters"],
         "n_train": metrics["n_train"],
@@ -253,7 +257,7 @@ def analyse_model(point: dict, scaling: dict, data_root: str | Path, model_dir: 
     }
 
 
-def run_models(points: list[dict], scaling: dict, data_root, cache_dir, device: str = "auto") -> list[dict]:
+def run_models(points: list[dict], scaling: Scaling, data_root, cache_dir, device: str = "auto") -> list[dict]:
     """:func:`analyse_model` for each point, cached in ``cache_dir/<id>.json``: a model whose
     file holds the same :func:`model_key` is read back instead of being trained again."""
     from .utils import log, read_json, write_json
@@ -358,18 +362,18 @@ def model_row(r: dict) -> dict[str, Any]:
     }
 
 
-def series_of(row: dict, scaling: dict) -> list[str]:
+def series_of(row: dict, scaling: Scaling) -> list[str]:
     """The sweep directions a model belongs to: ``"width"`` (``widths`` at ``fixed_depth``) and/or
     ``"depth"`` (``depths`` at ``fixed_width``)."""
     out = []
-    if row["depth"] == scaling["fixed_depth"] and row["width"] in scaling["widths"]:
+    if row["depth"] == scaling.fixed_depth and row["width"] in scaling.widths:
         out.append("width")
-    if row["width"] == scaling["fixed_width"] and row["depth"] in scaling["depths"]:
+    if row["width"] == scaling.fixed_width and row["depth"] in scaling.depths:
         out.append("depth")
     return out
 
 
-def aggregate(results: list[dict], scaling: dict) -> dict[str, Any]:
+def aggregate(results: list[dict], scaling: Scaling) -> dict[str, Any]:
     """Power laws of :data:`QUANTITIES` against the parameter count, one per data-set size and
     sweep direction (``fits[<size or "all">][<"width"|"depth">][<quantity>]``; ``{"skipped": reason}``
     when fewer than 2 models give a positive value at distinct P), next to every model's result."""
@@ -386,9 +390,9 @@ def aggregate(results: list[dict], scaling: dict) -> dict[str, Any]:
                     entry[q] = {"skipped": f"{len(pts)} model(s) with a positive {q}; a power law needs 2 distinct P"}
                     continue
                 P, Y = zip(*pts)
-                entry[q] = fit_power_law(P, Y, scaling["n_bootstrap"], scaling["seed"])
-    settings = {k: v for k, v in scaling.items() if k != "enabled"}
-    return {"dataset": scaling["dataset"], "settings": settings, "rows": rows, "fits": fits, "models": results}
+                entry[q] = fit_power_law(P, Y, scaling.n_bootstrap, scaling.seed)
+    settings = {k: v for k, v in scaling.to_dict().items() if k != "enabled"}
+    return {"dataset": scaling.dataset, "settings": settings, "rows": rows, "fits": fits, "models": results}
 
 
 def config_errors(config: dict) -> list[str]:

@@ -28,10 +28,11 @@ Estimators (each validated against the dense Hessian in ``tests/test_spectrum.py
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -41,20 +42,8 @@ from . import GROUPS
 from .hessian import group_layout, loss_of_groups
 from .probe import FlatModel, hvp_operator
 
-#: Defaults of the ``spectrum:`` config section (the schema repeats them).
-DEFAULTS: dict[str, Any] = {
-    "experiment": None,  # null: landscape.experiment
-    "batch_size": 32,
-    "seed": 0,
-    "n_eigenvalues": 5,
-    "lanczos_steps": 15,
-    "n_probes": 8,
-    "slq_probes": 2,
-    "pair_steps": 4,
-    "density_points": 400,
-    "density_sigma": 0.01,
-    "chunk": 32,
-}
+if TYPE_CHECKING:
+    from .settings import Spectrum
 
 Matvec = Callable[[torch.Tensor], torch.Tensor]
 
@@ -242,16 +231,16 @@ def pair_spectral_norms(matvec: Matvec, w: torch.Tensor, offsets, steps: int, se
     return N
 
 
-def _operator_summary(matvec: Matvec, w: torch.Tensor, s: dict, seed: int) -> dict[str, Any]:
+def _operator_summary(matvec: Matvec, w: torch.Tensor, s: Spectrum, seed: int) -> dict[str, Any]:
     """Top-k eigenvalues, Hutchinson trace and, when ``slq_probes > 0``, the SLQ density; the
     top-k and the density come from the same ``max(1, slq_probes)`` Lanczos runs."""
     t0 = time.perf_counter()
     out: dict[str, Any] = {"n_params": int(w.numel())}
-    runs = lanczos_runs(matvec, w, max(1, int(s["slq_probes"])), s["lanczos_steps"], seed)
-    out["top"] = top_eigenvalues(matvec, w, s["n_eigenvalues"], s["lanczos_steps"], seed, runs=runs)
-    out["trace"] = hutchinson_trace(matvec, w, s["n_probes"], seed)
-    if s["slq_probes"]:
-        q = slq_density(matvec, w, s["slq_probes"], s["lanczos_steps"], seed, runs=runs)
+    runs = lanczos_runs(matvec, w, max(1, int(s.slq_probes)), s.lanczos_steps, seed)
+    out["top"] = top_eigenvalues(matvec, w, s.n_eigenvalues, s.lanczos_steps, seed, runs=runs)
+    out["trace"] = hutchinson_trace(matvec, w, s.n_probes, seed)
+    if s.slq_probes:
+        q = slq_density(matvec, w, s.slq_probes, s.lanczos_steps, seed, runs=runs)
         out["density"] = {
             "nodes": q["nodes"].tolist(),
             "weights": q["weights"].tolist(),
@@ -267,16 +256,14 @@ def _broaden(entries: list[dict], s: dict) -> None:
     dens = [e["density"] for e in entries if "density" in e]
     if not dens:
         return
-    grid, sigma = density_grid(
-        np.concatenate([np.ravel(d["nodes"]) for d in dens]), s["density_points"], s["density_sigma"]
-    )
+    grid, sigma = density_grid(np.concatenate([np.ravel(d["nodes"]) for d in dens]), s.density_points, s.density_sigma)
     for d in dens:
         d.update(
             grid=grid.tolist(), sigma=sigma, density=broadened_density(d["nodes"], d["weights"], grid, sigma).tolist()
         )
 
 
-def run_spectrum(model, images: torch.Tensor, labels: torch.Tensor, settings: dict | None = None) -> dict[str, Any]:
+def run_spectrum(model, images: torch.Tensor, labels: torch.Tensor, settings: Spectrum) -> dict[str, Any]:
     """Every estimator on every block's five-group Hessian and top eigenvalues and trace of the
     whole model's Hessian, all on the mean cross-entropy of ``(images, labels)`` in float64.
 
@@ -286,11 +273,11 @@ def run_spectrum(model, images: torch.Tensor, labels: torch.Tensor, settings: di
     each block's (a principal submatrix has ``lambda_max <= lambda_max`` of the whole Hessian;
     the Ritz values are lower bounds, so a violation means Lanczos has not converged there).
     """
-    s = {**DEFAULTS, **(settings or {})}
+    s = settings
     t_start = time.perf_counter()
     model = model.to(torch.float64).eval()
     x, y = images.to(torch.float64), labels
-    seed, chunk = int(s["seed"]), int(s["chunk"])
+    seed, chunk = int(s.seed), int(s.chunk)
     blocks = []
     for k in range(len(model.blocks)):
         f, w = loss_of_groups(model, k, x, y)
@@ -298,18 +285,18 @@ def run_spectrum(model, images: torch.Tensor, labels: torch.Tensor, settings: di
         entry = _operator_summary(mv, w, s, seed + 1000 * (k + 1))
         t0 = time.perf_counter()
         _, _, off = group_layout(model, k)
-        entry["pair_norms"] = pair_spectral_norms(mv, w, off, s["pair_steps"], seed + 1000 * (k + 1)).tolist()
+        entry["pair_norms"] = pair_spectral_norms(mv, w, off, s.pair_steps, seed + 1000 * (k + 1)).tolist()
         entry["pair_seconds"] = time.perf_counter() - t0
         entry["block"] = k
         blocks.append(entry)
     _broaden(blocks, s)
     fm = FlatModel.of(model)
     mv = batched_hvp(lambda p: fm.mean_loss(p, x, y), fm.w0, chunk)
-    whole = _operator_summary(mv, fm.w0, {**s, "slq_probes": 0}, seed)
+    whole = _operator_summary(mv, fm.w0, dataclasses.replace(s, slq_probes=0), seed)
     lam = whole["top"]["eigenvalues"][0]
     gaps = [lam - b["top"]["eigenvalues"][0] for b in blocks]
     return {
-        "settings": s,
+        "settings": s.to_dict(),
         "groups": list(GROUPS),
         "batch_size": int(len(x)),
         "blocks": blocks,

@@ -9,17 +9,22 @@ formats, :mod:`.io` owns the formats, and these functions can be called (and tes
 with plain arguments. Heavy modules (torch) are imported inside each function so that importing
 this module, like ``transformer-hessian --help``, stays cheap.
 
-Config sections arrive as the validated dicts of the YAML config (``spec`` = one
-``experiments.<name>`` section, ``hessian`` = the ``hessian`` section, ...).
+Config sections arrive typed and frozen (:mod:`.settings`, parsed once by the command line from
+the validated config's JSON): ``spec`` = one ``experiments.<name>`` section
+(:class:`.settings.Experiment`), ``hessian`` = the ``hessian`` section (:class:`.settings.Hessian`),
+...; every default was filled in from the schema before, so none is repeated here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .utils import log
+
+if TYPE_CHECKING:
+    from .settings import Dynamics, Experiment, Hessian, Landscape, Probe, Scaling, Spectrum
 
 __all__ = [
     "download_dataset",
@@ -53,17 +58,17 @@ def download_dataset(
     log.info("%s ready under %s", dataset, Path(root) / dataset)
 
 
-def check_hessian_memory(spec: Mapping[str, Any], hessian: Mapping[str, Any], dev) -> None:
+def check_hessian_memory(spec: Experiment, hessian: Hessian, dev) -> None:
     """Stop before the dense P x P float64 Hessian is allocated when it cannot fit; name the keys."""
     from .config import ConfigError
     from .resources import available_bytes, dense_hessian_bytes, format_bytes, hessian_group_size
 
-    m = spec["model"]
-    need = dense_hessian_bytes(m["width"], m["d_k"], m["d_ff"])
+    m = spec.model
+    need = dense_hessian_bytes(m.width, m.d_k, m.d_ff)
     have = available_bytes(dev)
     if have is not None and need > have:
-        exp = hessian.get("experiment", "<hessian.experiment>")
-        p = hessian_group_size(m["width"], m["d_k"], m["d_ff"])
+        exp = hessian.experiment
+        p = hessian_group_size(m.width, m.d_k, m.d_ff)
         raise ConfigError(
             f"hessian.experiment: the dense Hessian of {exp!r} is {p:,} x {p:,} float64 and this job needs about "
             f"{format_bytes(need)}, but only {format_bytes(have)} is available on {dev}; lower "
@@ -71,9 +76,11 @@ def check_hessian_memory(spec: Mapping[str, Any], hessian: Mapping[str, Any], de
         )
 
 
-def hessian_inputs(checkpoint: str, spec: Mapping[str, Any], hessian: Mapping[str, Any], data_root: str, device: str):
+def hessian_inputs(checkpoint: str, spec: Experiment, hessian: Hessian, data_root: str, device: str):
     """``(model, images, labels)``: the checkpoint's model in float64 and the fixed Hessian batch
-    (``hessian.batch_size`` samples drawn with ``hessian.seed``, the same for every stage)."""
+    (``hessian.batch_size`` samples drawn with ``hessian.seed``, the same for every stage). The
+    checkpoint's model sizes must equal ``spec.model`` (:class:`.config.ConfigError` naming
+    ``experiments.<hessian.experiment>.model.<key>`` otherwise)."""
     import torch
 
     from .hessian import fixed_batch
@@ -83,16 +90,16 @@ def hessian_inputs(checkpoint: str, spec: Mapping[str, Any], hessian: Mapping[st
     dev = resolve_device(device)
     check_hessian_memory(spec, hessian, dev)
     data = load_experiment_data(spec, data_root)
-    images, labels = fixed_batch(data["train_x"], data["train_y"], hessian["batch_size"], hessian["seed"])
-    model = load_model(checkpoint, device=dev, dtype=torch.float64)
+    images, labels = fixed_batch(data["train_x"], data["train_y"], hessian.batch_size, hessian.seed)
+    model = load_model(checkpoint, device=dev, dtype=torch.float64, spec=spec, experiment=hessian.experiment)
     return model, images.to(device=dev, dtype=torch.float64), labels.to(dev)
 
 
 def hessian_step(
     checkpoint: str,
     stage: str,
-    spec: Mapping[str, Any],
-    hessian: Mapping[str, Any],
+    spec: Experiment,
+    hessian: Hessian,
     data_root: str,
     out_npz: str,
     out_norms: str,
@@ -104,14 +111,14 @@ def hessian_step(
     from .io import save_hessian, save_norms
 
     model, images, labels = hessian_inputs(checkpoint, spec, hessian, data_root, device)
-    block = hessian["block"]
-    H, method, seconds = compute_hessian(model, block, images, labels, hessian["method"])
+    block = hessian.block
+    H, method, seconds = compute_hessian(model, block, images, labels, hessian.method)
     names, shapes, offsets = group_layout(model, block)
     Hn = H.cpu().numpy()
     save_hessian(out_npz, Hn, names, offsets, shapes)
     norms = {
         "stage": stage,
-        "experiment": hessian["experiment"],
+        "experiment": hessian.experiment,
         "block": block,
         "method": method,
         "seconds": seconds,
@@ -128,8 +135,8 @@ def hessian_step(
 def theory_step(
     checkpoint: str,
     stage: str,
-    spec: Mapping[str, Any],
-    hessian: Mapping[str, Any],
+    spec: Experiment,
+    hessian: Hessian,
     data_root: str,
     hessian_npz: str,
     out: str,
@@ -152,9 +159,9 @@ def theory_step(
         images,
         labels,
         probes=probes,
-        seed=hessian["seed"],
+        seed=hessian.seed,
         tolerance=tolerance,
-        block=hessian["block"],
+        block=hessian.block,
     )
     result["stage"] = stage
     result["hessian_file"] = hessian_npz
@@ -181,9 +188,9 @@ def theory_step(
 
 def dynamics_step(
     checkpoint: str,
-    spec: Mapping[str, Any],
-    hessian: Mapping[str, Any],
-    dynamics: Mapping[str, Any],
+    spec: Experiment,
+    hessian: Hessian,
+    dynamics: Dynamics,
     data_root: str,
     out_npz: str,
     out_json: str,
@@ -195,8 +202,12 @@ def dynamics_step(
     snapshots of Figures 7-11 (:func:`.io.save_dynamics`). With ``saved_init_hessian`` the replay's
     step-0 Hessian must equal the hessian rule's to relative error ``tolerance`` (else
     :class:`ValueError`, after writing)."""
+    from .checkpoints import load_checkpoint
     from .dynamics import check_against_saved, record_dynamics
     from .io import load_hessian, save_dynamics
+    from .train import check_model_matches
+
+    check_model_matches(load_checkpoint(checkpoint)["model_config"], spec, hessian.experiment, checkpoint)
 
     arrays, summary, H0 = record_dynamics(
         spec,
@@ -207,9 +218,9 @@ def dynamics_step(
         device=device,
         checkpoint_dir=Path(checkpoint).parent,
     )
-    summary["experiment"] = hessian["experiment"]
-    summary["dataset"] = spec["dataset"]
-    summary["model"] = spec["model"]
+    summary["experiment"] = hessian.experiment
+    summary["dataset"] = spec.dataset
+    summary["model"] = spec.model.to_dict()
     if saved_init_hessian:
         chk = check_against_saved(H0, load_hessian(saved_init_hessian))
         chk["tolerance"] = tolerance
@@ -262,8 +273,8 @@ def table1_step(config: Mapping[str, Any], metrics: Sequence[str], out_dir: str)
 
 def landscape_step(
     checkpoint: str,
-    spec: Mapping[str, Any],
-    landscape: Mapping[str, Any],
+    spec: Experiment,
+    landscape: Landscape,
     data_root: str,
     out: str,
     device: str = "auto",
@@ -277,23 +288,23 @@ def landscape_step(
     from .utils import resolve_device
 
     data = load_experiment_data(spec, data_root)
-    model = load_model(checkpoint, device=resolve_device(device))
+    model = load_model(checkpoint, device=resolve_device(device), spec=spec, experiment=landscape.experiment)
     x, y = data["train_x"], data["train_y"]
-    if landscape.get("max_samples"):
-        x, y = x[: landscape["max_samples"]], y[: landscape["max_samples"]]
+    if landscape.max_samples:
+        x, y = x[: landscape.max_samples], y[: landscape.max_samples]
     losses = per_sample_losses(model, x, y)
     L = landscape
     result = analyse_landscape(
         losses,
-        n_orderings=L["n_orderings"],
-        seed=L["seed"],
-        ema_factor=L["ema_factor"],
-        k_min=L["k_min"],
-        n_bootstrap=L["n_bootstrap"],
-        granularity=L.get("granularity", "sample"),
-        batch_size=L.get("batch_size", 16),
+        n_orderings=L.n_orderings,
+        seed=L.seed,
+        ema_factor=L.ema_factor,
+        k_min=L.k_min,
+        n_bootstrap=L.n_bootstrap,
+        granularity=L.granularity,
+        batch_size=L.batch_size,
     )
-    result["experiment"] = L["experiment"]
+    result["experiment"] = L.experiment
     save_landscape(out, result)
     log.info("landscape: slope %.3f, 95%% CI [%.3f, %.3f]", result["slope"], *result["slope_ci95"])
     if not result["ci95_contains_minus_one"]:
@@ -308,15 +319,17 @@ def landscape_step(
 
 def probe_step(
     checkpoint: str,
-    spec: Mapping[str, Any],
-    probe: Mapping[str, Any],
+    spec: Experiment,
+    probe: Probe,
     data_root: str,
     out: str,
     init_checkpoint: str | None = None,
     device: str = "auto",
+    experiment: str | None = None,
 ) -> dict[str, Any]:
     """Rule probe: Theorem 7 off w*, the Taylor model and Assumption 1 around w*
-    (:func:`.probe.run_probe`, float64), written with :func:`.io.save_probe`; warns on violations."""
+    (:func:`.probe.run_probe`, float64), written with :func:`.io.save_probe`; warns on violations.
+    ``experiment`` names the experiment ``spec`` is (``landscape.experiment`` in the workflow)."""
     import torch
 
     from .io import save_probe
@@ -326,11 +339,16 @@ def probe_step(
 
     dev = resolve_device(device)
     data = load_experiment_data(spec, data_root)
-    model = load_model(checkpoint, device=dev, dtype=torch.float64)
-    init = load_model(init_checkpoint, device=dev, dtype=torch.float64) if init_checkpoint else None
+    name = experiment or "<landscape.experiment>"
+    model = load_model(checkpoint, device=dev, dtype=torch.float64, spec=spec, experiment=name)
+    init = (
+        load_model(init_checkpoint, device=dev, dtype=torch.float64, spec=spec, experiment=name)
+        if init_checkpoint
+        else None
+    )
     result = run_probe(model, data["train_x"], data["train_y"], probe, init_model=init)
-    result["experiment"] = probe.get("experiment")
-    result["dataset"] = spec["dataset"]
+    result["experiment"] = experiment
+    result["dataset"] = spec.dataset
     save_probe(out, result)
     s = result["theorem7_summary"]
     log.info(
@@ -509,7 +527,7 @@ def registry_step(path: str, write_readme: bool = False, check: bool = False) ->
 
 
 def scaling_models_step(
-    scaling: Mapping[str, Any], part: int, jobs: int, data_root: str, cache_dir: str, out: str, device: str = "auto"
+    scaling: Scaling, part: int, jobs: int, data_root: str, cache_dir: str, out: str, device: str = "auto"
 ) -> dict[str, Any]:
     """Rule scaling_models: train and measure models ``part, part + jobs, ...`` of the sweep
     (:func:`.scaling.sweep_models`; per-model results cached in ``cache_dir``) and write
@@ -523,7 +541,7 @@ def scaling_models_step(
     return {"part": part, "jobs": jobs, "models": models}
 
 
-def scaling_aggregate_step(scaling: Mapping[str, Any], parts: Sequence[str], out: str) -> dict[str, Any]:
+def scaling_aggregate_step(scaling: Scaling, parts: Sequence[str], out: str) -> dict[str, Any]:
     """Rule scaling: power laws in the parameter count across every part's models
     (:func:`.scaling.aggregate`) -> ``out``; logs each fitted exponent with its interval."""
     from .io import load_scaling_part, save_scaling
@@ -548,8 +566,8 @@ def scaling_aggregate_step(scaling: Mapping[str, Any], parts: Sequence[str], out
 
 def spectrum_step(
     checkpoint: str,
-    spec: Mapping[str, Any],
-    spectrum: Mapping[str, Any],
+    spec: Experiment,
+    spectrum: Spectrum,
     data_root: str,
     out: str,
     device: str = "auto",
@@ -561,18 +579,19 @@ def spectrum_step(
 
     from .hessian import fixed_batch
     from .io import save_spectrum
-    from .spectrum import DEFAULTS, run_spectrum
+    from .spectrum import run_spectrum
     from .train import load_experiment_data, load_model
     from .utils import resolve_device
 
-    s = {**DEFAULTS, **spectrum}
+    s = spectrum
     dev = resolve_device(device)
     data = load_experiment_data(spec, data_root)
-    images, labels = fixed_batch(data["train_x"], data["train_y"], s["batch_size"], s["seed"])
-    model = load_model(checkpoint, device=dev, dtype=torch.float64)
+    images, labels = fixed_batch(data["train_x"], data["train_y"], s.batch_size, s.seed)
+    name = s.experiment or "<spectrum.experiment>"
+    model = load_model(checkpoint, device=dev, dtype=torch.float64, spec=spec, experiment=name)
     result = run_spectrum(model, images.to(device=dev, dtype=torch.float64), labels.to(dev), s)
-    result["experiment"] = s.get("experiment")
-    result["dataset"] = spec["dataset"]
+    result["experiment"] = s.experiment
+    result["dataset"] = spec.dataset
     result["device"] = str(dev)
     save_spectrum(out, result)
     log.info(

@@ -20,6 +20,7 @@ import re
 import signal
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +32,9 @@ from .data import load_dataset
 from .model import ModelConfig, ViT, count_parameters
 from .utils import log, resolve_device, write_json
 
+if TYPE_CHECKING:
+    from .settings import Experiment, Train
+
 #: Test hook: kill the process (SIGKILL) right after saving this epoch's checkpoint.
 KILL_ENV = "TRANSFORMER_HESSIAN_KILL_AFTER_EPOCH"
 
@@ -39,36 +43,58 @@ class TrainingError(RuntimeError):
     """Training cannot go on (e.g. a non-finite loss)."""
 
 
-def model_config_for(spec: dict, data: dict) -> ModelConfig:
+def model_config_for(spec: Experiment, data: dict) -> ModelConfig:
     """The ModelConfig of an experiment for the loaded data (image size, channels, classes)."""
     return ModelConfig(
         image_size=data["image_size"],
         channels=data["channels"],
         num_classes=data["num_classes"],
-        **spec["model"],
+        **spec.model.to_dict(),
     )
 
 
-def load_experiment_data(spec: dict, data_root: str | Path) -> dict:
+def load_experiment_data(spec: Experiment, data_root: str | Path) -> dict:
     """The experiment's data set as tensors: train/val split from the config's seed."""
-    t = spec["train"]
+    t = spec.train
     return load_dataset(
-        spec["dataset"],
+        spec.dataset,
         data_root,
-        val_fraction=t.get("val_fraction", 0.2),
-        seed=t.get("seed", 0),
-        max_train=t.get("max_train"),
-        max_val=t.get("max_val"),
+        val_fraction=t.val_fraction,
+        seed=t.seed,
+        max_train=t.max_train,
+        max_val=t.max_val,
     )
 
 
-def load_model(path: str | Path, device: str | torch.device = "cpu", dtype=torch.float32) -> ViT:
+def check_model_matches(model_config: dict, spec: Experiment, experiment: str, path: str | Path) -> None:
+    """The model sizes travel twice (the JSON spec and the checkpoint): raise :class:`ConfigError`
+    naming ``experiments.<experiment>.model.<key>`` when a key of ``spec.model`` differs from the
+    checkpoint's ``model_config`` (e.g. the config's width was changed after training)."""
+    for key, want in spec.model.to_dict().items():
+        if key in model_config and model_config[key] != want:
+            raise ConfigError(
+                f"experiments.{experiment}.model.{key}: the config says {want!r} but the checkpoint {path} "
+                f"was trained with {model_config[key]!r}; run the train rule again (or restore the config)"
+            )
+
+
+def load_model(
+    path: str | Path,
+    device: str | torch.device = "cpu",
+    dtype=torch.float32,
+    spec: Experiment | None = None,
+    experiment: str = "<experiment>",
+) -> ViT:
     """Rebuild a ViT from any checkpoint written by :func:`train` (verified first).
 
     Raises :class:`~transformer_hessian.checkpoints.CheckpointError` naming the file when the
     checkpoint is damaged, unreadable, holds pickled code, or does not match its model config.
+    With ``spec`` (the experiment ``experiment`` the caller believes it holds), the checkpoint's
+    model sizes must equal ``spec.model`` (:func:`check_model_matches`).
     """
     ckpt = load_checkpoint(path, map_location="cpu")
+    if spec is not None:
+        check_model_matches(ckpt["model_config"], spec, experiment, path)
     try:
         model = ViT(ModelConfig(**ckpt["model_config"]))
         model.load_state_dict(ckpt["model"])
@@ -150,7 +176,7 @@ def epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:
 AUGMENTATIONS = ("crop_flip",)
 
 
-def lr_factor(step: int, steps_per_epoch: int, t: dict) -> float | None:
+def lr_factor(step: int, steps_per_epoch: int, t: Train) -> float | None:
     """Multiplier of ``train.lr`` at global step ``step`` (0-based, counted over all epochs), or
     None for the constant rate (``train.schedule: constant`` and ``train.warmup_epochs: 0``, the
     default: the optimiser's rate is then never touched). With W = warmup_epochs * steps_per_epoch
@@ -159,28 +185,28 @@ def lr_factor(step: int, steps_per_epoch: int, t: dict) -> float | None:
         step < W:  (step + 1) / W                                   (linear warm-up)
         else:      1 (constant)  or  0.5 (1 + cos(pi (step - W) / max(T - W, 1)))  (cosine)
     """
-    schedule = t.get("schedule", "constant")
-    warm = int(round(float(t.get("warmup_epochs", 0)) * steps_per_epoch))
+    schedule = t.schedule
+    warm = int(round(float(t.warmup_epochs) * steps_per_epoch))
     if schedule == "constant" and warm == 0:
         return None
     if step < warm:
         return (step + 1) / warm
     if schedule == "constant":
         return 1.0
-    total = int(t["epochs"]) * steps_per_epoch
+    total = int(t.epochs) * steps_per_epoch
     return 0.5 * (1.0 + math.cos(math.pi * min(step - warm, total - warm) / max(total - warm, 1)))
 
 
-def epoch_augmentation(n: int, seed: int, epoch: int, t: dict, device) -> dict | None:
+def epoch_augmentation(n: int, seed: int, epoch: int, t: Train, device) -> dict | None:
     """The random draws of ``train.augment`` for every sample of an epoch, made at once on the CPU
     from a generator seeded by (seed, epoch) and moved to ``device`` once (no per-batch copies):
     ``crop_flip``: shifts (n, 2) in [0, 2 pad] and flips (n,) bool; None without augmentation."""
-    kind = t.get("augment")
+    kind = t.augment
     if kind is None:
         return None
     if kind not in AUGMENTATIONS:
         raise ConfigError(f"train.augment: unknown augmentation {kind!r}; choose from {', '.join(AUGMENTATIONS)}")
-    pad = int(t.get("crop_padding", 4))
+    pad = int(t.crop_padding)
     gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch + 2**40)
     shifts = torch.randint(0, 2 * pad + 1, (n, 2), generator=gen)
     flips = torch.rand(n, generator=gen) < 0.5
@@ -247,7 +273,7 @@ def train_epoch(
     lr: float | None = None,
     on_step=None,
     max_steps: int | None = None,
-    train_cfg: dict | None = None,
+    train_cfg: Train | None = None,
     forward=None,
 ) -> tuple[float, int]:
     """One epoch of mini-batch AdamW on cross-entropy, in the order :func:`epoch_permutation`.
@@ -267,17 +293,17 @@ def train_epoch(
     n = len(xtr)
     steps = math.ceil(n / batch_size)
     perm = epoch_permutation(n, seed, epoch).to(dev)
-    tc = train_cfg or {}
-    aug = epoch_augmentation(n, seed, epoch, tc, dev)
-    amp = tc.get("amp")
+    tc = train_cfg
+    aug = epoch_augmentation(n, seed, epoch, tc, dev) if tc is not None else None
+    amp = tc.amp if tc is not None else None
     forward = model if forward is None else forward
     run_loss, run_correct = 0.0, 0
     last = steps if max_steps is None else min(steps, max_steps)
     for step in tqdm(range(last), desc=f"epoch {epoch}", leave=False, disable=None):
         idx = perm[step * batch_size : (step + 1) * batch_size]
         xb, yb = make_batch(xtr, ytr, idx, aug)
-        factor = lr_factor((epoch - 1) * steps + step, steps, tc) if tc else None
-        loss, logits = train_step(forward, opt, xb, yb, amp=amp, lr=None if factor is None else tc["lr"] * factor)
+        factor = lr_factor((epoch - 1) * steps + step, steps, tc) if tc is not None else None
+        loss, logits = train_step(forward, opt, xb, yb, amp=amp, lr=None if factor is None else tc.lr * factor)
         if not torch.isfinite(loss):
             raise TrainingError(
                 f"{name}: non-finite loss ({loss.item()}) at epoch {epoch}, step {step + 1} of {steps}; "
@@ -290,36 +316,37 @@ def train_epoch(
     return run_loss, run_correct
 
 
-def make_optimizer(model: ViT, spec: dict) -> torch.optim.Optimizer:
-    """AdamW with the experiment's ``train.lr`` and ``train.weight_decay`` (default 0.01)."""
-    t = spec["train"]
-    return torch.optim.AdamW(model.parameters(), lr=t["lr"], weight_decay=t.get("weight_decay", 0.01))
+def make_optimizer(model: ViT, spec: Experiment) -> torch.optim.Optimizer:
+    """AdamW with the experiment's ``train.lr`` and ``train.weight_decay``."""
+    t = spec.train
+    return torch.optim.AdamW(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
 
 
-def train(name: str, spec: dict, data_root: str | Path, out_dir: str | Path, device: str = "auto") -> dict:
+def train(name: str, spec: Experiment, data_root: str | Path, out_dir: str | Path, device: str = "auto") -> dict:
     """Train experiment ``name`` (its config section ``spec``); resume if checkpoints exist."""
     out_dir = Path(out_dir)
     ckdir = out_dir / "checkpoints"
     ckdir.mkdir(parents=True, exist_ok=True)
     dev = resolve_device(device)
-    t = spec["train"]
-    seed = int(t.get("seed", 0))
+    t = spec.train
+    seed = int(t.seed)
 
     data = load_experiment_data(spec, data_root)
     xtr, ytr = data["train_x"].to(dev), data["train_y"].to(dev)
     xva, yva = data["val_x"].to(dev), data["val_y"].to(dev)
     mcfg = model_config_for(spec, data)
-    _check_training_memory(name, mcfg, int(t["batch_size"]), dev)
+    _check_training_memory(name, mcfg, int(t.batch_size), dev)
 
     torch.manual_seed(seed)
     model = ViT(mcfg).to(dev)
     opt = make_optimizer(model, spec)
-    forward = torch.compile(model) if t.get("compile", False) else model
+    forward = torch.compile(model) if t.compile else model
     history: list[dict] = []
     start_epoch = 1
     # Resume only from checkpoints of the same settings (the epoch count may grow).
+    spec_d, t_d = spec.to_dict(), t.to_dict()
     resume_key = config_hash(
-        {k: v for k, v in spec.items() if k != "train"} | {"train": {k: v for k, v in t.items() if k != "epochs"}}
+        {k: v for k, v in spec_d.items() if k != "train"} | {"train": {k: v for k, v in t_d.items() if k != "epochs"}}
     )
 
     def checkpoint(epoch: int) -> dict:
@@ -335,7 +362,7 @@ def train(name: str, spec: dict, data_root: str | Path, out_dir: str | Path, dev
 
     latest = _newest_valid_checkpoint(name, ckdir, dev)
     ck = latest[2] if latest else None
-    if ck is not None and ck.get("resume_key") == resume_key and latest[0] <= t["epochs"]:
+    if ck is not None and ck.get("resume_key") == resume_key and latest[0] <= t.epochs:
         try:
             load_checkpoint(ckdir / "init.pt")
         except CheckpointError as err:
@@ -348,7 +375,7 @@ def train(name: str, spec: dict, data_root: str | Path, out_dir: str | Path, dev
         opt.load_state_dict(ck["optimizer"])
         history = list(ck["history"])
         start_epoch = latest[0] + 1
-        log.info("%s: resuming from %s (epoch %d of %d)", name, latest[1], latest[0], t["epochs"])
+        log.info("%s: resuming from %s (epoch %d of %d)", name, latest[1], latest[0], t.epochs)
     else:
         if ck is not None:
             log.info("%s: settings changed since the last run; starting afresh", name)
@@ -356,13 +383,13 @@ def train(name: str, spec: dict, data_root: str | Path, out_dir: str | Path, dev
             old.unlink()
         save_checkpoint(checkpoint(0), ckdir / "init.pt")
 
-    n, bs = len(xtr), t["batch_size"]
+    n, bs = len(xtr), t.batch_size
     epochs = tqdm(
-        range(start_epoch, t["epochs"] + 1),
+        range(start_epoch, t.epochs + 1),
         desc=f"train {name}",
         unit="epoch",
         initial=start_epoch - 1,
-        total=t["epochs"],
+        total=t.epochs,
         disable=None,
     )
     for epoch in epochs:
@@ -376,7 +403,7 @@ def train(name: str, spec: dict, data_root: str | Path, out_dir: str | Path, dev
             epoch=epoch,
             batch_size=bs,
             name=name,
-            lr=t["lr"],
+            lr=t.lr,
             train_cfg=t,
             forward=forward,
         )
@@ -403,13 +430,13 @@ def train(name: str, spec: dict, data_root: str | Path, out_dir: str | Path, dev
     final_train = evaluate(model, xtr, ytr)
     metrics = {
         "experiment": name,
-        "dataset": spec["dataset"],
+        "dataset": spec.dataset,
         "device": str(dev),
         "model": mcfg.to_dict(),
         "n_parameters": count_parameters(model),
         "n_train": len(xtr),
         "n_val": len(xva),
-        "epochs": t["epochs"],
+        "epochs": t.epochs,
         "history": history,
         "final": {
             "train_loss": final_train[0],
@@ -419,7 +446,7 @@ def train(name: str, spec: dict, data_root: str | Path, out_dir: str | Path, dev
         },
         "train_seconds": sum(h["seconds"] for h in history),
     }
-    save_checkpoint(checkpoint(t["epochs"]), ckdir / "final.pt")
+    save_checkpoint(checkpoint(t.epochs), ckdir / "final.pt")
     write_json(metrics, out_dir / "metrics.json")
     return metrics
 

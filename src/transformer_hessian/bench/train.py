@@ -25,10 +25,14 @@ import math
 import statistics
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..utils import log, write_json, write_text
+
+if TYPE_CHECKING:
+    from ..settings import Experiment
 
 #: (image side, channels, classes, training images) of each data set, for --synthetic runs.
 DATASET_SHAPES = {
@@ -84,17 +88,17 @@ def _sync(dev: torch.device) -> None:
 
 
 def bench_experiment(
-    name: str, spec: dict, *, device: torch.device, steps: int, warmup: int, synthetic: bool, data_root: str
+    name: str, spec: Experiment, *, device: torch.device, steps: int, warmup: int, synthetic: bool, data_root: str
 ) -> dict:
     """Time ``warmup`` + ``steps`` training steps of one experiment; one result row (see module doc)."""
     from ..model import ViT, count_parameters
     from ..train import epoch_augmentation, lr_factor, make_batch, make_optimizer, model_config_for, train_step
 
-    t = spec["train"]
-    bs = int(t["batch_size"])
-    seed = int(t.get("seed", 0))
+    t = spec.train
+    bs = int(t.batch_size)
+    seed = int(t.seed)
     if synthetic:
-        side, ch, classes, n_full = DATASET_SHAPES[spec["dataset"]]
+        side, ch, classes, n_full = DATASET_SHAPES[spec.dataset]
         n = min(n_full, bs * (steps + warmup))
         gen = torch.Generator().manual_seed(seed)
         data = {
@@ -113,8 +117,8 @@ def bench_experiment(
     torch.manual_seed(seed)
     model = ViT(mcfg).to(device)
     opt = make_optimizer(model, spec)
-    amp = t.get("amp")
-    fwd = torch.compile(model) if t.get("compile", False) else model
+    amp = t.amp
+    fwd = torch.compile(model) if t.compile else model
     n = len(xtr)
     steps_per_epoch = math.ceil(n / bs)
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).to(device)
@@ -131,7 +135,7 @@ def bench_experiment(
         _sync(device)
         t1 = time.perf_counter()
         factor = lr_factor(s, steps_per_epoch, t)
-        train_step(fwd, opt, xb, yb, amp=amp, lr=None if factor is None else t["lr"] * factor)
+        train_step(fwd, opt, xb, yb, amp=amp, lr=None if factor is None else t.lr * factor)
         _sync(device)
         t2 = time.perf_counter()
         if s >= warmup:
@@ -144,7 +148,7 @@ def bench_experiment(
     achieved = flops * ips / 1e12
     return {
         "experiment": name,
-        "dataset": spec["dataset"],
+        "dataset": spec.dataset,
         "data": "synthetic (random tensors of the data set's shape)" if synthetic else "real",
         "n_parameters": count_parameters(model),
         "image_shape": [data["channels"], data["image_size"], data["image_size"]],
@@ -152,8 +156,8 @@ def bench_experiment(
         "steps": steps,
         "warmup_steps": warmup,
         "amp": amp,
-        "compile": bool(t.get("compile", False)),
-        "augment": t.get("augment"),
+        "compile": bool(t.compile),
+        "augment": t.augment,
         "images_per_s": ips,
         "data_loading_share": sum(t_batch) / total,
         "median_batch_ms": 1e3 * statistics.median(t_batch),
@@ -192,19 +196,19 @@ def markdown(result: dict) -> str:
 
 def run_train_bench(a) -> dict:
     """``transformer-hessian bench train``: run every (chosen) experiment, write JSON and Markdown."""
-    from ..config import load_config
+    from ..settings import load_settings
     from ..utils import device_description, package_versions, resolve_device
 
     if a.steps < 1 or a.warmup < 0:
         raise ValueError("bench train: --steps must be >= 1 and --warmup >= 0")
     paths = [a.config] if isinstance(a.config, (str, Path)) else list(a.config)
-    configs = [(str(p), load_config(p)) for p in paths]
-    dev = resolve_device(a.device or configs[0][1].get("device", "auto"))
+    configs = [(str(p), load_settings(p)) for p in paths]
+    dev = resolve_device(a.device or configs[0][1].device)
     jobs = []
     for path, cfg in configs:
-        names = a.experiments or list(cfg["experiments"])
+        names = a.experiments or list(cfg.experiments)
         if a.experiments:
-            names = [n for n in names if n in cfg["experiments"]]
+            names = [n for n in names if n in cfg.experiments]
         jobs += [(path, cfg, n) for n in names]
     missing = [n for n in (a.experiments or []) if not any(n == j[2] for j in jobs)]
     if missing:
@@ -214,12 +218,12 @@ def run_train_bench(a) -> dict:
         log.info("bench train: %s (%s) ...", name, path)
         row = bench_experiment(
             name,
-            cfg["experiments"][name],
+            cfg.experiments[name],
             device=dev,
             steps=a.steps,
             warmup=a.warmup,
             synthetic=a.synthetic,
-            data_root=cfg["data"]["root"],
+            data_root=cfg.data.root,
         )
         row["config"] = path
         log.info(

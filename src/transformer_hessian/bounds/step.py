@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
+from ..settings import Bounds, Experiment, Hessian
 from ..utils import log
 
 __all__ = ["evaluate_step", "table_step"]
@@ -27,9 +27,9 @@ def evaluate_step(
     *,
     checkpoint: str | os.PathLike[str],
     stage: str,
-    spec: Mapping[str, Any],
-    hessian: Mapping[str, Any],
-    bounds: Mapping[str, Any],
+    spec: Experiment,
+    hessian: Hessian,
+    bounds: Bounds,
     data_root: str | os.PathLike[str],
     norms: str | os.PathLike[str],
     out: str | os.PathLike[str],
@@ -39,10 +39,10 @@ def evaluate_step(
     """Rule ``bounds``: one stage's evaluation written to ``out`` (JSON); returns the result.
 
     The model at ``checkpoint`` (float64) on the Hessian experiment's fixed batch
-    (``hessian["batch_size"]``, ``hessian["seed"]`` of the data set ``spec`` under ``data_root``),
+    (``hessian.batch_size``, ``hessian.seed`` of the data set ``spec`` under ``data_root``),
     the measured CE blocks of ``norms`` (the hessian rule's ``<stage>_norms.json``) and, with
     ``hessian_npz``, the spectral norm of the whole saved Hessian as the ``total`` entry; then
-    :func:`.pipeline.evaluate_bounds` with ``bounds["n_samples"]`` and ``bounds["delta"]``. The result
+    :func:`.pipeline.evaluate_bounds` with ``bounds.n_samples`` and ``bounds.delta``. The result
     also names ``experiment``, ``stage``, ``dataset`` and its wall time ``seconds``."""
     import torch
 
@@ -54,20 +54,18 @@ def evaluate_step(
 
     t0 = time.perf_counter()
     dev = resolve_device(device)
-    data = load_experiment_data(dict(spec), data_root)
-    images, labels = fixed_batch(data["train_x"], data["train_y"], hessian["batch_size"], hessian["seed"])
-    model = load_model(checkpoint, device=dev, dtype=torch.float64)
+    data = load_experiment_data(spec, data_root)
+    images, labels = fixed_batch(data["train_x"], data["train_y"], hessian.batch_size, hessian.seed)
+    model = load_model(checkpoint, device=dev, dtype=torch.float64, spec=spec, experiment=hessian.experiment)
     images = images.to(device=dev, dtype=torch.float64)
     measured = load_norms(norms)
     if hessian_npz:
         H = torch.as_tensor(load_hessian(hessian_npz)["H"])
         with single_threaded():
             measured["total_spectral"] = spectral_norm(H, symmetric=True)
-    result = evaluate_bounds(
-        model, images, labels.to(dev), measured, n_samples=bounds["n_samples"], delta=bounds["delta"]
-    )
-    result["experiment"], result["stage"] = hessian["experiment"], stage
-    result["dataset"] = spec["dataset"]
+    result = evaluate_bounds(model, images, labels.to(dev), measured, n_samples=bounds.n_samples, delta=bounds.delta)
+    result["experiment"], result["stage"] = hessian.experiment, stage
+    result["dataset"] = spec.dataset
     result["seconds"] = time.perf_counter() - t0
     save_bounds(out, result)
     s = result["summary"]

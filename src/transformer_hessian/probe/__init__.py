@@ -33,7 +33,7 @@ from .assumption1 import (
     per_sample_gradients,
 )
 from .operators import FlatModel, hvp_operator, lanczos, per_sample_spectral_norms, top_eigenpair
-from .run import DEFAULTS, run_probe
+from .run import run_probe
 from .theorem7 import (
     BOUND_RTOL,
     directional_derivatives,
@@ -48,7 +48,6 @@ from .verdicts import ASSUMPTION1_QUOTE, THEOREM7_QUOTE, assumption1_table, clai
 __all__ = [
     "ASSUMPTION1_QUOTE",
     "BOUND_RTOL",
-    "DEFAULTS",
     "THEOREM7_QUOTE",
     "FlatModel",
     "assumption1_analysis",

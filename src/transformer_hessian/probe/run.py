@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -24,36 +24,10 @@ from .theorem7 import (
     theorem7_check,
 )
 
-#: Defaults of the ``probe:`` config section (the schema repeats them).
-DEFAULTS: dict[str, Any] = {
-    "max_samples": 512,
-    "seed": 0,
-    "n_orderings": 50,
-    "n_random_directions": 2,
-    "n_t": 8,
-    "t_min_frac": 0.002,
-    "n_t_linear": 9,
-    "loss_rise": 1.0,
-    "lanczos_iters": 15,
-    "hessian_samples": 128,
-    "curvature_samples": 32,
-    "taylor_tolerance": 0.1,
-    "k_small": 10,
-    "n_bootstrap": 200,
-    "shift_ks": [4, 16, 64],
-    "shift_steps": 10,
-    "shift_orderings": 3,
-    "shift_lr_scale": 1.0,
-}
-
+if TYPE_CHECKING:
+    from ..settings import Probe
 
 # ----------------------------------------------------------------------------- protocol
-
-
-def _settings(probe: dict | None) -> dict[str, Any]:
-    s = dict(DEFAULTS)
-    s.update({k: v for k, v in (probe or {}).items() if k != "experiment"})
-    return s
 
 
 def _subset(n_total: int, size: int | None, seed: int) -> np.ndarray:
@@ -66,10 +40,12 @@ def run_probe(
     model: torch.nn.Module,
     x: torch.Tensor,
     y: torch.Tensor,
-    probe: dict | None = None,
+    probe: Probe,
     init_model: torch.nn.Module | None = None,
 ) -> dict[str, Any]:
     """The whole protocol on the trained ``model`` (its weights are ``w*``); JSON-ready dict.
+    ``probe`` is the typed ``probe:`` config section (:class:`.settings.Probe`; its defaults live
+    in the schema); the result's ``settings`` is ``probe.to_dict()``.
 
     1. Samples: a seeded subset of ``max_samples`` training samples (all when null); ``L``
        = their largest loss at ``w*``.
@@ -91,7 +67,7 @@ def run_probe(
        curves, Assumption 1 (:func:`assumption1_analysis`, also at ``init_model`` when
        given) and the minimiser shift (:func:`minimiser_shift`, ``lr = shift_lr_scale / M``).
     """
-    s = _settings(probe)
+    s = probe
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
 
@@ -103,22 +79,22 @@ def run_probe(
     model = model.to(torch.float64).eval()
     fm = FlatModel.of(model)
     dev = fm.w0.device
-    sel = _subset(len(x), s["max_samples"], s["seed"])
+    sel = _subset(len(x), s.max_samples, s.seed)
     xs = x[torch.as_tensor(sel)].to(device=dev, dtype=torch.float64)
     ys = y[torch.as_tensor(sel)].to(dev)
     n = len(xs)
     if n < 4:
         raise ValueError(f"probe needs at least 4 samples, got {n}")
-    R = int(s["n_orderings"])
-    perms = orderings(n, R, s["seed"])
+    R = int(s.n_orderings)
+    perms = orderings(n, R, s.seed)
     t0 = time.perf_counter()
 
     # -- directions
-    nh = min(n, s["hessian_samples"] or n)
-    lam, u, lam_resid = top_eigenpair(fm, xs[:nh], ys[:nh], s["lanczos_iters"], seed=s["seed"])
-    gen = torch.Generator().manual_seed(int(s["seed"]) + 12345)
+    nh = min(n, s.hessian_samples or n)
+    lam, u, lam_resid = top_eigenpair(fm, xs[:nh], ys[:nh], s.lanczos_iters, seed=s.seed)
+    gen = torch.Generator().manual_seed(int(s.seed) + 12345)
     dirs = {"top eigenvector u": u}
-    for j in range(int(s["n_random_directions"])):
+    for j in range(int(s.n_random_directions)):
         r = torch.randn(fm.dim, generator=gen, dtype=torch.float64).to(dev)
         dirs[f"random {j + 1}"] = r / r.norm()
     t0 = lap("top_eigenpair", t0)
@@ -126,22 +102,22 @@ def run_probe(
     # -- per-sample curvature at w*, on the samples of highest loss
     with torch.no_grad():
         l_star = fm.per_sample_losses(fm.w0, xs, ys).cpu().numpy()
-    nc = min(n, s["curvature_samples"])
+    nc = min(n, s.curvature_samples)
     top = torch.as_tensor(np.argsort(-l_star, kind="stable")[:nc])
-    spec_norms = per_sample_spectral_norms(fm, xs[top], ys[top], s["lanczos_iters"], seed=s["seed"])
+    spec_norms = per_sample_spectral_norms(fm, xs[top], ys[top], s.lanczos_iters, seed=s.seed)
     M_star = float(spec_norms.max())
     t0 = lap("per_sample_spectral_norms", t0)
 
     # -- directional derivatives and path losses
-    fracs = np.geomspace(s["t_min_frac"], 1.0, int(s["n_t"]))
+    fracs = np.geomspace(s.t_min_frac, 1.0, int(s.n_t))
     w_norm = float(fm.w0.norm())
     per_dir: dict[str, dict[str, Any]] = {}
     M_path = 0.0
     for name, d in dirs.items():
         l0, a, c = directional_derivatives(fm, xs, ys, d)
         c_mean = float(c.mean())
-        t_max = math.sqrt(2.0 * s["loss_rise"] / c_mean) if c_mean > 0 else w_norm
-        lin = np.linspace(-1.0, 1.0, int(s["n_t_linear"])) if s["n_t_linear"] > 1 else np.zeros(1)
+        t_max = math.sqrt(2.0 * s.loss_rise / c_mean) if c_mean > 0 else w_norm
+        lin = np.linspace(-1.0, 1.0, int(s.n_t_linear)) if s.n_t_linear > 1 else np.zeros(1)
         ts = t_max * np.unique(np.concatenate([-fracs, [0.0], fracs, lin]))
         losses = path_losses(fm, xs, ys, d, ts)
         nzt = ts != 0
@@ -164,22 +140,22 @@ def run_probe(
 
     # -- Theorem 7 off w* and the Taylor model
     k_store = log_grid(1, n - 1, 40)
-    k_report = log_grid(max(2, min(s["k_small"], n)), n, 8)
+    k_report = log_grid(max(2, min(s.k_small, n)), n, 8)
     theorem7: dict[str, Any] = {}
     taylor: dict[str, Any] = {}
     fig1: dict[str, Any] = {}
-    k_small = int(min(s["k_small"], n - 1))
+    k_small = int(min(s.k_small, n - 1))
     for name, dd in per_dir.items():
-        theorem7[name] = theorem7_check(dd["losses"], dd["ts"], loss_max, M, R, s["seed"], k_store)
+        theorem7[name] = theorem7_check(dd["losses"], dd["ts"], loss_max, M, R, s.seed, k_store)
         theorem7[name]["t_max"] = dd["t_max"]
         theorem7[name]["c_mean"] = dd["c_mean"]
         taylor[name] = taylor_check(
-            dd["losses"], dd["ts"], dd["l0"], dd["a"], dd["c"], perms, k_report, s["taylor_tolerance"]
+            dd["losses"], dd["ts"], dd["l0"], dd["a"], dd["c"], perms, k_report, s.taylor_tolerance
         )
         Lk = prefix_means(dd["losses"], perms[:1])[:, 0, :]  # (T, n) on ordering 0
         gaps = {}
         for kk in (k_small, n - 1):
-            D = np.stack([loss_differences(dd["losses"][ti], R, s["seed"])[:, kk - 1] for ti in range(len(dd["ts"]))])
+            D = np.stack([loss_differences(dd["losses"][ti], R, s.seed)[:, kk - 1] for ti in range(len(dd["ts"]))])
             gaps[str(kk)] = {
                 "L_k": Lk[:, kk - 1].tolist(),
                 "L_k1": Lk[:, kk].tolist(),
@@ -195,7 +171,7 @@ def run_probe(
     total_k = sum(theorem7[d]["n_k_t"] for d in theorem7)
     worst = max((dict(theorem7[d]["worst"], direction=d) for d in theorem7), key=lambda r: r["ratio"])
     # at w* itself (t = 0): the printed 2L/(k+1) and the tight L/(k+1)
-    D0 = loss_differences(per_dir["top eigenvector u"]["losses"][i0], R, s["seed"])
+    D0 = loss_differences(per_dir["top eigenvector u"]["losses"][i0], R, s.seed)
     k_all = np.arange(1, n, dtype=np.float64)
     at_wstar = {
         "holds_printed": bool(np.all(D0 <= landscape_bound(k_all, loss_max, 0.0, 0.0) * (1 + BOUND_RTOL))),
@@ -220,22 +196,21 @@ def run_probe(
     G = per_sample_gradients(fm, xs, ys)
     gram = (G @ G.T).cpu().numpy()
     del G
-    k_grid = np.union1d(log_grid(2, n, 30), [k for k in s["shift_ks"] if 2 <= int(k) <= n - 1]).astype(np.int64)
-    a1 = assumption1_analysis(gradient_norms(gram, perms), gram, k_grid, s["n_bootstrap"], s["seed"])
+    k_grid = np.union1d(log_grid(2, n, 30), [k for k in s.shift_ks if 2 <= int(k) <= n - 1]).astype(np.int64)
+    a1 = assumption1_analysis(gradient_norms(gram, perms), gram, k_grid, s.n_bootstrap, s.seed)
     if init_model is not None:
         fmi = FlatModel.of(init_model.to(torch.float64).eval())
         Gi = per_sample_gradients(fmi, xs, ys)
         gram_i = (Gi @ Gi.T).cpu().numpy()
         del Gi
-        a1["init"] = assumption1_analysis(gradient_norms(gram_i, perms), gram_i, k_grid, s["n_bootstrap"], s["seed"])
+        a1["init"] = assumption1_analysis(gradient_norms(gram_i, perms), gram_i, k_grid, s.n_bootstrap, s.seed)
     t0 = lap("assumption1", t0)
-    ks = [int(k) for k in s["shift_ks"] if 1 <= int(k) <= n - 1]
-    lr = float(s["shift_lr_scale"]) / M
+    ks = [int(k) for k in s.shift_ks if 1 <= int(k) <= n - 1]
+    lr = float(s.shift_lr_scale) / M
     runs = [
-        minimiser_shift(fm, xs, ys, perms[r], ks, int(s["shift_steps"]), lr)
-        for r in range(min(R, int(s["shift_orderings"])))
+        minimiser_shift(fm, xs, ys, perms[r], ks, int(s.shift_steps), lr) for r in range(min(R, int(s.shift_orderings)))
     ]
-    shift = {"steps": int(s["shift_steps"]), "lr": lr, "n_orderings": len(runs), "rows": []}
+    shift = {"steps": int(s.shift_steps), "lr": lr, "n_orderings": len(runs), "rows": []}
     for j, k in enumerate(ks):
         per = [run["rows"][j] for run in runs]
         shift["rows"].append(
@@ -257,7 +232,7 @@ def run_probe(
     timings["total"] = time.perf_counter() - t_start
 
     return {
-        "settings": s,
+        "settings": s.to_dict(),
         "n_samples": int(n),
         "n_params": fm.dim,
         "w_star_norm": w_norm,

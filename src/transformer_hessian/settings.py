@@ -1,0 +1,444 @@
+"""The typed, frozen configuration: one dataclass per config section, built once.
+
+The YAML config is validated first (:func:`.config.validate_config`, which fills in every default
+from the schema ``schema/config.schema.yaml``); :meth:`Config.from_dict` then turns the validated
+dict into frozen dataclasses, and every consumer reads typed attributes (``spec.train.lr``)
+instead of ``dict.get(key, default)``. The dataclasses hold NO defaults: the schema is the one
+place where a default lives. A key the dataclass does not know, or one it needs that is missing,
+raises :class:`.config.ConfigError` naming the dotted key. ``to_dict()`` gives back the exact
+validated dict (tuples as lists), so a section can be passed on as JSON and read back unchanged:
+``Section.from_dict(json.loads(json.dumps(s.to_dict()))) == s``.
+
+A command of the pipeline receives one section as JSON (``--spec``, ``--hessian``, ...) and parses
+it once, e.g. ``Experiment.from_dict(json.loads(text))``. :meth:`Section.with_defaults` builds a
+section from a partial dict by validating it against the schema's node for that section
+(defaults filled in there), for callers outside the workflow (tests, notebooks).
+
+This module imports no torch or numpy (``transformer-hessian --help`` stays fast).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+from .config import ConfigError
+
+__all__ = [
+    "Section",
+    "Model",
+    "Train",
+    "Experiment",
+    "Data",
+    "Resources",
+    "Hessian",
+    "Theory",
+    "Bounds",
+    "Landscape",
+    "Probe",
+    "Spectrum",
+    "Dynamics",
+    "ScalingTrain",
+    "Scaling",
+    "Config",
+    "load_settings",
+]
+
+S = TypeVar("S", bound="Section")
+
+
+def _is_section(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, Section)
+
+
+def _from_value(tp: Any, value: Any, where: str) -> Any:
+    """``value`` (a validated JSON value) as the field type ``tp``: nested sections parsed,
+    ``dict[str, Section]`` parsed per key, JSON lists made tuples (frozen)."""
+    if _is_section(tp):
+        return tp.from_dict(value, where)
+    origin = typing.get_origin(tp)
+    if origin is dict:
+        _, val_tp = typing.get_args(tp)
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return {k: _from_value(val_tp, v, f"{where}.{k}") for k, v in value.items()}
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return tuple(value)
+    return value
+
+
+def _to_value(value: Any) -> Any:
+    """The JSON form of a field value (inverse of :func:`_from_value`)."""
+    if isinstance(value, Section):
+        return value.to_dict()
+    if isinstance(value, dict):
+        return {k: _to_value(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_to_value(v) for v in value]
+    return value
+
+
+class Section:
+    """Base of every config section: exact-key parsing from a validated dict and back.
+
+    ``SECTION`` is the dotted name used in error messages, ``SCHEMA_NODE`` the path of the
+    section's node in the schema (for :meth:`with_defaults`).
+    """
+
+    SECTION: ClassVar[str] = ""
+    SCHEMA_NODE: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def from_dict(cls: type[S], data: Any, where: str | None = None) -> S:
+        """The section from the validated dict ``data``; every field's key must be present and
+        no other key may be: :class:`ConfigError` naming ``<where>.<key>`` otherwise."""
+        where = where or cls.SECTION
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}: expected a mapping of keys, got {data!r}")
+        hints = typing.get_type_hints(cls)
+        names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        unknown = [k for k in data if k not in names]
+        if unknown:
+            raise ConfigError(f"{where}.{unknown[0]}: unknown key (known: {', '.join(names)})")
+        missing = [n for n in names if n not in data]
+        if missing:
+            raise ConfigError(
+                f"{where}.{missing[0]}: missing; build sections from a config validated by "
+                "transformer_hessian.config.validate_config (it fills in the schema's defaults)"
+            )
+        return cls(**{n: _from_value(hints[n], data[n], f"{where}.{n}") for n in names})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The validated dict this section was built from (tuples back to lists)."""
+        return {f.name: _to_value(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def with_defaults(cls: type[S], data: dict) -> S:
+        """The section from a partial dict: validated against the schema's node of this section
+        with its defaults filled in (a copy; ``data`` is not changed), then :meth:`from_dict`."""
+        import copy
+
+        import jsonschema
+
+        from .config import _key_path, _with_defaults, load_schema
+
+        schema = load_schema()
+        node: Any = schema
+        for part in cls.SCHEMA_NODE:
+            node = node[part]
+        sub = {**node, "definitions": schema["definitions"]}
+        data = copy.deepcopy(dict(data))
+        validator = _with_defaults(jsonschema.validators.validator_for(schema))(sub)
+        errors = list(validator.iter_errors(data))
+        if errors:
+            lines = [f"  {cls.SECTION}.{_key_path(e)}: {e.message}" for e in errors]
+            raise ConfigError("invalid configuration:\n" + "\n".join(lines))
+        return cls.from_dict(data)
+
+
+@dataclass(frozen=True)
+class Model(Section):
+    """The ViT's shape (``experiments.<name>.model``): patch size, width d, depth (blocks),
+    attention key size d_k, feed-forward width d_ff, whether the FFN has biases, LayerNorm eps."""
+
+    SECTION: ClassVar[str] = "model"
+    SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("definitions", "model")
+
+    patch_size: int
+    width: int
+    depth: int
+    d_k: int
+    d_ff: int
+    ffn_bias: bool
+    ln_eps: float
+
+
+@dataclass(frozen=True)
+class Train(Section):
+    """How one experiment is trained (``experiments.<name>.train``): AdamW epochs, batch size,
+    learning rate and weight decay, the data split (seed, validation fraction, sample caps),
+    bf16 autocast, torch.compile, warm-up and schedule, and data augmentation."""
+
+    SECTION: ClassVar[str] = "train"
+    SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("definitions", "train")
+
+    epochs: int
+    batch_size: int
+    lr: float
+    weight_decay: float
+    seed: int
+    val_fraction: float
+    max_train: int | None
+    max_val: int | None
+    amp: str | None
+    compile: bool
+    warmup_epochs: float
+    schedule: str
+    augment: str | None
+    crop_padding: int
+
+
+@dataclass(frozen=True)
+class Experiment(Section):
+    """One experiment (``experiments.<name>``): the data set, the model's shape and its training."""
+
+    SECTION: ClassVar[str] = "experiment"
+    SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("definitions", "experiment")
+
+    dataset: str
+    model: Model
+    train: Train
+
+
+@dataclass(frozen=True)
+class Data(Section):
+    """Where the data sets live (``data.root``), an optional download mirror and the seconds one
+    file's download may take."""
+
+    SECTION: ClassVar[str] = "data"
+    SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "data")
+
+    root: str
+    mirror: str | None
+    deadline: float
+
+
+@dataclass(frozen=True)
+class Resources(Section):
+    """What each training / curvature job asks of the scheduler or machine: GPUs, memory (MiB),
+    runtime (minutes)."""
+
+    SECTION: ClassVar[str] = "resources"
+    SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "resources")
+
+    gpu: int
+    mem_mb: int
+    runtime: int
+
+
+@dataclass(frozen=True)
+class Hessian(Section):
+    """The dense five-group Hessian (rules hessian, theory): which experiment and block, the fixed
+    batch (size, seed) and the method that computes it."""
+
+    SECTION: ClassVar[str] = "hessian"
+    SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "hessian")
+
+    experiment: str
+    block: int
+    batch_size: int
+    seed: int
+    method: str
+
+
+@dataclass(frozen=True)
+class Theory(Section):
+    """The check of the saved Hessian against curvlinops products: the largest relative error that
+    passes and the random probe vectors per group."""
+
+    SECTION: ClassVar[str] = "theory"
+    SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "theory")
+
+    tolerance: float
+    probes: int
+
+
+@dataclass(frozen=True)
+class Bounds(Section):
+    """The bound evaluation (rule bounds) on the Hessian experiment's batch: samples and delta."""
+
+    SECTION: ClassVar[str] = "bounds"
+    SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "bounds")
+
+    n_samples: int
+    delta: float
+
+
+@dataclass(frozen=True)
+class Landscape(Section):
+    """The loss-landscape analysis at w* (rule landscape): D_k over ``n_orderings`` orderings of the
+    per-sample (or per-batch) losses, the EMA factor, the fit range (k >= k_min), the bootstrap
+    of the slope, the seed and an optional cap on the samples."""
+
+    SECTION: ClassVar[str] = "landscape"
+    SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "landscape")
+
+    experiment: str
+    n_orderings: int
+    ema_factor: float
+    k_min: int
+    n_bootstrap: int
+    seed: int
+    max_samples: int | None
+    granularity: str
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class Probe(Section):
+    """The landscape probes at w* of ``landscape.experiment`` (rule probe, :mod:`.probe`): sample
+    subset, directions and grid of Theorem 7's check, the Taylor model, Assumption 1 and the
+    shifted-minimum experiment."""
+
+    SECTION: ClassVar[str] = "probe"
+    SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "probe")
+
+    max_samples: int | None
+    seed: int
+    n_orderings: int
+    n_random_directions: int
+    n_t: int
+    t_min_frac: float
+    n_t_linear: int
+    loss_rise: float
+    lanczos_iters: int
+    hessian_samples: int | None
+    curvature_samples: int
+    taylor_tolerance: float
+    k_small: int
+    n_bootstrap: int
+    shift_ks: tuple[int, ...]
+    shift_steps: int
+    shift_orderings: int
+    shift_lr_scale: float
+
+
+@dataclass(frozen=True)
+class Spectrum(Section):
+    """The matrix-free Hessian spectrum of the deep model (rule spectrum_compute, :mod:`.spectrum`):
+    experiment (null: ``landscape.experiment``), batch, Lanczos / Hutchinson / SLQ sizes, density
+    grid and width, and the HVP chunk."""
+
+    SECTION: ClassVar[str] = "spectrum"
+    SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "spectrum")
+
+    experiment: str | None
+    batch_size: int
+    seed: int
+    n_eigenvalues: int
+    lanczos_steps: int
+    n_probes: int
+    slq_probes: int
+    pair_steps: int
+    density_points: int
+    density_sigma: float
+    chunk: int
+
+
+@dataclass(frozen=True)
+class Dynamics(Section):
+    """The training-dynamics snapshots (Appendix A.1, Figures 7-11): steps replayed, snapshot
+    interval and heatmaps drawn."""
+
+    SECTION: ClassVar[str] = "dynamics"
+    SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "dynamics")
+
+    steps: int
+    every: int
+    heatmaps: int
+
+
+@dataclass(frozen=True)
+class ScalingTrain(Section):
+    """How every model of the scaling sweep is trained (``scaling.train``)."""
+
+    SECTION: ClassVar[str] = "scaling.train"
+    SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "scaling", "properties", "train")
+
+    epochs: int
+    batch_size: int
+    lr: float
+    weight_decay: float
+    seed: int
+    val_fraction: float
+
+
+@dataclass(frozen=True)
+class Scaling(Section):
+    """The scaling study (:mod:`.scaling`, off unless ``enabled``): the sweep of widths, depths and
+    training-set sizes, their training, and the measurements fitted as power laws in P."""
+
+    SECTION: ClassVar[str] = "scaling"
+    SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "scaling")
+
+    enabled: bool
+    dataset: str
+    patch_size: int
+    widths: tuple[int, ...]
+    depths: tuple[int, ...]
+    fixed_width: int
+    fixed_depth: int
+    d_k_ratio: float
+    d_ff_ratio: float
+    train_sizes: tuple[int | None, ...]
+    train: ScalingTrain
+    tolerance: float
+    n_orderings: int
+    k_min: int
+    n_bootstrap: int
+    seed: int
+    lanczos_iters: int
+    hessian_samples: int
+    dense_max_params: int
+    jobs: int
+
+
+@dataclass(frozen=True)
+class Config(Section):
+    """The whole validated configuration (config/config.yaml after
+    :func:`.config.validate_config`): one typed section per top-level key."""
+
+    SECTION: ClassVar[str] = "config"
+    SCHEMA_NODE: ClassVar[tuple[str, ...]] = ()
+
+    data: Data
+    resources: Resources
+    device: str
+    experiments: dict[str, Experiment]
+    hessian: Hessian
+    theory: Theory
+    bounds: Bounds
+    landscape: Landscape
+    probe: Probe
+    spectrum: Spectrum
+    dynamics: Dynamics
+    scaling: Scaling
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str | None = None) -> Config:
+        """The config from a validated dict; error keys are named from the top (``hessian.block``,
+        ``experiments.<name>.model.width``)."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"config: expected a mapping of keys, got {data!r}")
+        hints = typing.get_type_hints(cls)
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = [k for k in data if k not in names]
+        if unknown:
+            raise ConfigError(f"{unknown[0]}: unknown key (known: {', '.join(names)})")
+        missing = [n for n in names if n not in data]
+        if missing:
+            raise ConfigError(
+                f"{missing[0]}: missing; build the config with transformer_hessian.config.validate_config first"
+            )
+        return cls(**{n: _from_value(hints[n], data[n], n) for n in names})
+
+    @classmethod
+    def with_defaults(cls, data: dict) -> Config:
+        """The config from a partial dict: :func:`.config.validate_config` on a copy, then
+        :meth:`from_dict`."""
+        import copy
+
+        from .config import validate_config
+
+        return cls.from_dict(validate_config(copy.deepcopy(dict(data))))
+
+
+def load_settings(path: str) -> Config:
+    """Read, validate (:func:`.config.load_config`) and type the config file at ``path``."""
+    from .config import load_config
+
+    return Config.from_dict(load_config(path))
