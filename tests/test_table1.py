@@ -5,7 +5,15 @@ import pytest
 from transformer_hessian.config import load_config
 from transformer_hessian.model import ModelConfig, ViT, count_parameters
 from transformer_hessian.report import write_table
+from transformer_hessian.settings import Config
 from transformer_hessian.table1 import table1
+
+
+def _table1(cfg, metrics):
+    """Table 1 of a validated config dict, through its typed sections."""
+    c = Config.from_dict(cfg)
+    return table1(c.experiments, {"hessian": c.hessian.experiment, "landscape": c.landscape.experiment}, metrics)
+
 
 IMAGE = {"digits": (8, 1, 10), "mnist": (28, 1, 10), "cifar100": (32, 3, 100)}
 
@@ -28,7 +36,7 @@ def _metrics(cfg):
 
 def test_paper_config_reproduces_table1(root):
     cfg = load_config(root / "config/paper.yaml")
-    df = table1(cfg, _metrics(cfg))
+    df = _table1(cfg, _metrics(cfg))
     assert len(df) == 4 and list(df["source"][::2]) == ["paper", "paper"]
     runs = df[df["source"] != "paper"]
     assert list(runs["differs from paper"]) == ["none", "none"]
@@ -41,7 +49,7 @@ def test_paper_config_reproduces_table1(root):
 def test_default_config_names_its_differences(root, tmp_path):
     cfg = load_config(root / "config/config.yaml")
     metrics = _metrics(cfg)
-    df = table1(cfg, metrics)
+    df = _table1(cfg, metrics)
     runs = df[df["source"] != "paper"].reset_index(drop=True)
     assert runs.loc[0, "differs from paper"].startswith("dataset, patch size")
     assert "blocks" in runs.loc[1, "differs from paper"] and "hidden dim" in runs.loc[1, "differs from paper"]
@@ -56,4 +64,4 @@ def test_default_config_names_its_differences(root, tmp_path):
 def test_missing_metrics_is_an_error(root):
     cfg = load_config(root / "config/config.yaml")
     with pytest.raises(ValueError, match="no metrics.json"):
-        table1(cfg, {})
+        _table1(cfg, {})

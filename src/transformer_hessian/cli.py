@@ -100,9 +100,15 @@ def cmd_dynamics(a) -> None:
 
 def cmd_table1(a) -> None:
     """Rule table1: Table 1 from the config and the runs' metrics."""
+    from .settings import Experiment, Hessian, Landscape
     from .steps import table1_step
 
-    table1_step(a.config, a.metrics, a.out_dir)
+    experiments = {n: Experiment.from_dict(e, f"experiments.{n}") for n, e in a.config["experiments"].items()}
+    roles = {
+        "hessian": Hessian.from_dict(a.config["hessian"]).experiment,
+        "landscape": Landscape.from_dict(a.config["landscape"]).experiment,
+    }
+    table1_step(experiments, roles, a.metrics, a.out_dir)
 
 
 def cmd_landscape(a) -> None:

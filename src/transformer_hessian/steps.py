@@ -258,12 +258,15 @@ def _metrics_by_experiment(paths: Sequence[str]) -> dict[str, dict]:
     return {m["experiment"]: m for m in map(load_metrics, paths)}
 
 
-def table1_step(config: Mapping[str, Any], metrics: Sequence[str], out_dir: str) -> None:
-    """Rule table1: ``out_dir/table1.{csv,tex,md}`` from the config and the runs' metrics."""
+def table1_step(
+    experiments: Mapping[str, Experiment], roles: Mapping[str, str], metrics: Sequence[str], out_dir: str
+) -> None:
+    """Rule table1: ``out_dir/table1.{csv,tex,md}`` from the experiments' sections, the experiment
+    of each role (``{"hessian": ..., "landscape": ...}``) and the runs' metrics."""
     from .report import write_table
     from .table1 import table1
 
-    df = table1(config, _metrics_by_experiment(metrics))
+    df = table1(experiments, roles, _metrics_by_experiment(metrics))
     write_table(
         df,
         Path(out_dir) / "table1",

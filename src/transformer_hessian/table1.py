@@ -15,7 +15,11 @@ differs from the paper.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pandas as pd
+
+from .settings import Experiment
 
 NOT_STATED = "not stated"
 
@@ -47,9 +51,10 @@ IMAGE_SIZES = {"mnist": 28, "cifar100": 32, "digits": 8}
 COMPARED = ("dataset", "patch size", "hidden dim", "ff dim", "blocks")
 
 
-def table1(config: dict, metrics: dict[str, dict]) -> pd.DataFrame:
-    """Rows (paper, this run) per role; ``config`` holds ``experiments``, ``hessian.experiment``
-    and ``landscape.experiment``; ``metrics`` maps experiment name -> its metrics.json.
+def table1(experiments: Mapping[str, Experiment], roles: Mapping[str, str], metrics: dict[str, dict]) -> pd.DataFrame:
+    """Rows (paper, this run) per role; ``experiments`` are the typed ``experiments`` sections,
+    ``roles`` maps "hessian" and "landscape" to the experiment each runs (``hessian.experiment``,
+    ``landscape.experiment``); ``metrics`` maps experiment name -> its metrics.json.
 
     tokens = (image size / patch size)^2; "differs from paper" lists the COMPARED columns whose
     values differ (the data set counts as different unless it is the paper's)."""
@@ -76,28 +81,28 @@ def table1(config: dict, metrics: dict[str, dict]) -> pd.DataFrame:
                 "differs from paper": "",
             }
         )
-        name = config[role]["experiment"]
-        spec = config["experiments"][name]
-        mdl, tr = spec["model"], spec["train"]
+        name = roles[role]
+        spec = experiments[name]
+        mdl, tr = spec.model, spec.train
         m = metrics.get(name)
         if m is None:
             raise ValueError(f"table1: no metrics.json for experiment {name!r} (have {sorted(metrics)})")
-        image = m["model"]["image_size"] if "model" in m else IMAGE_SIZES[spec["dataset"]]
+        image = m["model"]["image_size"] if "model" in m else IMAGE_SIZES[spec.dataset]
         run = {
             "figures": ROLES[role],
             "source": f"this run ({name})",
-            "dataset": DATASET_NAMES[spec["dataset"]],
-            "patch size": mdl["patch_size"],
-            "hidden dim": mdl["width"],
-            "ff dim": mdl["d_ff"],
-            "blocks": mdl["depth"],
-            "d_k": mdl["d_k"],
-            "tokens": (image // mdl["patch_size"]) ** 2,
+            "dataset": DATASET_NAMES[spec.dataset],
+            "patch size": mdl.patch_size,
+            "hidden dim": mdl.width,
+            "ff dim": mdl.d_ff,
+            "blocks": mdl.depth,
+            "d_k": mdl.d_k,
+            "tokens": (image // mdl.patch_size) ** 2,
             "parameters": m["n_parameters"],
-            "epochs": tr["epochs"],
-            "optimiser": f"AdamW (wd {tr.get('weight_decay', 0.01):g})",
-            "lr": f"{tr['lr']:g}",
-            "batch size": tr["batch_size"],
+            "epochs": tr.epochs,
+            "optimiser": f"AdamW (wd {tr.weight_decay:g})",
+            "lr": f"{tr.lr:g}",
+            "batch size": tr.batch_size,
             "val acc": f"{100 * m['final']['val_acc']:.1f}%",
         }
         run["differs from paper"] = ", ".join(c for c in COMPARED if str(run[c]) != str(paper[c])) or "none"
