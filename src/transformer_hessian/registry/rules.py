@@ -34,14 +34,14 @@ def _data_name(config: dict, exp: str, stands_in_for: str) -> str:
 
 
 def caption(fig: Figure, config: dict) -> str:
-    """The caption of ``fig`` for ``config`` (data set names and granularity filled in)."""
+    """The caption of ``fig`` for the validated ``config`` (data set names and granularity filled in)."""
     land = config["landscape"]
     granularity = (
-        "batch-by-batch (batch size {})".format(land.get("batch_size", 16))
-        if land.get("granularity", "sample") == "batch"
+        "batch-by-batch (batch size {})".format(land["batch_size"])
+        if land["granularity"] == "batch"
         else "sample-by-sample"
     )
-    scaling_set = config.get("scaling", {}).get("dataset", "digits")
+    scaling_set = config["scaling"]["dataset"]
     return fig.caption.format(
         hessian_data=_data_name(config, config["hessian"]["experiment"], "MNIST"),
         landscape_data=_data_name(config, land["experiment"], "CIFAR-100"),
