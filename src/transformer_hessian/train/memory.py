@@ -25,7 +25,7 @@ def estimate_training_bytes(model_cfg: ModelConfig, batch_size: int) -> tuple[in
 
 
 def _check_training_memory(name: str, model_cfg: ModelConfig, batch_size: int, dev) -> None:
-    from .resources import available_bytes, format_bytes
+    from ..resources import available_bytes, format_bytes
 
     n, need = estimate_training_bytes(model_cfg, batch_size)
     have = available_bytes(dev)
