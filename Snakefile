@@ -40,7 +40,7 @@ STAGES = ["init", "trained"]
 
 from transformer_hessian.registry import figure_ids, notebook_tables  # noqa: E402
 
-FIGURES = figure_ids(config)  # the registry's figures (src/transformer_hessian/registry.py) this config switches on
+FIGURES = figure_ids(config)  # the registry's figures (src/transformer_hessian/registry/figures.py) this config switches on
 TABLES = ["block_norms", "run_summary", "closed_form_check"]  # written by the `tables` rule
 ALL_TABLES = TABLES + ["table1", "bounds"] + notebook_tables()  # + Table 1 (rule table1) + tables of figure notebooks
 

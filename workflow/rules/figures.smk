@@ -1,6 +1,6 @@
 # Figures (papermill-executed notebooks), tables and the machine-readable summary.
 
-# One rule per entry of the figure registry (src/transformer_hessian/registry.py): each runs
+# One rule per entry of the figure registry (src/transformer_hessian/registry/figures.py): each runs
 # its notebook with papermill; inputs, caption and outputs come from the registry entry.
 # To add a figure, add a registry entry and its notebook (see the registry's docstring).
 FIGURE_SPECS = registry_rule_specs(config)
