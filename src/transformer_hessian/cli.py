@@ -126,17 +126,15 @@ def cmd_probe(a) -> None:
     from .settings import Experiment, Probe
     from .steps import probe_step
 
-    section = dict(a.probe)
-    experiment = section.pop("experiment", None)  # the rule adds the experiment's name to the section
     probe_step(
         a.checkpoint,
-        Experiment.from_dict(a.spec, f"experiments.{experiment or '<landscape.experiment>'}"),
-        Probe.from_dict(section),
+        Experiment.from_dict(a.spec, f"experiments.{a.experiment or '<landscape.experiment>'}"),
+        Probe.from_dict(a.probe),
         a.data_root,
         a.out,
         init_checkpoint=a.init_checkpoint,
         device=a.device,
-        experiment=experiment,
+        experiment=a.experiment,
     )
 
 
@@ -349,6 +347,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_landscape)
 
     s = sub.add_parser("probe", help="landscape probes at w*: Theorem 7 off w*, Taylor model, Assumption 1")
+    s.add_argument(
+        "--experiment", default=None, help="the experiment's name (landscape.experiment), for messages and the result"
+    )
     s.add_argument("--checkpoint", required=True, help="trained checkpoint w* (final.pt)")
     s.add_argument("--init-checkpoint", default=None, help="weights at initialisation (Assumption 1 control)")
     s.add_argument("--spec", type=_json_arg, required=True, help="the experiment's config section as JSON")
