@@ -1017,13 +1017,18 @@ def test_kill_at_random_moment_of_each_rule_then_make_reproduce(tmp_path, env):
     assert {"download", "train", "hessian", "theory", "landscape", "tables", "summary"} <= set(rules)
     rng = random.Random(int(os.environ.get("FAULT_SEED", "8")))
     killed_during: dict[str, bool] = {}
+    started: set[str] = set()  # rules that ran in an earlier run (killed or not)
     runs = 0
     t_start = time.monotonic()
     while len(killed_during) < len(rules) and runs < 2 * len(rules):
         runs += 1
         logf = work / f"run{runs}.log"
+        # A short rule can start and finish while another one is the target; run it again so
+        # that it is killed in a later run rather than never.
+        again = sorted(started - set(killed_during))
+        extra = ("--forcerun " + " ".join(again)) if again else ""
         with open(logf, "w") as fh:
-            proc = _make_reproduce(work, env, stdout=fh, stderr=subprocess.STDOUT)
+            proc = _make_reproduce(work, env, extra=extra, stdout=fh, stderr=subprocess.STDOUT)
             target = None
             while proc.poll() is None:
                 text = logf.read_text(errors="replace")
@@ -1039,6 +1044,7 @@ def test_kill_at_random_moment_of_each_rule_then_make_reproduce(tmp_path, env):
             running = len(_started(text)) > _finished_count(text)
             _kill_tree(proc)
         killed_during[target] = running
+        started |= set(_started(text)) & set(rules)
         # a 0-byte temp file as a kill inside save_figure would leave it (made by a dead process)
         if target.startswith("fig"):
             from transformer_hessian.tempfiles import _host_tag

@@ -12,6 +12,7 @@ rule probe:
     output:
         json=f"results/{LEXP}/probe/probe.json",
     params:
+        experiment=LEXP,
         data_root=data_root_of,
         spec=json.dumps(experiment(LEXP)),
         probe=json.dumps(config["probe"]),
@@ -29,6 +30,6 @@ rule probe:
         mem_mb=config["resources"]["mem_mb"],
         runtime=config["resources"]["runtime"],
     shell:
-        "transformer-hessian --threads {threads} probe --experiment {LEXP:q} --checkpoint {input.checkpoint:q} "
+        "transformer-hessian --threads {threads} probe --experiment {params.experiment:q} --checkpoint {input.checkpoint:q} "
         "--init-checkpoint {input.init:q} --spec {params.spec:q} --probe {params.probe:q} "
         "--data-root {params.data_root:q} --device {params.device:q} --out {output:q} 2> {log:q}"
