@@ -92,6 +92,13 @@ class Section:
     SECTION: ClassVar[str] = ""
     SCHEMA_NODE: ClassVar[tuple[str, ...]] = ()
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """``SECTION`` follows from ``SCHEMA_NODE``: the property names along its path
+        (``("properties", "scaling", "properties", "train")`` -> ``scaling.train``)."""
+        super().__init_subclass__(**kwargs)
+        if "SECTION" not in cls.__dict__:
+            cls.SECTION = ".".join(cls.SCHEMA_NODE[1::2])
+
     @classmethod
     def from_dict(cls: type[S], data: Any, where: str | None = None) -> S:
         """The section from the validated dict ``data``; every field's key must be present and
@@ -145,7 +152,6 @@ class Model(Section):
     """The ViT's shape (``experiments.<name>.model``): patch size, width d, depth (blocks),
     attention key size d_k, feed-forward width d_ff, whether the FFN has biases, LayerNorm eps."""
 
-    SECTION: ClassVar[str] = "model"
     SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("definitions", "model")
 
     patch_size: int
@@ -163,7 +169,6 @@ class Train(Section):
     learning rate and weight decay, the data split (seed, validation fraction, sample caps),
     bf16 autocast, torch.compile, warm-up and schedule, and data augmentation."""
 
-    SECTION: ClassVar[str] = "train"
     SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("definitions", "train")
 
     epochs: int
@@ -186,7 +191,6 @@ class Train(Section):
 class Experiment(Section):
     """One experiment (``experiments.<name>``): the data set, the model's shape and its training."""
 
-    SECTION: ClassVar[str] = "experiment"
     SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("definitions", "experiment")
 
     dataset: str
@@ -199,7 +203,6 @@ class Data(Section):
     """Where the data sets live (``data.root``), an optional download mirror and the seconds one
     file's download may take."""
 
-    SECTION: ClassVar[str] = "data"
     SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "data")
 
     root: str
@@ -212,7 +215,6 @@ class Resources(Section):
     """What each training / curvature job asks of the scheduler or machine: GPUs, memory (MiB),
     runtime (minutes)."""
 
-    SECTION: ClassVar[str] = "resources"
     SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "resources")
 
     gpu: int
@@ -225,7 +227,6 @@ class Hessian(Section):
     """The dense five-group Hessian (rules hessian, theory): which experiment and block, the fixed
     batch (size, seed) and the method that computes it."""
 
-    SECTION: ClassVar[str] = "hessian"
     SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "hessian")
 
     experiment: str
@@ -240,7 +241,6 @@ class Theory(Section):
     """The check of the saved Hessian against curvlinops products: the largest relative error that
     passes and the random probe vectors per group."""
 
-    SECTION: ClassVar[str] = "theory"
     SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "theory")
 
     tolerance: float
@@ -251,7 +251,6 @@ class Theory(Section):
 class Bounds(Section):
     """The bound evaluation (rule bounds) on the Hessian experiment's batch: samples and delta."""
 
-    SECTION: ClassVar[str] = "bounds"
     SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "bounds")
 
     n_samples: int
@@ -264,7 +263,6 @@ class Landscape(Section):
     per-sample (or per-batch) losses, the EMA factor, the fit range (k >= k_min), the bootstrap
     of the slope, the seed and an optional cap on the samples."""
 
-    SECTION: ClassVar[str] = "landscape"
     SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "landscape")
 
     experiment: str
@@ -284,7 +282,6 @@ class Probe(Section):
     subset, directions and grid of Theorem 7's check, the Taylor model, Assumption 1 and the
     shifted-minimum experiment."""
 
-    SECTION: ClassVar[str] = "probe"
     SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "probe")
 
     max_samples: int | None
@@ -313,7 +310,6 @@ class Spectrum(Section):
     experiment (null: ``landscape.experiment``), batch, Lanczos / Hutchinson / SLQ sizes, density
     grid and width, and the HVP chunk."""
 
-    SECTION: ClassVar[str] = "spectrum"
     SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "spectrum")
 
     experiment: str | None
@@ -334,7 +330,6 @@ class Dynamics(Section):
     """The training-dynamics snapshots (Appendix A.1, Figures 7-11): steps replayed, snapshot
     interval and heatmaps drawn."""
 
-    SECTION: ClassVar[str] = "dynamics"
     SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "dynamics")
 
     steps: int
@@ -346,7 +341,6 @@ class Dynamics(Section):
 class ScalingTrain(Section):
     """How every model of the scaling sweep is trained (``scaling.train``)."""
 
-    SECTION: ClassVar[str] = "scaling.train"
     SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "scaling", "properties", "train")
 
     epochs: int
@@ -362,7 +356,6 @@ class Scaling(Section):
     """The scaling study (:mod:`.scaling`, off unless ``enabled``): the sweep of widths, depths and
     training-set sizes, their training, and the measurements fitted as power laws in P."""
 
-    SECTION: ClassVar[str] = "scaling"
     SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "scaling")
 
     enabled: bool

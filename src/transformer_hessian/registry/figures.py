@@ -11,6 +11,14 @@ from .entry import Figure
 __all__ = ["FIGURES", "OTHER_ARTEFACTS", "by_id", "enabled", "figure_ids", "groups", "notebook_tables"]
 
 _H = "results/{hexp}/hessian"
+#: Inputs of the two figures drawn by one notebook run (group fig3_fig4).
+_HEATMAP_INPUTS = {
+    "hessian_init": _H + "/init.npz",
+    "hessian_trained": _H + "/trained.npz",
+    "metrics": "results/{hexp}/metrics.json",
+}
+#: Inputs of the probe figures (group probe_figures).
+_PROBE_INPUTS = {"probe": "results/{lexp}/probe/probe.json", "metrics": "results/{lexp}/metrics.json"}
 _DYN = {
     "dynamics_npz": "results/{hexp}/dynamics/dynamics.npz",
     "dynamics_json": "results/{hexp}/dynamics/dynamics.json",
@@ -62,11 +70,7 @@ FIGURES: list[Figure] = [
         paper="Figure 3",
         label="fig:hessian_entries",
         notebook="fig3_fig4_hessian_heatmaps.ipynb",
-        inputs={
-            "hessian_init": _H + "/init.npz",
-            "hessian_trained": _H + "/trained.npz",
-            "metrics": "results/{hexp}/metrics.json",
-        },
+        inputs=dict(_HEATMAP_INPUTS),
         group="fig3_fig4",
         caption="Figure 3. log10 |H_ij| of the exact loss Hessian w.r.t. W_Q, W_K, W_V, W_1, W_2 of "
         "the one-block ViT at initialisation, on one fixed training batch of {hessian_data}. "
@@ -82,11 +86,7 @@ FIGURES: list[Figure] = [
         paper="Figure 4",
         label="fig:hessian_entries_trained",
         notebook="fig3_fig4_hessian_heatmaps.ipynb",
-        inputs={
-            "hessian_init": _H + "/init.npz",
-            "hessian_trained": _H + "/trained.npz",
-            "metrics": "results/{hexp}/metrics.json",
-        },
+        inputs=dict(_HEATMAP_INPUTS),
         group="fig3_fig4",
         caption="Figure 4. The same as Figure 3 after training, on Figure 3's colour scale "
         "({hessian_data}). Exact zeros, if any, have a colour of their own.",
@@ -132,7 +132,7 @@ FIGURES: list[Figure] = [
         label="fig:introduction",
         notebook="probe_figures.ipynb",
         group="probe_figures",
-        inputs={"probe": "results/{lexp}/probe/probe.json", "metrics": "results/{lexp}/metrics.json"},
+        inputs=dict(_PROBE_INPUTS),
         caption="Figure 1. (a) Measured empirical losses L_k and L_(k+1) of the trained model on "
         "{landscape_data} along w* + t d, for the top Hessian eigenvector u and a random unit "
         "direction, at a small and a large k (first ordering of the samples), with the gap "
@@ -148,7 +148,7 @@ FIGURES: list[Figure] = [
         label="thm:convergence",
         notebook="probe_figures.ipynb",
         group="probe_figures",
-        inputs={"probe": "results/{lexp}/probe/probe.json", "metrics": "results/{lexp}/metrics.json"},
+        inputs=dict(_PROBE_INPUTS),
         caption="Theorem 7 off w*, trained model on {landscape_data}: |L_(k+1)(w) - L_k(w)| at "
         "w = w* + t d (top Hessian eigenvector and random unit directions, several t) against "
         "the printed bound 2L/(k+1) + M t^2/(k+1): curves, the ratio to the bound (violations "
@@ -163,7 +163,7 @@ FIGURES: list[Figure] = [
         label="fig:ass_1_validation",
         notebook="probe_figures.ipynb",
         group="probe_figures",
-        inputs={"probe": "results/{lexp}/probe/probe.json", "metrics": "results/{lexp}/metrics.json"},
+        inputs=dict(_PROBE_INPUTS),
         tables={
             "assumption1": "Assumption 1 (Figure 12): gradient norms of L_k at w* over random "
             "orderings and minimiser shifts"
