@@ -50,15 +50,15 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..utils import log, write_json, write_text
-from .cache import _cached_reference, _reference_key, _store_reference  # noqa: F401
+from .cache import _cached_reference, _store_reference
 from .case import run_case
-from .compare import _finalise_rows, relative_error  # noqa: F401
-from .methods import FALLBACK, LABELS, TOLERANCE  # noqa: F401
-from .problem import _method_fn, build_problem, hessian_curvlinops_chunked  # noqa: F401
-from .sandbox import ERROR, OK, OOM, TIMEOUT  # noqa: F401
-from .settings import PAPER_DEFAULTS, BenchSettings, _resolve_device, n_group_params, settings_from_args  # noqa: F401
+from .compare import _finalise_rows, relative_error  # noqa: F401  (relative_error: tests)
+from .methods import FALLBACK, LABELS
+from .problem import build_problem, hessian_curvlinops_chunked  # noqa: F401  (used by the tests through this module)
+from .sandbox import ERROR, OK, OOM, TIMEOUT  # noqa: F401  (OOM, TIMEOUT: imported from here by the tests)
+from .settings import BenchSettings, n_group_params, settings_from_args  # noqa: F401  (n_group_params: tests)
 from .tables import fmt, markdown_table
-from .worker import _worker_main, run_worker  # noqa: F401
+from .worker import _worker_main
 
 
 class BenchError(ValueError):
