@@ -16,25 +16,34 @@ from types import SimpleNamespace
 import torch
 
 from .. import GROUPS
-from .attention import ATTENTION_GROUPS
 from .ffn import ffn_mask
 from .layernorm import layernorm_forward, layernorm_hessian_contract, layernorm_jacobian_rows, layernorm_vjp
+
+#: Groups of the reduced parametrisation. The scores X W_Q W_K^T X^T / s depend on W_Q and W_K
+#: only through their product W_QK = W_Q W_K^T (d x d), so every Hessian block over W_Q, W_K
+#: follows from the W_QK block by the chain rule (:func:`_expand_pair`, docs/theory.md §19).
+#: The functional part is summed over tokens in these four groups, not the five.
+REDUCED_GROUPS = ("W_QK", "W_V", "W_1", "W_2")
+_REDUCED_ATTENTION = ("W_QK", "W_V")
 
 
 def _token_factors(X: torch.Tensor, p: dict, eps: float) -> SimpleNamespace:
     """Forward pass on X (B, L, d) plus the per-token factors alpha, Phi with
 
-        d F_l / d vec_r(W)  [c, (i, j)] = alpha_l[i] Phi^F_l[c, j]      (W_Q, W_V)
-        d S_l / d vec_r(W)  [c, (i, j)] = alpha_l[i] Phi^S_l[c, j]      (all five)
+        d F_l / d vec_r(W)  [c, (i, j)] = alpha_l[i] Phi^F_l[c, j]      (W_QK, W_Q, W_V)
+        d S_l / d vec_r(W)  [c, (i, j)] = alpha_l[i] Phi^S_l[c, j]      (all six)
 
     for W_K the roles of the two indices are swapped (the factor is indexed (r, n) instead
-    of vec_r's (n, r)); :func:`_to_vec_order` restores the order at the end.
-      W_Q: alpha = x_l,            Phi^F = W_V^T X^T J_{a_l} X W_K / s
-      W_K: alpha = (X W_Q)_l,      Phi^F = W_V^T X^T J_{a_l} X / s
+    of vec_r's (n, r)); :func:`_dense_jacobian` restores the order.
+      W_QK: alpha = x_l,           Phi^F = W_V^T X^T J_{a_l} X / s
+      W_Q: alpha = x_l,            Phi^F = W_V^T X^T J_{a_l} X W_K / s  (= Phi^F_QK W_K)
+      W_K: alpha = (X W_Q)_l,      Phi^F = W_V^T X^T J_{a_l} X / s      (= Phi^F_QK)
       W_V: alpha = (A X)_l,        Phi^F = I_d
       W_1: alpha = y_l,            Phi^S[c, f] = m_lf (W_2)_fc
       W_2: alpha = ReLU(h_l),      Phi^S = I_d
-    and Phi^Y = J_{1,l} Phi^F, Phi^S = (dS_l/dY_l) Phi^Y for the attention groups.
+    and Phi^Y = J_{1,l} Phi^F, Phi^S = (dS_l/dY_l) Phi^Y for the attention groups. W_QK is the
+    product W_Q W_K^T, through which alone the scores depend on W_Q and W_K (the reduced
+    parametrisation, :data:`REDUCED_GROUPS`); the W_Q and W_K factors are derived from its.
     """
     WQ, WK, WV, W1, W2 = (p[n] for n in GROUPS)
     Bn, L, d = X.shape
@@ -60,16 +69,15 @@ def _token_factors(X: torch.Tensor, p: dict, eps: float) -> SimpleNamespace:
     XX = (X.unsqueeze(-1) * X.unsqueeze(-2)).reshape(Bn, L, d * d)
     XJX = (A @ XX).view(Bn, L, d, d) - AX.unsqueeze(-1) * AX.unsqueeze(-2)
     VXJX = (WV.T @ XJX) / s  # W_V^T X^T J X / s
-    phi_f = {
-        "W_Q": VXJX @ WK,
-        "W_K": VXJX,
-        "W_V": Id.expand(Bn, L, d, d),
-    }
-    phi_y = {n: j1 @ phi_f[n] for n in ATTENTION_GROUPS}
-    phi_s = {n: Js @ phi_y[n] for n in ATTENTION_GROUPS}
+    phi_f = {"W_QK": VXJX, "W_V": Id.expand(Bn, L, d, d)}
+    phi_y = {"W_QK": j1 @ VXJX, "W_V": j1}  # J_1 Phi^F (J_1 I = J_1 exactly)
+    phi_s = {n: Js @ phi_y[n] for n in _REDUCED_ATTENTION}
+    for phi in (phi_f, phi_y, phi_s):  # one product with the shared W_K, not a batch of them
+        phi["W_Q"] = phi["W_QK"] @ WK
+        phi["W_K"] = phi["W_QK"]
     phi_s["W_1"] = W2.T * M.unsqueeze(-2)  # [c, f] = W2[f, c] m_f
     phi_s["W_2"] = Id.expand(Bn, L, d, d)
-    alpha = {"W_Q": X, "W_K": XQ, "W_V": AX, "W_1": Y, "W_2": R}
+    alpha = {"W_QK": X, "W_Q": X, "W_K": XQ, "W_V": AX, "W_1": Y, "W_2": R}
     return SimpleNamespace(
         X=X,
         XQ=XQ,
@@ -97,23 +105,13 @@ def _token_factors(X: torch.Tensor, p: dict, eps: float) -> SimpleNamespace:
     )
 
 
-def _to_vec_order(t: torch.Tensor, gi: str, gj: str | None = None) -> torch.Tensor:
-    """Undo the (r, n) index order of the W_K factor on a 4-index block [i, j, i', j']
-    (gj given) or on a trailing pair of a Jacobian [..., i, j] (gj None)."""
-    if gj is None:
-        return t.transpose(-1, -2) if gi == "W_K" else t
-    if gi == "W_K":
-        t = t.permute(1, 0, 2, 3)
-    if gj == "W_K":
-        t = t.permute(0, 1, 3, 2)
-    return t
-
-
 def _dense_jacobian(f: SimpleNamespace, name: str) -> torch.Tensor:
-    """dZ/dW per sample from the factors: (B, L d, p q), [(l, c), (i, j)] = alpha_l[i] (J_2 Phi^S)_l[c, j]."""
+    """dZ/dW per sample from the factors: (B, L d, p q), [(l, c), (i, j)] = alpha_l[i] (J_2 Phi^S)_l[c, j]
+    (for W_K the factor's (r, n) order is transposed back to vec_r's (n, r))."""
     phi_z = f.j2 @ f.phi_s[name]
     t = torch.einsum("bli,blcj->blcij", f.alpha[name], phi_z)
-    t = _to_vec_order(t, name)
+    if name == "W_K":
+        t = t.transpose(-1, -2)
     B, L, d = t.shape[:3]
     return t.reshape(B, L * d, -1)
 
@@ -210,11 +208,11 @@ def _slice_factors(f: SimpleNamespace, b0: int, b1: int) -> SimpleNamespace:
     return SimpleNamespace(**{k: cut(v) for k, v in vars(f).items()})
 
 
-def _functional_upper(f: SimpleNamespace, g: torch.Tensor, chunk_tokens: int | None = None):
+def _reduced_upper(f: SimpleNamespace, g: torch.Tensor, chunk_tokens: int | None = None):
     """:func:`_functional_chunk` summed over chunks of whole samples (about ``chunk_tokens``
     tokens each): every block is a sum over tokens, so the per-chunk blocks add up exactly to
-    the full ones, while the per-token temporaries shrink to one chunk. Yields (W_i, W_j,
-    block) for i <= j in GROUPS order, as :func:`_functional_chunk`."""
+    the full ones, while the per-token temporaries shrink to one chunk. Yields what
+    :func:`_functional_chunk` yields: first the score gradient, then the reduced blocks."""
     Bn, L = f.X.shape[:2]
     cb = max(1, (chunk_tokens or _CHUNK_TOKENS) // L)
     if cb >= Bn:
@@ -229,9 +227,52 @@ def _functional_upper(f: SimpleNamespace, g: torch.Tensor, chunk_tokens: int | N
             else:
                 acc[(gi, gj)] = t
             del t
-    for a, gi in enumerate(GROUPS):
-        for gj in GROUPS[a:]:
-            yield gi, gj, acc.pop((gi, gj))
+    for key in list(acc):  # the first chunk's order: the gradient first
+        yield (*key, acc.pop(key))
+
+
+def _expand_rows(t: torch.Tensor, to: str, WQ: torch.Tensor, WK: torch.Tensor) -> torch.Tensor:
+    """Row group W_QK -> W_Q or W_K of a factor-layout block [i, k, j, l] (row entry (i, j)):
+    dW_QK[i, j]/dW_Q[i, a] = W_K[j, a] and dW_QK[i, j]/dW_K[j, a] = W_Q[i, a]."""
+    if to == "W_Q":
+        return torch.einsum("ikjl,ja->ikal", t, WK)
+    return torch.einsum("ikjl,ia->jkal", t, WQ)
+
+
+def _expand_cols(t: torch.Tensor, to: str, WQ: torch.Tensor, WK: torch.Tensor) -> torch.Tensor:
+    """Column group W_QK -> W_Q or W_K of a factor-layout block [i, k, j, l] (column entry (k, l))."""
+    if to == "W_Q":
+        return torch.einsum("ikjl,la->ikja", t, WK)
+    return torch.einsum("ikjl,ka->ilja", t, WQ)
+
+
+def _expand_pair(gi: str, gj: str, t: torch.Tensor, WQ: torch.Tensor, WK: torch.Tensor, grad=None):
+    """The five-group blocks of one reduced block (gi <= gj in :data:`REDUCED_GROUPS` order):
+    W_QK becomes W_Q and W_K by the chain rule, H_QQ = D_Q^T H_QK,QK D_Q with D_Q = dW_QK/dW_Q
+    and so on. ``grad`` = dl/dW_QK (d x d) adds the term of the bilinear map itself to the
+    (W_Q, W_K) block, d^2 W_QK[i, k]/(dW_Q[i, a] dW_K[k, a']) = [a = a']:
+    (W_Q[i, a], W_K[k, a']) += grad[i, k] [a = a']; pass it for the functional part only.
+    Yields (W_i, W_j, block) in the factor layout, i <= j in GROUPS order."""
+    rows = ("W_Q", "W_K") if gi == "W_QK" else (gi,)
+    cols = ("W_Q", "W_K") if gj == "W_QK" else (gj,)
+    for a, ri in enumerate(rows):
+        tr = _expand_rows(t, ri, WQ, WK) if gi == "W_QK" else t
+        for cj in cols[a if gi == gj else 0 :]:
+            tc = _expand_cols(tr, cj, WQ, WK) if gj == "W_QK" else tr
+            if (ri, cj) == ("W_Q", "W_K") and grad is not None:
+                tc.diagonal(0, 2, 3).add_(grad.unsqueeze(-1))
+            yield ri, cj, tc
+
+
+def _functional_upper(f: SimpleNamespace, g: torch.Tensor, chunk_tokens: int | None = None):
+    """The functional part over the five groups: :func:`_reduced_upper` expanded by
+    :func:`_expand_pair`. Yields (W_i, W_j, block) for i <= j in GROUPS order, each block in the
+    factor layout [i, k, j, l] (row entry (i, j) of W_i, column entry (k, l) of W_j)."""
+    p = f.p
+    stream = _reduced_upper(f, g, chunk_tokens)
+    _, _, grad = next(stream)
+    for gi, gj, t in stream:
+        yield from _expand_pair(gi, gj, t, p["W_Q"], p["W_K"], grad)
 
 
 def _functional_chunk(f: SimpleNamespace, g: torch.Tensor):
@@ -242,12 +283,14 @@ def _functional_chunk(f: SimpleNamespace, g: torch.Tensor):
       Omega_1 = <g_Y, d^2LN_1/dU^2>,  g_F = J_1^T g_Y,
       Psi_l = <X W_V g_F,l, d^2 a_l/dt_l^2>,  Delta_l = J_{a_l} X W_V g_F,l.
 
-    Yields (W_i, W_j, block) for i <= j in GROUPS order, one at a time (bounded memory), each
-    block a 4-index tensor in the factor layout [i, k, j, l] (row entry (i, j) of W_i, column
-    entry (k, l) of W_j, W_K's two indices swapped); :func:`_block_2d` makes it a matrix.
+    Yields first ("grad", "W_QK", dl/dW_QK), the score gradient X^T Delta X / s summed over the
+    samples (d x d), which :func:`_expand_pair` needs; then (W_i, W_j, block) for i <= j over
+    the reduced groups :data:`REDUCED_GROUPS`, one at a time (bounded memory), each block a
+    4-index tensor in the factor layout [i, k, j, l] (row entry (i, j) of W_i, column entry
+    (k, l) of W_j); :func:`_block_2d` makes it a matrix.
 
     Per token n the block is alpha_i alpha_j^T (x) C_n with C_n = Phi_i^T Omega_2 Phi_j
-    (+ Phi^F_i^T Omega_1 Phi^F_j for two attention groups, + the Psi terms of W_Q, W_K), plus
+    (+ Phi^F_i^T Omega_1 Phi^F_j for two attention groups, + the Psi term of W_QK), plus
     the cross terms of the bilinear maps; every sum over the n = B L tokens is one gemm
     (:func:`_pair_sum`), the diagonal blocks use only unique index pairs (:func:`_pair_sum_sym`),
     and products with the shared W_2 are plain matrix products, not per-token batches.
@@ -270,40 +313,36 @@ def _functional_chunk(f: SimpleNamespace, g: torch.Tensor):
     def flat(t: torch.Tensor) -> torch.Tensor:
         return t.reshape(n, *t.shape[2:])
 
-    alpha = {nm: flat(v) for nm, v in f.alpha.items()}
-    phi_s = {nm: flat(f.phi_s[nm]) for nm in ATTENTION_GROUPS}
-    phi_f = {nm: flat(f.phi_f[nm]) for nm in ATTENTION_GROUPS}
+    alpha = {nm: flat(f.alpha[nm]) for nm in REDUCED_GROUPS}
+    phi_s = {nm: flat(f.phi_s[nm]) for nm in _REDUCED_ATTENTION}
+    phi_f = {nm: flat(f.phi_f[nm]) for nm in _REDUCED_ATTENTION}
     Om1f, Om2f = flat(Om1), flat(Om2)
     gfl, gsl, Ml = flat(gf), flat(gs), flat(f.M)
     # Phi^S_i^T Omega_2 (attention groups) and Omega_1 Phi^F_j
-    so2 = {nm: phi_s[nm].transpose(-1, -2) @ Om2f for nm in ATTENTION_GROUPS}
-    o1f = {nm: Om1f @ phi_f[nm] for nm in ATTENTION_GROUPS}
+    so2 = {nm: phi_s[nm].transpose(-1, -2) @ Om2f for nm in _REDUCED_ATTENTION}
+    o1f = {nm: Om1f @ phi_f[nm] for nm in _REDUCED_ATTENTION}
     Om2W2 = Om2f @ W2.T  # (n, d, f): Omega_2 W_2^T, one gemm with the shared W_2
     h = Ml * (gsl @ W2.T)  # m_f (W_2 g_S)_f
-    psi = {
-        ("W_Q", "W_Q"): (f.XK, f.XK),
-        ("W_K", "W_K"): (f.X, f.X),
-        ("W_Q", "W_K"): (f.XK, f.X),
-    }
 
     def c_matrix(gi: str, gj: str) -> torch.Tensor:
         """C_n = Phi^S_i^T Omega_2 Phi^S_j (+ Omega_1 and Psi terms), (n, q_i, q_j)."""
-        if gi in ATTENTION_GROUPS:
+        if gi in _REDUCED_ATTENTION:
             if gj == "W_2":
                 return so2[gi]
             if gj == "W_1":
                 return (so2[gi] @ W2.T) * Ml.unsqueeze(-2)
             C = so2[gi] @ phi_s[gj] + phi_f[gi].transpose(-1, -2) @ o1f[gj]
-            if (gi, gj) in psi:
-                P_, Q_ = psi[(gi, gj)]
-                C = C + flat(_psi_sandwich(P_, Q_, f.A, Delta)) / k
+            if (gi, gj) == ("W_QK", "W_QK"):  # the softmax's own curvature
+                C = C + flat(_psi_sandwich(f.X, f.X, f.A, Delta)) / k
             return C
         if (gi, gj) == ("W_1", "W_2"):
             return Om2W2.transpose(-1, -2) * Ml.unsqueeze(-1)
         return Om2f  # W_2, W_2
 
-    for a, gi in enumerate(GROUPS):
-        for gj in GROUPS[a:]:
+    # bilinear scores: <Delta, dT/dW_QK> = X^T Delta X / s, summed over the samples
+    yield "grad", "W_QK", flat(f.X).T @ flat(Delta @ f.X) / s
+    for a, gi in enumerate(REDUCED_GROUPS):
+        for gj in REDUCED_GROUPS[a:]:
             ai, aj = alpha[gi], alpha[gj]
             if (gi, gj) == ("W_1", "W_1"):  # diag(m) W_2 Omega_2 W_2^T diag(m), mask applied packed
                 # the packed (tokens, d_ff (d_ff + 1) / 2) temporaries are the largest: a few token chunks
@@ -324,19 +363,13 @@ def _functional_chunk(f: SimpleNamespace, g: torch.Tensor):
                 C = c_matrix(gi, gj)
                 t = _pair_sum_sym(ai, C) if gi == gj else _pair_sum(ai, aj, C)
                 del C
-            if (gi, gj) == ("W_Q", "W_K"):
-                # bilinear scores: <Delta, d^2T/(dW_Q dW_K)> = (X^T Delta X) (x) I_k / s
-                XDX = flat(f.X).T @ flat(Delta @ f.X)
-                t.diagonal(0, 1, 2).add_(XDX.unsqueeze(-1) / s)  # t[m, r, r, n] += XDX[m, n] / s
-            elif (gi, gj) == ("W_Q", "W_V"):
-                # F bilinear in (A, W_V): d^2<g_F, F>/(dW_Q dW_V); [m, q, p, r] -> [m, p, r, q]
-                t += _pair_sum(ai, gfl, flat(f.XJX @ p["W_K"])).permute(0, 2, 3, 1) / s
-            elif (gi, gj) == ("W_K", "W_V"):
+            if (gi, gj) == ("W_QK", "W_V"):
+                # F bilinear in (A, W_V): d^2<g_F, F>/(dW_QK dW_V); [m, q, p, r] -> [m, p, r, q]
                 t += _pair_sum(ai, gfl, flat(f.XJX)).permute(0, 2, 3, 1) / s
-            elif gi in ATTENTION_GROUPS and gj == "W_1":
+            elif gi in _REDUCED_ATTENTION and gj == "W_1":
                 # y-W_1 cross term of S (Lemma 1) contracted with g_S; [i, f, a, j] -> [i, a, j, f]
                 t += _pair_sum(ai, h, flat(f.phi_y[gi])).permute(0, 2, 3, 1)
-            elif gi in ATTENTION_GROUPS and gj == "W_2":
+            elif gi in _REDUCED_ATTENTION and gj == "W_2":
                 Xi = (flat(f.phi_y[gi]).transpose(-1, -2) @ W1) * Ml.unsqueeze(-2)  # [n, j, f]
                 # [i, c, j, f] -> [i, f, j, c]
                 t += _pair_sum(ai, gsl, Xi).permute(0, 3, 2, 1)
@@ -347,14 +380,13 @@ def _functional_chunk(f: SimpleNamespace, g: torch.Tensor):
             yield gi, gj, t
 
 
-def _block_perm(t: torch.Tensor, gi: str, gj: str) -> torch.Tensor:
-    """[i, k, j, l] factor layout -> [row index pair, column index pair] in vec_r order."""
-    t = t.permute(0, 2, 1, 3)  # i, j, k, l
-    return _to_vec_order(t, gi, gj)
+def _block_perm(t: torch.Tensor) -> torch.Tensor:
+    """[i, k, j, l] factor layout -> [i, j, k, l]: row index pair, column index pair (vec_r)."""
+    return t.permute(0, 2, 1, 3)
 
 
-def _block_2d(t: torch.Tensor, gi: str, gj: str) -> torch.Tensor:
-    t = _block_perm(t, gi, gj)
+def _block_2d(t: torch.Tensor) -> torch.Tensor:
+    t = _block_perm(t)
     return t.reshape(t.shape[0] * t.shape[1], t.shape[2] * t.shape[3])
 
 
@@ -362,7 +394,7 @@ def _functional_factored(f: SimpleNamespace, g: torch.Tensor) -> dict:
     """All 25 functional blocks (dict form) from :func:`_functional_upper`."""
     out = {}
     for gi, gj, t in _functional_upper(f, g):
-        blk = _block_2d(t, gi, gj)
+        blk = _block_2d(t)
         out[(gi, gj)] = blk
         if gi != gj:
             out[(gj, gi)] = blk.T
@@ -391,14 +423,10 @@ def _symmetrize(blk: torch.Tensor) -> None:
             y.copy_(mean.T)
 
 
-def _write_sym(H: torch.Tensor, off: dict, gi: str, gj: str, t4: torch.Tensor, add: bool) -> None:
-    """Write (or add) the factor-layout block t4 into H[gi, gj] and its transpose into H[gj, gi]."""
+def _write_sym(H: torch.Tensor, off: dict, gi: str, gj: str, t4: torch.Tensor) -> None:
+    """Write the factor-layout block t4 into H[gi, gj] and its transpose into H[gj, gi]."""
     dst = H[off[gi], off[gj]]
-    tp = _block_perm(t4, gi, gj)
-    dst4 = dst.view(tp.shape)
-    if add:
-        dst4.add_(tp)
-    else:
-        dst4.copy_(tp)
+    tp = _block_perm(t4)
+    dst.view(tp.shape).copy_(tp)
     if gi != gj:
         _copy_transposed(H[off[gj], off[gi]], dst)

@@ -13,7 +13,7 @@ import math
 import torch
 
 from .. import GROUPS
-from .factored import _copy_transposed, _functional_upper, _symmetrize, _to_vec_order, _token_factors, _write_sym
+from .factored import REDUCED_GROUPS, _expand_pair, _reduced_upper, _symmetrize, _token_factors, _write_sym
 from .layout import HessianResult, _prep, dense_to_blocks, group_offsets, group_shapes
 
 
@@ -43,40 +43,51 @@ def _model_parts(model, images: torch.Tensor, labels: torch.Tensor, block: int, 
         onehot = torch.nn.functional.one_hot(labels.to(X.device).long(), Wh.shape[0]).to(X.dtype)
         # d logits / d vec_r(Z_b) = (1/L) (1_L^T (x) W_h); CE: grad p - e_y, Hessian diag(p) - p p^T.
         shapes = group_shapes(p)
-        sizes = [shapes[n][0] * shapes[n][1] for n in GROUPS]
-        P = sum(sizes)
-        # d logits_b / d w: sum_l alpha_l (x) (W_h J_2,l Phi^S_l) / L; W_h J_2,l first (C rows, not d)
+        red_shapes = {"W_QK": (d, d), **{n: shapes[n] for n in REDUCED_GROUPS[1:]}}
+        off_r = group_offsets(red_shapes, REDUCED_GROUPS)
+        # d logits_b / d w over the reduced groups: sum_l alpha_l (x) (W_h J_2,l Phi^S_l) / L;
+        # W_h J_2,l first (C rows, not d)
+        C = Wh.shape[0]
         WJ = Wh @ f.j2  # (B, L, C, d)
         Jl = torch.cat(
             [
-                _to_vec_order(
-                    (f.alpha[n].transpose(1, 2) @ (WJ @ f.phi_s[n]).reshape(Bn, L, -1))
-                    .view(Bn, -1, Wh.shape[0], f.phi_s[n].shape[-1])
-                    .transpose(1, 2)
-                    / L,
-                    n,
-                ).reshape(Bn, Wh.shape[0], -1)
-                for n in GROUPS
+                (f.alpha[n].transpose(1, 2) @ (WJ @ f.phi_s[n]).reshape(Bn, L, -1))
+                .view(Bn, -1, C, f.phi_s[n].shape[-1])
+                .transpose(1, 2)
+                .reshape(Bn, C, -1)
+                / L
+                for n in REDUCED_GROUPS
             ],
             dim=2,
-        )  # (B, C, P): d logits_b / d w
+        )  # (B, C, P'): d logits_b / d w
         # outer = sum_b J_b^T (diag p_b - p_b p_b^T) J_b / B = Jw^T Jw with Jw_b = V_b^T J_b / sqrt(B),
         # V_b sqrt-eigen factor of the CE Hessian (rank C - 1: its null vector is the ones vector)
         Hce = torch.diag_embed(prob) - prob.unsqueeze(-1) * prob.unsqueeze(-2)
         lam, vec = torch.linalg.eigh(Hce)
         lam, vec = lam[:, 1:].clamp_min(0.0), vec[:, :, 1:]  # drop the zero eigenvalue
         Vb = vec * lam.sqrt().unsqueeze(-2)  # (B, C, C-1), Hce_b = V_b V_b^T
-        Jw = torch.einsum("bor,boP->brP", Vb, Jl).reshape(-1, P) / math.sqrt(Bn)
+        Jw = torch.einsum("bor,boP->brP", Vb, Jl).reshape(-1, off_r["W_2"].stop) / math.sqrt(Bn)
+        del Jl
         g = ((prob - onehot) @ Wh / (Bn * L)).unsqueeze(1).expand(Bn, L, d)
         off = group_offsets(shapes)
+        P = off["W_2"].stop
         H_outer = X.new_empty(P, P)
         H_fun = X.new_empty(P, P) if split else H_outer
-        for gi, gj, t4 in _functional_upper(f, g):
-            H_outer[off[gi], off[gj]] = Jw[:, off[gi]].T @ Jw[:, off[gj]]
-            _write_sym(H_fun, off, gi, gj, t4, add=not split)
-            if split and gi != gj:
-                _copy_transposed(H_outer[off[gj], off[gi]], H_outer[off[gi], off[gj]])
-            del t4
+        WQ, WK = p["W_Q"], p["W_K"]
+        # both parts in the reduced groups, block by block, then W_QK -> (W_Q, W_K) (_expand_pair)
+        stream = _reduced_upper(f, g)
+        _, _, grad = next(stream)
+        for gi, gj, t4 in stream:
+            (pi, qi), (pj, qj) = red_shapes[gi], red_shapes[gj]
+            o4 = (Jw[:, off_r[gi]].T @ Jw[:, off_r[gj]]).view(pi, qi, pj, qj).permute(0, 2, 1, 3)
+            if split:
+                for a, b, blk in _expand_pair(gi, gj, o4, WQ, WK):
+                    _write_sym(H_outer, off, a, b, blk)
+            else:
+                t4.add_(o4)
+            for a, b, blk in _expand_pair(gi, gj, t4, WQ, WK, grad):
+                _write_sym(H_fun, off, a, b, blk)
+            del t4, o4
         for nm in GROUPS:  # exact symmetry of the diagonal blocks (gemm rounding is not)
             for H in {id(H_outer): H_outer, id(H_fun): H_fun}.values():
                 _symmetrize(H[off[nm], off[nm]])
