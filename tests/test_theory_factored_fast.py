@@ -13,7 +13,16 @@ from hypothesis import strategies as st
 
 from transformer_hessian.model import ModelConfig, ViT
 from transformer_hessian.theory import model_loss_hessian
-from transformer_hessian.theory.factored import _packed_index, _packed_sandwich, _pair_sum, _pair_sum_sym, _psi_sandwich
+from transformer_hessian.theory.factored import (
+    _outer_rows,
+    _packed_cols,
+    _packed_index,
+    _packed_outer_t,
+    _packed_sandwich_t,
+    _psi_sandwich,
+    _TokenSums,
+    _unpack,
+)
 from transformer_hessian.theory.vec import softmax_row_hessian_contract
 
 TOL = 1e-12
@@ -24,18 +33,24 @@ def rel_err(a, ref):
 
 
 @pytest.mark.parametrize(("n", "p", "q"), [(11, 3, 5), (4, 7, 2), (1, 1, 1)])
-def test_pair_sums_match_einsum(n, p, q):
+def test_token_sums_and_packed_pairs_match_einsum(n, p, q):
     g = torch.Generator().manual_seed(n + p + q)
     a = torch.randn(n, p, generator=g, dtype=torch.float64)
     b = torch.randn(n, q + 1, generator=g, dtype=torch.float64)
     C = torch.randn(n, q, q, generator=g, dtype=torch.float64)
     Cs = C + C.transpose(1, 2)
-    assert rel_err(_pair_sum(a, b, C), torch.einsum("na,nb,ncd->abcd", a, b, C)) < TOL
-    ref = torch.einsum("na,nb,ncd->abcd", a, a, Cs)
-    assert rel_err(_pair_sum_sym(a, Cs), ref) < TOL
+    sums = _TokenSums()
+    for sl in (slice(0, n // 2), slice(n // 2, n)):  # two chunks, the first possibly empty
+        sums.add("main", _outer_rows(a[sl], b[sl]).T, C[sl].reshape(-1, q * q))
+        sums.add("sym", _packed_outer_t(a[sl].T.contiguous()), _packed_cols(Cs[sl]))
+    ref = torch.einsum("na,nb,ncd->abcd", a, b, C)
+    assert rel_err(sums["main"].view(p, q + 1, q, q), ref) < TOL
+    assert rel_err(_unpack(sums["sym"]), torch.einsum("na,nb,ncd->abcd", a, a, Cs)) < TOL
     rows, cols, pos = _packed_index(q, "cpu")
     assert torch.equal(pos[rows, cols], torch.arange(rows.numel())) and torch.equal(pos, pos.T)
-    assert rel_err(_pair_sum_sym(a, Cs[:, rows, cols], packed=True), ref) < TOL
+    assert torch.equal(_packed_cols(Cs), Cs[:, rows, cols])
+    ra, ca, _ = _packed_index(p, "cpu")
+    assert torch.equal(_packed_outer_t(a.T.contiguous()), (a[:, ra] * a[:, ca]).T)
 
 
 def test_packed_sandwich_matches_the_explicit_product():
@@ -47,7 +62,7 @@ def test_packed_sandwich_matches_the_explicit_product():
     m = (torch.randn(n, f, generator=g) > 0).double()
     full = m.unsqueeze(-1) * (W @ Om @ W.T) * m.unsqueeze(-2)
     rows, cols, _ = _packed_index(f, "cpu")
-    assert rel_err(_packed_sandwich(Om, W, m), full[:, rows, cols]) < TOL
+    assert rel_err(_packed_sandwich_t(Om, W, m).T, full[:, rows, cols]) < TOL
 
 
 def test_psi_sandwich_matches_the_materialised_softmax_hessian():
@@ -119,12 +134,10 @@ def test_the_named_shape_9_tokens_width_6_batch_5():
 )  # 9 tokens in chunks of 2 samples (the last short) or 1; one token; batch 1; 16 tokens, 1 sample
 def test_chunked_token_sums_equal_torch_func(monkeypatch, image, patch, batch, chunk_tokens):
     """The functional part summed over chunks of samples (factored._CHUNK_TOKENS forced small,
-    so that the chunked path runs at these small shapes), and its packed FFN blocks over chunks
-    of tokens, gives the same Hessian."""
+    so that the chunked path runs at these small shapes) gives the same Hessian."""
     from transformer_hessian.theory import factored
 
     monkeypatch.setattr(factored, "_CHUNK_TOKENS", chunk_tokens)
-    monkeypatch.setattr(factored, "_PACKED_CHUNK", 4)  # the packed FFN blocks in token chunks of 4 (last short)
     model = _vit(image, patch, 5, 3, 7, 4, True, 11 + batch)
     g = torch.Generator().manual_seed(batch)
     images = torch.randn(batch, 1, image, image, generator=g, dtype=torch.float64)

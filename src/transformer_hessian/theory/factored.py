@@ -116,13 +116,20 @@ def _dense_jacobian(f: SimpleNamespace, name: str) -> torch.Tensor:
     return t.reshape(B, L * d, -1)
 
 
-def _pair_sum(ai: torch.Tensor, aj: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
-    """sum_n ai[n, a] aj[n, a'] C[n, c, c'] as a 4-index tensor [a, a', c, c'], one gemm over n.
+class _TokenSums(dict):
+    """Sums over tokens, accumulated chunk by chunk: ``add(key, a, b)`` does self[key] += a @ b
+    (the first call allocates), one gemm whose inner dimension is the chunk's tokens."""
 
-    Cost 2 n p p' q q' flops: (ai (x) aj)^T (n x p p') times C (n x q q')."""
-    n = ai.shape[0]
-    left = (ai.unsqueeze(2) * aj.unsqueeze(1)).reshape(n, -1)
-    return (left.T @ C.reshape(n, -1)).view(ai.shape[1], aj.shape[1], C.shape[1], C.shape[2])
+    def add(self, key, a: torch.Tensor, b: torch.Tensor) -> None:
+        if key in self:
+            self[key].addmm_(a, b)
+        else:
+            self[key] = a @ b
+
+
+def _outer_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """(n, p p'): row n is a_n (x) b_n, the left factor of sum_n (a_n (x) b_n) vec(C_n)^T."""
+    return (a.unsqueeze(2) * b.unsqueeze(1)).reshape(a.shape[0], a.shape[1] * b.shape[1])
 
 
 def _packed_index(m: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -136,35 +143,55 @@ def _packed_index(m: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     return rows, cols, pos
 
 
-def _pair_sum_sym(a: torch.Tensor, C: torch.Tensor, packed: bool = False) -> torch.Tensor:
-    """:func:`_pair_sum` (a, a, C) for C[n] symmetric (q x q), or C already packed (n, q (q + 1) / 2)
-    in the order of :func:`_packed_index` (``packed``). The result is symmetric in (a, a') and in
-    (c, c') separately, so only the unique pairs enter the gemm (about a quarter of the flops);
-    C's upper triangle is used (its exact symmetry is not required)."""
-    n, p = a.shape
-    q = int(round((math.sqrt(8 * C.shape[1] + 1) - 1) / 2)) if packed else C.shape[1]
-    ra, ca, ma = _packed_index(p, a.device)
-    rc, cc, mc = _packed_index(q, a.device)
-    right = C if packed else C.reshape(n, q * q)[:, rc * q + cc]
-    # row gathers of the transposed factor are contiguous copies (a column gather is not)
-    aT = a.T.contiguous()
-    leftT = aT.index_select(0, ra).mul_(aT.index_select(0, ca))  # (p (p + 1) / 2, n)
-    T = leftT @ right
+def _packed_outer_t(aT: torch.Tensor) -> torch.Tensor:
+    """(m (m + 1) / 2, n): row k is aT[rows[k]] * aT[cols[k]] for the packed pairs of
+    :func:`_packed_index`, from aT (m, n). Written row block by row block into one buffer: a
+    gather of the (a, a') rows is several times slower at m = 64."""
+    m, n = aT.shape
+    out = aT.new_empty(m * (m + 1) // 2, n)
+    o = 0
+    for a in range(m):
+        torch.mul(aT[a], aT[a:], out=out[o : o + m - a])
+        o += m - a
+    return out
+
+
+def _packed_cols(C: torch.Tensor) -> torch.Tensor:
+    """(n, q (q + 1) / 2): the upper triangle of each symmetric C_n (n, q, q), packed as in
+    :func:`_packed_index`."""
+    n, q = C.shape[:2]
+    rc, cc, _ = _packed_index(q, C.device)
+    return C.reshape(n, q * q).index_select(1, rc * q + cc)
+
+
+def _packed_side(k: int) -> int:
+    """m for k = m (m + 1) / 2 packed pairs."""
+    return int(round((math.sqrt(8 * k + 1) - 1) / 2))
+
+
+def _unpack(T: torch.Tensor) -> torch.Tensor:
+    """A sum over packed pairs, T (p (p + 1) / 2, q (q + 1) / 2), as the full 4-index tensor
+    [a, a', c, c'] (p, p, q, q), symmetric in (a, a') and in (c, c')."""
+    p, q = _packed_side(T.shape[0]), _packed_side(T.shape[1])
+    ma, mc = _packed_index(p, T.device)[2], _packed_index(q, T.device)[2]
     return T.index_select(0, ma.reshape(-1)).index_select(1, mc.reshape(-1)).view(p, p, q, q)
 
 
-def _packed_sandwich(Om: torch.Tensor, W: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    """Upper triangle, packed as in :func:`_packed_index`, of diag(m_n) W Om_n W^T diag(m_n) for
-    symmetric Om (n, e, e), W (f, e), m (n, f): one gemm of Om's packed upper triangle with
-    W2P[(e, e'), (f, f')] = W_fe W_f'e' + [e != e'] W_fe' W_f'e, then the mask m_f m_f'."""
+def _packed_sandwich_t(Om: torch.Tensor, W: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """Upper triangle, packed as in :func:`_packed_index` and transposed, (f (f + 1) / 2, n), of
+    diag(m_n) W Om_n W^T diag(m_n) for symmetric Om (n, e, e), W (f, e), m (n, f). First
+    OW = W Om_n for all tokens in one product with the shared W, then for each row a of the
+    upper triangle the entries (a, a' >= a) as W[a:] OW[a] (2 f (f + 1) e / 2 flops per token,
+    a quarter of a product with the packed Kronecker square of W), then the mask m_a m_a'."""
     n, e = Om.shape[:2]
     f = W.shape[0]
-    re, ce, _ = _packed_index(e, Om.device)
-    rf, cf, _ = _packed_index(f, Om.device)
-    Wr, Wc = W[rf], W[cf]  # (f pairs, e)
-    W2P = Wr[:, re] * Wc[:, ce] + (re != ce) * (Wr[:, ce] * Wc[:, re])  # (f pairs, e pairs)
-    out = Om.reshape(n, e * e).index_select(1, re * e + ce) @ W2P.T
-    return out.mul_(m.index_select(1, rf)).mul_(m.index_select(1, cf))
+    OW = (W @ Om.permute(1, 2, 0).reshape(e, e * n)).view(f, e, n)  # [a, e, n] = (W Om_n)[a, e]
+    out = Om.new_empty(f * (f + 1) // 2, n)
+    o = 0
+    for a in range(f):
+        torch.mm(W[a:], OW[a], out=out[o : o + f - a])
+        o += f - a
+    return out.mul_(_packed_outer_t(m.T.contiguous()))
 
 
 def _psi_sandwich(P: torch.Tensor, Q: torch.Tensor, A: torch.Tensor, Delta: torch.Tensor) -> torch.Tensor:
@@ -182,15 +209,12 @@ def _psi_sandwich(P: torch.Tensor, Q: torch.Tensor, A: torch.Tensor, Delta: torc
     return out - pu.unsqueeze(-1) * qa.unsqueeze(-2) - pa.unsqueeze(-1) * qu.unsqueeze(-2)
 
 
-#: tokens per chunk of the whole functional part (:func:`_functional_upper`), which bounds its
-#: per-token temporaries on large problems. Not smaller: every chunk repeats the few hundred
-#: small per-token kernels. At the paper's shape (6272 tokens), 1024-token chunks doubled the
-#: 2-thread CPU time in an ad-hoc test on the loaded shared machine (OMP_WAIT_POLICY=PASSIVE
-#: was set), though one benchmark run there gave the opposite; the cause is not pinned down.
-_CHUNK_TOKENS = 8192
-#: tokens per chunk of the two packed FFN diagonal blocks, whose (tokens x 2080) temporaries
-#: dominate the peak memory at d_ff = 64.
-_PACKED_CHUNK = 2048
+#: tokens per chunk of the token sums (:func:`_reduced_upper`), in whole samples. Every temporary
+#: of a chunk is then a few MiB, below glibc's largest mmap threshold (32 MiB), so freed buffers
+#: are reused instead of being mapped afresh (page faults) on every product; and the packed FFN
+#: blocks' (tokens x 2080) temporaries stay small. At the paper's shape (49 tokens, d = 16,
+#: d_ff = 64, 2 threads) 1024-token chunks were the fastest of 256 ... 8192 (docs/theory.md §18).
+_CHUNK_TOKENS = 1024
 
 
 def _slice_factors(f: SimpleNamespace, b0: int, b1: int) -> SimpleNamespace:
@@ -209,26 +233,17 @@ def _slice_factors(f: SimpleNamespace, b0: int, b1: int) -> SimpleNamespace:
 
 
 def _reduced_upper(f: SimpleNamespace, g: torch.Tensor, chunk_tokens: int | None = None):
-    """:func:`_functional_chunk` summed over chunks of whole samples (about ``chunk_tokens``
-    tokens each): every block is a sum over tokens, so the per-chunk blocks add up exactly to
-    the full ones, while the per-token temporaries shrink to one chunk. Yields what
-    :func:`_functional_chunk` yields: first the score gradient, then the reduced blocks."""
+    """The functional part over :data:`REDUCED_GROUPS`: :func:`_add_token_sums` over chunks of
+    whole samples (about ``chunk_tokens`` tokens each; every block is a sum over tokens, so the
+    chunks add up exactly), then :func:`_reduced_blocks`. Yields first ("grad", "W_QK",
+    dl/dW_QK), then (W_i, W_j, block) for i <= j."""
     Bn, L = f.X.shape[:2]
     cb = max(1, (chunk_tokens or _CHUNK_TOKENS) // L)
-    if cb >= Bn:
-        yield from _functional_chunk(f, g)
-        return
-    acc = {}
+    sums = _TokenSums()
     for b0 in range(0, Bn, cb):
         b1 = min(Bn, b0 + cb)
-        for gi, gj, t in _functional_chunk(_slice_factors(f, b0, b1), g[b0:b1]):
-            if (gi, gj) in acc:
-                acc[(gi, gj)].add_(t)
-            else:
-                acc[(gi, gj)] = t
-            del t
-    for key in list(acc):  # the first chunk's order: the gradient first
-        yield (*key, acc.pop(key))
+        _add_token_sums(f if cb >= Bn else _slice_factors(f, b0, b1), g[b0:b1], sums)
+    yield from _reduced_blocks(sums, f)
 
 
 def _expand_rows(t: torch.Tensor, to: str, WQ: torch.Tensor, WK: torch.Tensor) -> torch.Tensor:
@@ -275,32 +290,29 @@ def _functional_upper(f: SimpleNamespace, g: torch.Tensor, chunk_tokens: int | N
         yield from _expand_pair(gi, gj, t, p["W_Q"], p["W_K"], grad)
 
 
-def _functional_chunk(f: SimpleNamespace, g: torch.Tensor):
-    """sum_b (g_b^T (x) I) d^2Z_b/(dW_i dW_j) for X (B, L, d), g (B, L, d) = dl/dZ per sample,
+def _add_token_sums(f: SimpleNamespace, g: torch.Tensor, sums: _TokenSums) -> None:
+    """Add one chunk's token sums of the functional part sum_b (g_b^T (x) I) d^2Z_b/(dW_i dW_j)
+    over the reduced groups to ``sums``, for X (B, L, d) and g (B, L, d) = dl/dZ per sample,
     contracted through the chain without forming d^2Z (see docs/theory.md):
 
       g_S = J_2^T g,  Omega_2 = <g, d^2LN_2/dS^2>,  g_Y = (dS/dY)^T g_S,
       Omega_1 = <g_Y, d^2LN_1/dU^2>,  g_F = J_1^T g_Y,
       Psi_l = <X W_V g_F,l, d^2 a_l/dt_l^2>,  Delta_l = J_{a_l} X W_V g_F,l.
 
-    Yields first ("grad", "W_QK", dl/dW_QK), the score gradient X^T Delta X / s summed over the
-    samples (d x d), which :func:`_expand_pair` needs; then (W_i, W_j, block) for i <= j over
-    the reduced groups :data:`REDUCED_GROUPS`, one at a time (bounded memory), each block a
-    4-index tensor in the factor layout [i, k, j, l] (row entry (i, j) of W_i, column entry
-    (k, l) of W_j); :func:`_block_2d` makes it a matrix.
-
-    Per token n the block is alpha_i alpha_j^T (x) C_n with C_n = Phi_i^T Omega_2 Phi_j
-    (+ Phi^F_i^T Omega_1 Phi^F_j for two attention groups, + the Psi term of W_QK), plus
-    the cross terms of the bilinear maps; every sum over the n = B L tokens is one gemm
-    (:func:`_pair_sum`), the diagonal blocks use only unique index pairs (:func:`_pair_sum_sym`),
-    and products with the shared W_2 are plain matrix products, not per-token batches.
+    Per token n the block (W_i, W_j) is alpha_i alpha_j^T (x) C_n with C_n = Phi_i^T Omega_2 Phi_j
+    (+ Phi^F_i^T Omega_1 Phi^F_j for two attention groups, + the Psi term of W_QK), plus the
+    cross terms of the bilinear maps. Every sum over tokens is one gemm (:class:`_TokenSums`):
+    the main terms under key ("main", W_i, W_j), the diagonal blocks over unique index pairs
+    under ("sym", W_i, W_i) (about a quarter of the flops), the cross terms in their own index
+    order under ("cross", W_i, W_j); :func:`_reduced_blocks` assembles the blocks. Products with
+    the shared W_1, W_2 are plain matrix products, not per-token batches, and products with an
+    identity factor (W_V's Phi^F) are skipped.
     """
     p = f.p
     eps = f.eps
     W1, W2 = p["W_1"], p["W_2"]
     Bn, L, d = f.X.shape
     k = f.k
-    s = math.sqrt(k)
     gs = layernorm_vjp(f.S, p["gamma2"], eps, g)
     Om2 = layernorm_hessian_contract(f.S, p["gamma2"], eps, g)
     gy = (f.Js.transpose(-1, -2) @ gs.unsqueeze(-1)).squeeze(-1)
@@ -315,68 +327,79 @@ def _functional_chunk(f: SimpleNamespace, g: torch.Tensor):
 
     alpha = {nm: flat(f.alpha[nm]) for nm in REDUCED_GROUPS}
     phi_s = {nm: flat(f.phi_s[nm]) for nm in _REDUCED_ATTENTION}
-    phi_f = {nm: flat(f.phi_f[nm]) for nm in _REDUCED_ATTENTION}
     Om1f, Om2f = flat(Om1), flat(Om2)
     gfl, gsl, Ml = flat(gf), flat(gs), flat(f.M)
-    # Phi^S_i^T Omega_2 (attention groups) and Omega_1 Phi^F_j
-    so2 = {nm: phi_s[nm].transpose(-1, -2) @ Om2f for nm in _REDUCED_ATTENTION}
-    o1f = {nm: Om1f @ phi_f[nm] for nm in _REDUCED_ATTENTION}
-    Om2W2 = Om2f @ W2.T  # (n, d, f): Omega_2 W_2^T, one gemm with the shared W_2
-    h = Ml * (gsl @ W2.T)  # m_f (W_2 g_S)_f
-
-    def c_matrix(gi: str, gj: str) -> torch.Tensor:
-        """C_n = Phi^S_i^T Omega_2 Phi^S_j (+ Omega_1 and Psi terms), (n, q_i, q_j)."""
-        if gi in _REDUCED_ATTENTION:
-            if gj == "W_2":
-                return so2[gi]
-            if gj == "W_1":
-                return (so2[gi] @ W2.T) * Ml.unsqueeze(-2)
-            C = so2[gi] @ phi_s[gj] + phi_f[gi].transpose(-1, -2) @ o1f[gj]
-            if (gi, gj) == ("W_QK", "W_QK"):  # the softmax's own curvature
-                C = C + flat(_psi_sandwich(f.X, f.X, f.A, Delta)) / k
-            return C
-        if (gi, gj) == ("W_1", "W_2"):
-            return Om2W2.transpose(-1, -2) * Ml.unsqueeze(-1)
-        return Om2f  # W_2, W_2
-
+    Xf = flat(f.X)
     # bilinear scores: <Delta, dT/dW_QK> = X^T Delta X / s, summed over the samples
-    yield "grad", "W_QK", flat(f.X).T @ flat(Delta @ f.X) / s
+    sums.add("grad", Xf.T, flat(Delta @ f.X))
+    # Phi^S_i^T Omega_2 and Phi^F_i^T Omega_1 (Phi^F of W_V is the identity)
+    so2 = {nm: phi_s[nm].transpose(-1, -2) @ Om2f for nm in _REDUCED_ATTENTION}
+    phi_qk = flat(f.phi_f["W_QK"])
+    fo1 = {"W_QK": phi_qk.transpose(-1, -2) @ Om1f, "W_V": Om1f}
+    h = Ml * (gsl @ W2.T)  # m_f (W_2 g_S)_f
+    Om2p = _packed_cols(Om2f)
+
+    def c_attention(gi: str, gj: str) -> torch.Tensor:
+        """C_n of two attention groups: Phi^S_i^T Omega_2 Phi^S_j + Phi^F_i^T Omega_1 Phi^F_j (+ Psi)."""
+        C = so2[gi] @ phi_s[gj] + (fo1[gi] @ phi_qk if gj == "W_QK" else fo1[gi])
+        if (gi, gj) == ("W_QK", "W_QK"):  # the softmax's own curvature
+            C = C + flat(_psi_sandwich(f.X, f.X, f.A, Delta)) / k
+        return C
+
+    for gi in _REDUCED_ATTENTION:
+        ai = alpha[gi]
+        phi_y = flat(f.phi_y[gi])
+        sums.add(("sym", gi, gi), _packed_outer_t(ai.T.contiguous()), _packed_cols(c_attention(gi, gi)))
+        if gi == "W_QK":
+            sums.add(("main", gi, "W_V"), _outer_rows(ai, alpha["W_V"]).T, c_attention(gi, "W_V").reshape(n, -1))
+            # F bilinear in (A, W_V): d^2<g_F, F>/(dW_QK dW_V), [m, q, p, r]
+            sums.add(("cross", gi, "W_V"), _outer_rows(ai, gfl).T, flat(f.XJX).reshape(n, -1))
+        # attention x W_1: C = Phi^S_i^T Omega_2 W_2^T diag(m); y-W_1 cross term of S (Lemma 1)
+        # contracted with g_S, [i, f, a, j]
+        sums.add(
+            ("main", gi, "W_1"), _outer_rows(ai, alpha["W_1"]).T, ((so2[gi] @ W2.T) * Ml.unsqueeze(-2)).reshape(n, -1)
+        )
+        sums.add(("cross", gi, "W_1"), _outer_rows(ai, h).T, phi_y.reshape(n, -1))
+        # attention x W_2: C = Phi^S_i^T Omega_2; cross term [i, c, j, f]
+        sums.add(("main", gi, "W_2"), _outer_rows(ai, alpha["W_2"]).T, so2[gi].reshape(n, -1))
+        Xi = (phi_y.transpose(-1, -2) @ W1) * Ml.unsqueeze(-2)  # [n, j, f]
+        sums.add(("cross", gi, "W_2"), _outer_rows(ai, gsl).T, Xi.reshape(n, -1))
+    y, R = alpha["W_1"], alpha["W_2"]
+    # W_1 x W_1: diag(m) W_2 Omega_2 W_2^T diag(m), the mask applied packed
+    sums.add(("sym", "W_1", "W_1"), _packed_outer_t(y.T.contiguous()), _packed_sandwich_t(Om2f, W2, Ml).T)
+    # W_1 x W_2: C = diag(m) W_2 Omega_2, plus [a, f, f, c] += sum_n y_a m_f g_S,c
+    sums.add(
+        ("main", "W_1", "W_2"), _outer_rows(y, R).T, ((Om2f @ W2.T).transpose(-1, -2) * Ml.unsqueeze(-1)).reshape(n, -1)
+    )
+    sums.add(("diag", "W_1", "W_2"), _outer_rows(y, Ml).T, gsl)
+    sums.add(("sym", "W_2", "W_2"), _packed_outer_t(R.T.contiguous()), Om2p)
+
+
+def _reduced_blocks(sums: _TokenSums, f: SimpleNamespace):
+    """The reduced blocks from the token sums of :func:`_add_token_sums`: first ("grad", "W_QK",
+    dl/dW_QK) (d x d), then (W_i, W_j, block) for i <= j over :data:`REDUCED_GROUPS`, each block
+    a 4-index tensor in the factor layout [i, k, j, l] (row entry (i, j) of W_i, column entry
+    (k, l) of W_j); :func:`_block_2d` makes it a matrix. Consumes ``sums``."""
+    d = f.X.shape[-1]
+    s = math.sqrt(f.k)
+    yield "grad", "W_QK", sums.pop("grad").div_(s)
+    shape = {"W_QK": (d, d), **{n: (f.alpha[n].shape[-1], f.phi_s[n].shape[-1]) for n in REDUCED_GROUPS[1:]}}
     for a, gi in enumerate(REDUCED_GROUPS):
         for gj in REDUCED_GROUPS[a:]:
-            ai, aj = alpha[gi], alpha[gj]
-            if (gi, gj) == ("W_1", "W_1"):  # diag(m) W_2 Omega_2 W_2^T diag(m), mask applied packed
-                # the packed (tokens, d_ff (d_ff + 1) / 2) temporaries are the largest: a few token chunks
-                t = None
-                for c0 in range(0, n, _PACKED_CHUNK):
-                    sl = slice(c0, c0 + _PACKED_CHUNK)
-                    tc = _pair_sum_sym(ai[sl], _packed_sandwich(Om2f[sl], W2, Ml[sl]), packed=True)
-                    t = tc if t is None else t.add_(tc)
-                    del tc
-            elif (gi, gj) == ("W_2", "W_2"):
-                t = None
-                for c0 in range(0, n, _PACKED_CHUNK):
-                    sl = slice(c0, c0 + _PACKED_CHUNK)
-                    tc = _pair_sum_sym(ai[sl], Om2f[sl])
-                    t = tc if t is None else t.add_(tc)
-                    del tc
+            (pi, qi), (pj, qj) = shape[gi], shape[gj]
+            if gi == gj:
+                t = _unpack(sums.pop(("sym", gi, gi)))
             else:
-                C = c_matrix(gi, gj)
-                t = _pair_sum_sym(ai, C) if gi == gj else _pair_sum(ai, aj, C)
-                del C
-            if (gi, gj) == ("W_QK", "W_V"):
-                # F bilinear in (A, W_V): d^2<g_F, F>/(dW_QK dW_V); [m, q, p, r] -> [m, p, r, q]
-                t += _pair_sum(ai, gfl, flat(f.XJX)).permute(0, 2, 3, 1) / s
-            elif gi in _REDUCED_ATTENTION and gj == "W_1":
-                # y-W_1 cross term of S (Lemma 1) contracted with g_S; [i, f, a, j] -> [i, a, j, f]
-                t += _pair_sum(ai, h, flat(f.phi_y[gi])).permute(0, 2, 3, 1)
-            elif gi in _REDUCED_ATTENTION and gj == "W_2":
-                Xi = (flat(f.phi_y[gi]).transpose(-1, -2) @ W1) * Ml.unsqueeze(-2)  # [n, j, f]
-                # [i, c, j, f] -> [i, f, j, c]
-                t += _pair_sum(ai, gsl, Xi).permute(0, 3, 2, 1)
-            elif (gi, gj) == ("W_1", "W_2"):
-                # t[a, f, f, c] += sum_n y_a m_f g_S,c
-                ymg = ((ai.unsqueeze(2) * Ml.unsqueeze(1)).reshape(n, -1).T @ gsl).view(ai.shape[1], -1, gsl.shape[1])
-                t.diagonal(0, 1, 2).add_(ymg.transpose(1, 2))
+                t = sums.pop(("main", gi, gj)).view(pi, pj, qi, qj)
+            cross = sums.pop(("cross", gi, gj), None)
+            if (gi, gj) == ("W_QK", "W_V"):  # [m, q, p, r] -> [m, p, r, q]
+                t += cross.view(pi, qj, pj, qi).permute(0, 2, 3, 1) / s
+            elif gj == "W_1" and gi != "W_1":  # [i, f, a, j] -> [i, a, j, f]
+                t += cross.view(pi, qj, pj, qi).permute(0, 2, 3, 1)
+            elif gj == "W_2" and gi in _REDUCED_ATTENTION:  # [i, c, j, f] -> [i, f, j, c]
+                t += cross.view(pi, qj, qi, pj).permute(0, 3, 2, 1)
+            elif (gi, gj) == ("W_1", "W_2"):  # t[a, f, f, c] += sum_n y_a m_f g_S,c
+                t.diagonal(0, 1, 2).add_(sums.pop(("diag", gi, gj)).view(pi, qi, qj).transpose(1, 2))
             yield gi, gj, t
 
 
