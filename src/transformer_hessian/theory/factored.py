@@ -357,12 +357,12 @@ def _add_token_sums(f: SimpleNamespace, g: torch.Tensor, sums: _TokenSums) -> No
         # attention x W_1: C = Phi^S_i^T Omega_2 W_2^T diag(m); y-W_1 cross term of S (Lemma 1)
         # contracted with g_S, [i, f, a, j]
         sums.add(
-            ("main", gi, "W_1"), _outer_rows(ai, alpha["W_1"]).T, ((so2[gi] @ W2.T) * Ml.unsqueeze(-2)).reshape(n, -1)
+            ("main", gi, "W_1"), _outer_rows(ai, alpha["W_1"]).T, (so2[gi] @ W2.T).mul_(Ml.unsqueeze(-2)).reshape(n, -1)
         )
         sums.add(("cross", gi, "W_1"), _outer_rows(ai, h).T, phi_y.reshape(n, -1))
         # attention x W_2: C = Phi^S_i^T Omega_2; cross term [i, c, j, f]
         sums.add(("main", gi, "W_2"), _outer_rows(ai, alpha["W_2"]).T, so2[gi].reshape(n, -1))
-        Xi = (phi_y.transpose(-1, -2) @ W1) * Ml.unsqueeze(-2)  # [n, j, f]
+        Xi = (phi_y.transpose(-1, -2) @ W1).mul_(Ml.unsqueeze(-2))  # [n, j, f]
         sums.add(("cross", gi, "W_2"), _outer_rows(ai, gsl).T, Xi.reshape(n, -1))
     y, R = alpha["W_1"], alpha["W_2"]
     # W_1 x W_1: diag(m) W_2 Omega_2 W_2^T diag(m), the mask applied packed

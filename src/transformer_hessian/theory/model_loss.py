@@ -12,9 +12,31 @@ import math
 
 import torch
 
-from .. import GROUPS
-from .factored import REDUCED_GROUPS, _expand_pair, _reduced_upper, _symmetrize, _token_factors, _write_sym
+from .factored import (
+    REDUCED_GROUPS,
+    _copy_transposed,
+    _expand_pair,
+    _reduced_upper,
+    _symmetrize,
+    _token_factors,
+    _write_sym,
+)
 from .layout import HessianResult, _prep, dense_to_blocks, group_offsets, group_shapes
+
+
+def _sym_gram(A: torch.Tensor) -> torch.Tensor:
+    """A^T A, exactly symmetric, from the three upper tiles of a 2 x 2 split (three quarters of
+    the gemm); the two diagonal tiles are symmetrised, the lower tile is the upper one's transpose."""
+    h = A.shape[1] // 2
+    A0, A1 = A[:, :h], A[:, h:]
+    G = A.new_empty(A.shape[1], A.shape[1])
+    G[:h, :h] = A0.T @ A0
+    G[:h, h:] = A0.T @ A1
+    G[h:, h:] = A1.T @ A1
+    _copy_transposed(G[h:, :h], G[:h, h:])
+    _symmetrize(G[:h, :h])
+    _symmetrize(G[h:, h:])
+    return G
 
 
 def _model_parts(model, images: torch.Tensor, labels: torch.Tensor, block: int, split: bool):
@@ -46,27 +68,32 @@ def _model_parts(model, images: torch.Tensor, labels: torch.Tensor, block: int, 
         red_shapes = {"W_QK": (d, d), **{n: shapes[n] for n in REDUCED_GROUPS[1:]}}
         off_r = group_offsets(red_shapes, REDUCED_GROUPS)
         # d logits_b / d w over the reduced groups: sum_l alpha_l (x) (W_h J_2,l Phi^S_l) / L;
-        # W_h J_2,l first (C rows, not d)
+        # W_h J_2,l first (C rows, not d); Phi^S of W_2 is the identity, of W_1 W_2^T diag(m)
         C = Wh.shape[0]
         WJ = Wh @ f.j2  # (B, L, C, d)
+        right = {
+            "W_QK": WJ @ f.phi_s["W_QK"],
+            "W_V": WJ @ f.phi_s["W_V"],
+            "W_1": (WJ @ p["W_2"].T) * f.M.unsqueeze(-2),
+            "W_2": WJ,
+        }
         Jl = torch.cat(
             [
-                (f.alpha[n].transpose(1, 2) @ (WJ @ f.phi_s[n]).reshape(Bn, L, -1))
-                .view(Bn, -1, C, f.phi_s[n].shape[-1])
+                (f.alpha[n].transpose(1, 2) @ right.pop(n).reshape(Bn, L, -1))
+                .view(Bn, -1, C, red_shapes[n][1])
                 .transpose(1, 2)
                 .reshape(Bn, C, -1)
-                / L
                 for n in REDUCED_GROUPS
             ],
             dim=2,
-        )  # (B, C, P'): d logits_b / d w
+        )  # (B, C, P'): L d logits_b / d w
         # outer = sum_b J_b^T (diag p_b - p_b p_b^T) J_b / B = Jw^T Jw with Jw_b = V_b^T J_b / sqrt(B),
         # V_b sqrt-eigen factor of the CE Hessian (rank C - 1: its null vector is the ones vector)
         Hce = torch.diag_embed(prob) - prob.unsqueeze(-1) * prob.unsqueeze(-2)
         lam, vec = torch.linalg.eigh(Hce)
         lam, vec = lam[:, 1:].clamp_min(0.0), vec[:, :, 1:]  # drop the zero eigenvalue
-        Vb = vec * lam.sqrt().unsqueeze(-2)  # (B, C, C-1), Hce_b = V_b V_b^T
-        Jw = torch.einsum("bor,boP->brP", Vb, Jl).reshape(-1, off_r["W_2"].stop) / math.sqrt(Bn)
+        Vb = vec * (lam.sqrt() / (L * math.sqrt(Bn))).unsqueeze(-2)  # (B, C, C-1), Hce_b / B = V_b V_b^T L^2
+        Jw = torch.einsum("bor,boP->brP", Vb, Jl).reshape(-1, off_r["W_2"].stop)
         del Jl
         g = ((prob - onehot) @ Wh / (Bn * L)).unsqueeze(1).expand(Bn, L, d)
         off = group_offsets(shapes)
@@ -79,7 +106,9 @@ def _model_parts(model, images: torch.Tensor, labels: torch.Tensor, block: int, 
         _, _, grad = next(stream)
         for gi, gj, t4 in stream:
             (pi, qi), (pj, qj) = red_shapes[gi], red_shapes[gj]
-            o4 = (Jw[:, off_r[gi]].T @ Jw[:, off_r[gj]]).view(pi, qi, pj, qj).permute(0, 2, 1, 3)
+            Ji = Jw[:, off_r[gi]]
+            o2 = _sym_gram(Ji) if gi == gj else Ji.T @ Jw[:, off_r[gj]]
+            o4 = o2.view(pi, qi, pj, qj).permute(0, 2, 1, 3)
             if split:
                 for a, b, blk in _expand_pair(gi, gj, o4, WQ, WK):
                     _write_sym(H_outer, off, a, b, blk)
@@ -88,7 +117,9 @@ def _model_parts(model, images: torch.Tensor, labels: torch.Tensor, block: int, 
             for a, b, blk in _expand_pair(gi, gj, t4, WQ, WK, grad):
                 _write_sym(H_fun, off, a, b, blk)
             del t4, o4
-        for nm in GROUPS:  # exact symmetry of the diagonal blocks (gemm rounding is not)
+        # exact symmetry of the diagonal blocks: those of W_V, W_1, W_2 are sums of exactly
+        # symmetric parts (_unpack, _sym_gram); the expansion W_QK -> W_Q, W_K rounds unevenly
+        for nm in ("W_Q", "W_K"):
             for H in {id(H_outer): H_outer, id(H_fun): H_fun}.values():
                 _symmetrize(H[off[nm], off[nm]])
         if split:
