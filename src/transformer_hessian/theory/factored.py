@@ -27,7 +27,7 @@ REDUCED_GROUPS = ("W_QK", "W_V", "W_1", "W_2")
 _REDUCED_ATTENTION = ("W_QK", "W_V")
 
 
-def _token_factors(X: torch.Tensor, p: dict, eps: float) -> SimpleNamespace:
+def _token_factors(X: torch.Tensor, p: dict, eps: float, all_groups: bool = True) -> SimpleNamespace:
     """Forward pass on X (B, L, d) plus the per-token factors alpha, Phi with
 
         d F_l / d vec_r(W)  [c, (i, j)] = alpha_l[i] Phi^F_l[c, j]      (W_QK, W_Q, W_V)
@@ -44,6 +44,8 @@ def _token_factors(X: torch.Tensor, p: dict, eps: float) -> SimpleNamespace:
     and Phi^Y = J_{1,l} Phi^F, Phi^S = (dS_l/dY_l) Phi^Y for the attention groups. W_QK is the
     product W_Q W_K^T, through which alone the scores depend on W_Q and W_K (the reduced
     parametrisation, :data:`REDUCED_GROUPS`); the W_Q and W_K factors are derived from its.
+    ``all_groups=False`` skips what only the five-group Jacobian needs (the Phi of W_Q and
+    W_K, Phi^S of W_1): the reduced Hessian (:func:`_reduced_upper`) does not use them.
     """
     WQ, WK, WV, W1, W2 = (p[n] for n in GROUPS)
     Bn, L, d = X.shape
@@ -72,10 +74,11 @@ def _token_factors(X: torch.Tensor, p: dict, eps: float) -> SimpleNamespace:
     phi_f = {"W_QK": VXJX, "W_V": Id.expand(Bn, L, d, d)}
     phi_y = {"W_QK": j1 @ VXJX, "W_V": j1}  # J_1 Phi^F (J_1 I = J_1 exactly)
     phi_s = {n: Js @ phi_y[n] for n in _REDUCED_ATTENTION}
-    for phi in (phi_f, phi_y, phi_s):  # one product with the shared W_K, not a batch of them
-        phi["W_Q"] = phi["W_QK"] @ WK
-        phi["W_K"] = phi["W_QK"]
-    phi_s["W_1"] = W2.T * M.unsqueeze(-2)  # [c, f] = W2[f, c] m_f
+    if all_groups:
+        for phi in (phi_f, phi_y, phi_s):  # one product with the shared W_K, not a batch of them
+            phi["W_Q"] = phi["W_QK"] @ WK
+            phi["W_K"] = phi["W_QK"]
+        phi_s["W_1"] = W2.T * M.unsqueeze(-2)  # [c, f] = W2[f, c] m_f
     phi_s["W_2"] = Id.expand(Bn, L, d, d)
     alpha = {"W_QK": X, "W_Q": X, "W_K": XQ, "W_V": AX, "W_1": Y, "W_2": R}
     return SimpleNamespace(
@@ -383,7 +386,7 @@ def _reduced_blocks(sums: _TokenSums, f: SimpleNamespace):
     d = f.X.shape[-1]
     s = math.sqrt(f.k)
     yield "grad", "W_QK", sums.pop("grad").div_(s)
-    shape = {"W_QK": (d, d), **{n: (f.alpha[n].shape[-1], f.phi_s[n].shape[-1]) for n in REDUCED_GROUPS[1:]}}
+    shape = {"W_QK": (d, d), **{n: tuple(f.p[n].shape) for n in REDUCED_GROUPS[1:]}}
     for a, gi in enumerate(REDUCED_GROUPS):
         for gj in REDUCED_GROUPS[a:]:
             (pi, qi), (pj, qj) = shape[gi], shape[gj]

@@ -57,7 +57,7 @@ def _model_parts(model, images: torch.Tensor, labels: torch.Tensor, block: int, 
         Wh = model.head.weight.detach()
         bh = model.head.bias.detach() if model.head.bias is not None else None
         Bn, L, d = X.shape
-        f = _token_factors(X, p, eps)
+        f = _token_factors(X, p, eps, all_groups=False)
         logits = f.Z.mean(1) @ Wh.T
         if bh is not None:
             logits = logits + bh
