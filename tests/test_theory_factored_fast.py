@@ -16,9 +16,9 @@ from transformer_hessian.theory import model_loss_hessian
 from transformer_hessian.theory.factored import (
     _outer_rows,
     _packed_cols,
-    _packed_index,
     _packed_outer_t,
     _packed_sandwich_t,
+    _pair_layout,
     _psi_sandwich,
     _TokenSums,
     _unpack,
@@ -32,8 +32,9 @@ def rel_err(a, ref):
     return ((a - ref).abs().max() / ref.abs().max()).item()
 
 
-@pytest.mark.parametrize(("n", "p", "q"), [(11, 3, 5), (4, 7, 2), (1, 1, 1)])
+@pytest.mark.parametrize(("n", "p", "q"), [(11, 3, 5), (4, 7, 2), (1, 1, 1), (5, 20, 17), (3, 64, 3)])
 def test_token_sums_and_packed_pairs_match_einsum(n, p, q):
+    """Sizes up to 16 pack the upper triangle exactly, larger ones in blocks of rows (20, 17, 64)."""
     g = torch.Generator().manual_seed(n + p + q)
     a = torch.randn(n, p, generator=g, dtype=torch.float64)
     b = torch.randn(n, q + 1, generator=g, dtype=torch.float64)
@@ -45,23 +46,27 @@ def test_token_sums_and_packed_pairs_match_einsum(n, p, q):
         sums.add("sym", _packed_outer_t(a[sl].T.contiguous()), _packed_cols(Cs[sl]))
     ref = torch.einsum("na,nb,ncd->abcd", a, b, C)
     assert rel_err(sums["main"].view(p, q + 1, q, q), ref) < TOL
-    assert rel_err(_unpack(sums["sym"]), torch.einsum("na,nb,ncd->abcd", a, a, Cs)) < TOL
-    rows, cols, pos = _packed_index(q, "cpu")
-    assert torch.equal(pos[rows, cols], torch.arange(rows.numel())) and torch.equal(pos, pos.T)
-    assert torch.equal(_packed_cols(Cs), Cs[:, rows, cols])
-    ra, ca, _ = _packed_index(p, "cpu")
-    assert torch.equal(_packed_outer_t(a.T.contiguous()), (a[:, ra] * a[:, ca]).T)
+    assert rel_err(_unpack(sums["sym"], p, q), torch.einsum("na,nb,ncd->abcd", a, a, Cs)) < TOL
+    rows, cols, pos = _pair_layout(p, torch.device("cpu"))
+    assert torch.equal(pos, pos.T) and bool(
+        (rows[pos] == torch.minimum(*torch.meshgrid(torch.arange(p), torch.arange(p), indexing="ij"))).all()
+    )
+    packed = _packed_outer_t(a.T.contiguous())
+    assert torch.equal(packed, (a[:, rows] * a[:, cols]).T)
+    assert torch.equal(packed[pos.reshape(-1)].view(p, p, n), (a.T.unsqueeze(1) * a.T.unsqueeze(0)))
+    assert rows.numel() < p * p or p == 1
 
 
-def test_packed_sandwich_matches_the_explicit_product():
+@pytest.mark.parametrize("f", [7, 20])  # upper triangle; blocks of rows
+def test_packed_sandwich_matches_the_explicit_product(f):
     g = torch.Generator().manual_seed(4)
-    n, e, f = 6, 5, 7
+    n, e = 6, 5
     Om = torch.randn(n, e, e, generator=g, dtype=torch.float64)
     Om = Om + Om.transpose(1, 2)
     W = torch.randn(f, e, generator=g, dtype=torch.float64)
     m = (torch.randn(n, f, generator=g) > 0).double()
     full = m.unsqueeze(-1) * (W @ Om @ W.T) * m.unsqueeze(-2)
-    rows, cols, _ = _packed_index(f, "cpu")
+    rows, cols, _ = _pair_layout(f, torch.device("cpu"))
     assert rel_err(_packed_sandwich_t(Om, W, m).T, full[:, rows, cols]) < TOL
 
 
@@ -125,7 +130,9 @@ def test_the_named_shape_9_tokens_width_6_batch_5():
     g = torch.Generator().manual_seed(8)
     images = torch.randn(5, 1, 6, 6, generator=g, dtype=torch.float64)
     labels = torch.randint(0, 10, (5,), generator=g)
-    assert rel_err(model_loss_hessian(model, images, labels).dense, func_hessian(model, images, labels)) < TOL
+    H = model_loss_hessian(model, images, labels).dense  # d_ff = 24: the FFN pairs packed in blocks of rows
+    assert torch.equal(H, H.T)
+    assert rel_err(H, func_hessian(model, images, labels)) < TOL
 
 
 @pytest.mark.parametrize(
