@@ -125,6 +125,21 @@ def test_model_loss_hessian_equals_torch_func_on_unseen_shapes(patch_grid, width
     assert rel_err(H, ref) < TOL
 
 
+@pytest.mark.parametrize(("width", "d_k"), [(4, 7), (6, 2), (5, 5)])
+def test_reduced_parametrisation_for_d_k_above_below_and_at_d(width, d_k):
+    """The sums run over W_QK = W_Q W_K^T (d x d) and expand to W_Q, W_K (docs/theory.md §19):
+    exact whether W_QK has more entries than W_Q and W_K (d_k = 2), fewer (d_k = 7) or as many."""
+    model = _vit(6, 2, width, d_k, 2 * width + 1, 3, True, 31 + d_k)
+    g = torch.Generator().manual_seed(d_k)
+    images = torch.randn(4, 1, 6, 6, generator=g, dtype=torch.float64)
+    labels = torch.randint(0, 3, (4,), generator=g)
+    res = model_loss_hessian(model, images, labels)
+    ref = func_hessian(model, images, labels)
+    assert torch.equal(res.dense, res.dense.T)
+    assert rel_err(res.dense, ref) < TOL
+    assert rel_err(res.blocks[("W_Q", "W_K")], ref[: width * d_k, width * d_k : 2 * width * d_k]) < TOL
+
+
 def test_the_named_shape_9_tokens_width_6_batch_5():
     model = _vit(6, 2, 6, 6, 24, 10, False, 7)
     g = torch.Generator().manual_seed(8)
