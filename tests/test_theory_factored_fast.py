@@ -153,10 +153,11 @@ def test_the_named_shape_9_tokens_width_6_batch_5():
 @pytest.mark.parametrize(
     ("image", "patch", "batch", "chunk_tokens"),
     [(6, 2, 5, 18), (6, 2, 4, 1), (4, 4, 3, 1), (4, 4, 1, 1), (8, 2, 3, 20)],
-)  # 9 tokens in chunks of 2 samples (the last short) or 1; one token; batch 1; 16 tokens, 1 sample
+)  # 9 tokens in chunks of 18 tokens (the last short) or 1; one token; batch 1; 16 tokens, chunks of 20
 def test_chunked_token_sums_equal_torch_func(monkeypatch, image, patch, batch, chunk_tokens):
-    """The functional part summed over chunks of samples (factored._CHUNK_TOKENS forced small,
-    so that the chunked path runs at these small shapes) gives the same Hessian."""
+    """The token sums over chunks of tokens (factored._CHUNK_TOKENS forced small, so that the
+    chunked path runs at these small shapes, chunks cutting through samples) give the same
+    Hessian."""
     from transformer_hessian.theory import factored
 
     monkeypatch.setattr(factored, "_CHUNK_TOKENS", chunk_tokens)

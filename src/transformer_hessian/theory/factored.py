@@ -228,40 +228,21 @@ def _psi_sandwich(P: torch.Tensor, Q: torch.Tensor, A: torch.Tensor, Delta: torc
     return out - pu.unsqueeze(-1) * qa.unsqueeze(-2) - pa.unsqueeze(-1) * qu.unsqueeze(-2)
 
 
-#: tokens per chunk of the token sums (:func:`_reduced_upper`), in whole samples. Every temporary
-#: of a chunk is then a few MiB, below glibc's largest mmap threshold (32 MiB), so freed buffers
-#: are reused instead of being mapped afresh (page faults) on every product; and the packed FFN
-#: blocks' (tokens x 2080) temporaries stay small. At the paper's shape (49 tokens, d = 16,
-#: d_ff = 64, 2 threads) 1024-token chunks were the fastest of 256 ... 8192 (docs/theory.md §18).
+#: tokens per chunk of the token sums whose operands have (tokens x 1024) or more entries
+#: (:func:`_add_token_sums`); the per-token factors, at most (tokens x d^2), are formed once for
+#: all tokens. Each chunk's operands are then a few MiB, below glibc's largest mmap threshold
+#: (32 MiB), so freed buffers are reused instead of being mapped afresh (page faults) on every
+#: product. At the paper's shape (49 tokens, d = 16, d_ff = 64, 2 threads) 1024-token chunks
+#: were about as fast as 768 ... 6272 and faster than 256 or 512 (docs/theory.md §18).
 _CHUNK_TOKENS = 1024
 
 
-def _slice_factors(f: SimpleNamespace, b0: int, b1: int) -> SimpleNamespace:
-    """The factors of samples b0:b1 (every per-sample tensor, also inside dicts, sliced on
-    its batch axis; parameters and scalars shared)."""
-    Bn = f.X.shape[0]
-
-    def cut(v):
-        if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == Bn:
-            return v[b0:b1]
-        if isinstance(v, dict) and v is not f.p:
-            return {k: cut(x) for k, x in v.items()}
-        return v
-
-    return SimpleNamespace(**{k: cut(v) for k, v in vars(f).items()})
-
-
-def _reduced_upper(f: SimpleNamespace, g: torch.Tensor, chunk_tokens: int | None = None):
-    """The functional part over :data:`REDUCED_GROUPS`: :func:`_add_token_sums` over chunks of
-    whole samples (about ``chunk_tokens`` tokens each; every block is a sum over tokens, so the
-    chunks add up exactly), then :func:`_reduced_blocks`. Yields first ("grad", "W_QK",
-    dl/dW_QK), then (W_i, W_j, block) for i <= j."""
-    Bn, L = f.X.shape[:2]
-    cb = max(1, (chunk_tokens or _CHUNK_TOKENS) // L)
+def _reduced_upper(f: SimpleNamespace, g: torch.Tensor):
+    """The functional part over :data:`REDUCED_GROUPS`: :func:`_add_token_sums`, then
+    :func:`_reduced_blocks`. Yields first ("grad", "W_QK", dl/dW_QK), then (W_i, W_j, block)
+    for i <= j."""
     sums = _TokenSums()
-    for b0 in range(0, Bn, cb):
-        b1 = min(Bn, b0 + cb)
-        _add_token_sums(f if cb >= Bn else _slice_factors(f, b0, b1), g[b0:b1], sums)
+    _add_token_sums(f, g, sums)
     yield from _reduced_blocks(sums, f)
 
 
@@ -298,12 +279,12 @@ def _expand_pair(gi: str, gj: str, t: torch.Tensor, WQ: torch.Tensor, WK: torch.
             yield ri, cj, tc
 
 
-def _functional_upper(f: SimpleNamespace, g: torch.Tensor, chunk_tokens: int | None = None):
+def _functional_upper(f: SimpleNamespace, g: torch.Tensor):
     """The functional part over the five groups: :func:`_reduced_upper` expanded by
     :func:`_expand_pair`. Yields (W_i, W_j, block) for i <= j in GROUPS order, each block in the
     factor layout [i, k, j, l] (row entry (i, j) of W_i, column entry (k, l) of W_j)."""
     p = f.p
-    stream = _reduced_upper(f, g, chunk_tokens)
+    stream = _reduced_upper(f, g)
     _, _, grad = next(stream)
     for gi, gj, t in stream:
         yield from _expand_pair(gi, gj, t, p["W_Q"], p["W_K"], grad)
@@ -365,6 +346,14 @@ def _add_token_sums(f: SimpleNamespace, g: torch.Tensor, sums: _TokenSums) -> No
             C = C + flat(_psi_sandwich(f.X, f.X, f.A, Delta)) / k
         return C
 
+    def chunked(key, left, right) -> None:
+        """sums[key] += sum over token chunks of left(sl)^T right(sl), for the terms whose
+        operands have (tokens x 1024) or more entries: only one chunk of them exists at a time."""
+        for c0 in range(0, n, _CHUNK_TOKENS):
+            sl = slice(c0, c0 + _CHUNK_TOKENS)
+            sums.add(key, left(sl).T, right(sl))
+
+    y, R = alpha["W_1"], alpha["W_2"]
     for gi in _REDUCED_ATTENTION:
         ai = alpha[gi]
         phi_y = flat(f.phi_y[gi])
@@ -375,23 +364,35 @@ def _add_token_sums(f: SimpleNamespace, g: torch.Tensor, sums: _TokenSums) -> No
             sums.add(("cross", gi, "W_V"), _outer_rows(ai, gfl).T, flat(f.XJX).reshape(n, -1))
         # attention x W_1: C = Phi^S_i^T Omega_2 W_2^T diag(m); y-W_1 cross term of S (Lemma 1)
         # contracted with g_S, [i, f, a, j]
-        sums.add(
-            ("main", gi, "W_1"), _outer_rows(ai, alpha["W_1"]).T, (so2[gi] @ W2.T).mul_(Ml.unsqueeze(-2)).reshape(n, -1)
+        chunked(
+            ("main", gi, "W_1"),
+            lambda sl, ai=ai, gi=gi: _outer_rows(ai[sl], y[sl]),
+            lambda sl, gi=gi: (so2[gi][sl] @ W2.T).mul_(Ml[sl].unsqueeze(-2)).flatten(1),
         )
-        sums.add(("cross", gi, "W_1"), _outer_rows(ai, h).T, phi_y.reshape(n, -1))
-        # attention x W_2: C = Phi^S_i^T Omega_2; cross term [i, c, j, f]
-        sums.add(("main", gi, "W_2"), _outer_rows(ai, alpha["W_2"]).T, so2[gi].reshape(n, -1))
-        Xi = (phi_y.transpose(-1, -2) @ W1).mul_(Ml.unsqueeze(-2))  # [n, j, f]
-        sums.add(("cross", gi, "W_2"), _outer_rows(ai, gsl).T, Xi.reshape(n, -1))
-    y, R = alpha["W_1"], alpha["W_2"]
+        chunked(
+            ("cross", gi, "W_1"), lambda sl, ai=ai: _outer_rows(ai[sl], h[sl]), lambda sl, py=phi_y: py[sl].flatten(1)
+        )
+        # attention x W_2: C = Phi^S_i^T Omega_2; cross term [i, c, j, f] with
+        # Xi = (Phi^Y^T W_1) diag(m), [n, j, f]
+        chunked(
+            ("main", gi, "W_2"), lambda sl, ai=ai: _outer_rows(ai[sl], R[sl]), lambda sl, gi=gi: so2[gi][sl].flatten(1)
+        )
+        chunked(
+            ("cross", gi, "W_2"),
+            lambda sl, ai=ai: _outer_rows(ai[sl], gsl[sl]),
+            lambda sl, py=phi_y: (py[sl].transpose(-1, -2) @ W1).mul_(Ml[sl].unsqueeze(-2)).flatten(1),
+        )
     # W_1 x W_1: diag(m) W_2 Omega_2 W_2^T diag(m), the mask applied packed
-    sums.add(("sym", "W_1", "W_1"), _packed_outer_t(y.T.contiguous()), _packed_sandwich_t(Om2f, W2, Ml).T)
+    yy = _packed_outer_t(y.T.contiguous())
+    chunked(("sym", "W_1", "W_1"), lambda sl: yy[:, sl].T, lambda sl: _packed_sandwich_t(Om2f[sl], W2, Ml[sl]).T)
     # W_1 x W_2: C = diag(m) W_2 Omega_2, plus [a, f, f, c] += sum_n y_a m_f g_S,c
-    sums.add(
-        ("main", "W_1", "W_2"), _outer_rows(y, R).T, ((Om2f @ W2.T).transpose(-1, -2) * Ml.unsqueeze(-1)).reshape(n, -1)
+    chunked(
+        ("main", "W_1", "W_2"),
+        lambda sl: _outer_rows(y[sl], R[sl]),
+        lambda sl: ((Om2f[sl] @ W2.T).transpose(-1, -2) * Ml[sl].unsqueeze(-1)).flatten(1),
     )
-    sums.add(("diag", "W_1", "W_2"), _outer_rows(y, Ml).T, gsl)
-    sums.add(("sym", "W_2", "W_2"), _packed_outer_t(R.T.contiguous()), Om2p)
+    chunked(("diag", "W_1", "W_2"), lambda sl: _outer_rows(y[sl], Ml[sl]), lambda sl: gsl[sl])
+    chunked(("sym", "W_2", "W_2"), lambda sl: _packed_outer_t(R[sl].T.contiguous()).T, lambda sl: Om2p[sl])
 
 
 def _reduced_blocks(sums: _TokenSums, f: SimpleNamespace):
