@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 
 from transformer_hessian.model import ModelConfig, ViT
 from transformer_hessian.theory import model_loss_hessian
-from transformer_hessian.theory.factored import (
+from transformer_hessian.theory.factored import _psi_sandwich
+from transformer_hessian.theory.packed import (
     _outer_rows,
     _packed_cols,
     _packed_outer_t,
     _packed_sandwich_t,
     _pair_layout,
-    _psi_sandwich,
     _TokenSums,
     _unpack,
 )

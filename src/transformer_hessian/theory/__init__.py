@@ -3,7 +3,9 @@
 One module per concept: ``vec`` (vec_r, Kronecker and commutation algebra, softmax rows),
 ``layernorm`` (Theorems 2-3), ``ffn`` (Lemma 1), ``attention`` (Theorem 1's derivatives),
 ``layout`` (parameter-group offsets), ``reference`` (the block's materialised Theorems 4-5),
-``factored`` (the same numbers through the per-token factorisation), ``loss`` (Gauss-Newton
+``factored`` (the same numbers through the per-token factorisation), ``packed`` (sums over
+tokens as gemms, packed symmetric index pairs), ``reduced`` (the scores' W_QK = W_Q W_K^T and
+its expansion to W_Q, W_K), ``loss`` (Gauss-Newton
 split for any loss of the block output, MSE) and ``model_loss`` (the pipeline's cross-entropy).
 
 Paper conventions throughout: row-wise vectorisation vec_r (``W.reshape(-1)``), numerator

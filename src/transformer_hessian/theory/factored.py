@@ -10,7 +10,6 @@ helpers that write blocks into a large dense Hessian.
 
 from __future__ import annotations
 
-import functools
 import math
 from types import SimpleNamespace
 
@@ -19,13 +18,8 @@ import torch
 from .. import GROUPS
 from .ffn import ffn_mask
 from .layernorm import layernorm_forward, layernorm_hessian_contract, layernorm_jacobian_rows, layernorm_vjp
-
-#: Groups of the reduced parametrisation. The scores X W_Q W_K^T X^T / s depend on W_Q and W_K
-#: only through their product W_QK = W_Q W_K^T (d x d), so every Hessian block over W_Q, W_K
-#: follows from the W_QK block by the chain rule (:func:`_expand_pair`, docs/theory.md §19).
-#: The functional part is summed over tokens in these four groups, not the five.
-REDUCED_GROUPS = ("W_QK", "W_V", "W_1", "W_2")
-_REDUCED_ATTENTION = ("W_QK", "W_V")
+from .packed import _outer_rows, _packed_cols, _packed_outer_t, _packed_sandwich_t, _TokenSums, _unpack
+from .reduced import _REDUCED_ATTENTION, REDUCED_GROUPS, _expand_pair
 
 
 def _token_factors(X: torch.Tensor, p: dict, eps: float, all_groups: bool = True) -> SimpleNamespace:
@@ -120,99 +114,6 @@ def _dense_jacobian(f: SimpleNamespace, name: str) -> torch.Tensor:
     return t.reshape(B, L * d, -1)
 
 
-class _TokenSums(dict):
-    """Sums over tokens, accumulated chunk by chunk: ``add(key, a, b)`` does self[key] += a @ b
-    (the first call allocates), one gemm whose inner dimension is the chunk's tokens."""
-
-    def add(self, key, a: torch.Tensor, b: torch.Tensor) -> None:
-        if key in self:
-            self[key].addmm_(a, b)
-        else:
-            self[key] = a @ b
-
-
-def _outer_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """(n, p p'): row n is a_n (x) b_n, the left factor of sum_n (a_n (x) b_n) vec(C_n)^T."""
-    return (a.unsqueeze(2) * b.unsqueeze(1)).reshape(a.shape[0], a.shape[1] * b.shape[1])
-
-
-def _pair_block(m: int) -> int:
-    """Rows per block of the packed pair layout of an m x m symmetric index pair: 1 (exactly the
-    upper triangle) up to m = 16, else 8 (some redundant pairs; one broadcast product per block of
-    rows instead of one per row, which matters where idle OpenMP threads sleep between kernels)."""
-    return 1 if m <= 16 else 8
-
-
-@functools.lru_cache(maxsize=32)
-def _pair_layout(m: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(rows, cols, pos) of the packed pairs of an m x m symmetric index pair: block by block of
-    :func:`_pair_block` rows a in [a0, a1), every a' in [a0, m); so a <= a' for every pair but the
-    few below the diagonal of a block, which are computed and never read. pos[a, a'] = pos[a', a]
-    is the position of the pair (min, max)."""
-    b = _pair_block(m)
-    rows, cols = [], []
-    for a0 in range(0, m, b):
-        for a in range(a0, min(m, a0 + b)):
-            rows += [a] * (m - a0)
-            cols += range(a0, m)
-    rows_t = torch.tensor(rows, dtype=torch.long, device=device)
-    cols_t = torch.tensor(cols, dtype=torch.long, device=device)
-    pos = torch.empty(m, m, dtype=torch.long, device=device)
-    upper = rows_t <= cols_t  # one position per unordered pair, so that unpacking is symmetric
-    k = torch.arange(len(rows), device=device)[upper]
-    pos[rows_t[upper], cols_t[upper]] = k
-    pos[cols_t[upper], rows_t[upper]] = k
-    return rows_t, cols_t, pos
-
-
-def _packed_outer_t(aT: torch.Tensor) -> torch.Tensor:
-    """(pairs, n): row k is aT[rows[k]] * aT[cols[k]] for the packed pairs of
-    :func:`_pair_layout`, from aT (m, n): one broadcast product per block of rows, written into one
-    buffer (a gather of the rows is several times slower at m = 64)."""
-    m, n = aT.shape
-    b = _pair_block(m)
-    out = aT.new_empty(_pair_layout(m, aT.device)[0].numel(), n)
-    o = 0
-    for a0 in range(0, m, b):
-        a1, w = min(m, a0 + b), m - a0
-        torch.mul(aT[a0:a1, None], aT[None, a0:], out=out[o : o + (a1 - a0) * w].view(a1 - a0, w, n))
-        o += (a1 - a0) * w
-    return out
-
-
-def _packed_cols(C: torch.Tensor) -> torch.Tensor:
-    """(n, pairs): the packed pairs (:func:`_pair_layout`) of each symmetric C_n (n, q, q)."""
-    n, q = C.shape[:2]
-    rc, cc, _ = _pair_layout(q, C.device)
-    return C.reshape(n, q * q).index_select(1, rc * q + cc)
-
-
-def _unpack(T: torch.Tensor, p: int, q: int) -> torch.Tensor:
-    """A sum over packed pairs, T (pairs of p, pairs of q), as the full 4-index tensor
-    [a, a', c, c'] (p, p, q, q), symmetric in (a, a') and in (c, c')."""
-    mp, mq = _pair_layout(p, T.device)[2], _pair_layout(q, T.device)[2]
-    return T.index_select(0, mp.reshape(-1)).index_select(1, mq.reshape(-1)).view(p, p, q, q)
-
-
-def _packed_sandwich_t(Om: torch.Tensor, W: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    """The packed pairs (:func:`_pair_layout`) of diag(m_n) W Om_n W^T diag(m_n), transposed:
-    (pairs of f, n), for symmetric Om (n, e, e), W (f, e), m (n, f). First OW = W Om_n for all
-    tokens in one product with the shared W, then per block of rows a the entries (a, a' >= a0)
-    as W[a0:] OW[a] (about a quarter of the flops of a product with the packed Kronecker square
-    of W), then the mask m_a m_a'."""
-    n, e = Om.shape[:2]
-    f = W.shape[0]
-    b = _pair_block(f)
-    OW = (W @ Om.permute(1, 2, 0).reshape(e, e * n)).view(f, e, n)  # [a, e, n] = (W Om_n)[a, e]
-    out = Om.new_empty(_pair_layout(f, Om.device)[0].numel(), n)
-    o = 0
-    for a0 in range(0, f, b):
-        a1, w = min(f, a0 + b), f - a0
-        torch.matmul(W[a0:], OW[a0:a1], out=out[o : o + (a1 - a0) * w].view(a1 - a0, w, n))
-        o += (a1 - a0) * w
-    return out.mul_(_packed_outer_t(m.T.contiguous()))
-
-
 def _psi_sandwich(P: torch.Tensor, Q: torch.Tensor, A: torch.Tensor, Delta: torch.Tensor) -> torch.Tensor:
     """sum_{j, J} P_jr Psi_l[j, J] Q_JR for every token l, shape (B, L, r, R), with the row
     Hessian Psi_l = diag(u_l) - u_l a_l^T - a_l u_l^T of the softmax contracted with its
@@ -244,39 +145,6 @@ def _reduced_upper(f: SimpleNamespace, g: torch.Tensor):
     sums = _TokenSums()
     _add_token_sums(f, g, sums)
     yield from _reduced_blocks(sums, f)
-
-
-def _expand_rows(t: torch.Tensor, to: str, WQ: torch.Tensor, WK: torch.Tensor) -> torch.Tensor:
-    """Row group W_QK -> W_Q or W_K of a factor-layout block [i, k, j, l] (row entry (i, j)):
-    dW_QK[i, j]/dW_Q[i, a] = W_K[j, a] and dW_QK[i, j]/dW_K[j, a] = W_Q[i, a]."""
-    if to == "W_Q":
-        return torch.einsum("ikjl,ja->ikal", t, WK)
-    return torch.einsum("ikjl,ia->jkal", t, WQ)
-
-
-def _expand_cols(t: torch.Tensor, to: str, WQ: torch.Tensor, WK: torch.Tensor) -> torch.Tensor:
-    """Column group W_QK -> W_Q or W_K of a factor-layout block [i, k, j, l] (column entry (k, l))."""
-    if to == "W_Q":
-        return torch.einsum("ikjl,la->ikja", t, WK)
-    return torch.einsum("ikjl,ka->ilja", t, WQ)
-
-
-def _expand_pair(gi: str, gj: str, t: torch.Tensor, WQ: torch.Tensor, WK: torch.Tensor, grad=None):
-    """The five-group blocks of one reduced block (gi <= gj in :data:`REDUCED_GROUPS` order):
-    W_QK becomes W_Q and W_K by the chain rule, H_QQ = D_Q^T H_QK,QK D_Q with D_Q = dW_QK/dW_Q
-    and so on. ``grad`` = dl/dW_QK (d x d) adds the term of the bilinear map itself to the
-    (W_Q, W_K) block, d^2 W_QK[i, k]/(dW_Q[i, a] dW_K[k, a']) = [a = a']:
-    (W_Q[i, a], W_K[k, a']) += grad[i, k] [a = a']; pass it for the functional part only.
-    Yields (W_i, W_j, block) in the factor layout, i <= j in GROUPS order."""
-    rows = ("W_Q", "W_K") if gi == "W_QK" else (gi,)
-    cols = ("W_Q", "W_K") if gj == "W_QK" else (gj,)
-    for a, ri in enumerate(rows):
-        tr = _expand_rows(t, ri, WQ, WK) if gi == "W_QK" else t
-        for cj in cols[a if gi == gj else 0 :]:
-            tc = _expand_cols(tr, cj, WQ, WK) if gj == "W_QK" else tr
-            if (ri, cj) == ("W_Q", "W_K") and grad is not None:
-                tc.diagonal(0, 2, 3).add_(grad.unsqueeze(-1))
-            yield ri, cj, tc
 
 
 def _functional_upper(f: SimpleNamespace, g: torch.Tensor):

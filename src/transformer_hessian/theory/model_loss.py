@@ -12,16 +12,9 @@ import math
 
 import torch
 
-from .factored import (
-    REDUCED_GROUPS,
-    _copy_transposed,
-    _expand_pair,
-    _reduced_upper,
-    _symmetrize,
-    _token_factors,
-    _write_sym,
-)
+from .factored import _copy_transposed, _reduced_upper, _symmetrize, _token_factors, _write_sym
 from .layout import HessianResult, _prep, dense_to_blocks, group_offsets, group_shapes
+from .reduced import REDUCED_GROUPS, _expand_pair
 
 
 def _sym_gram(A: torch.Tensor) -> torch.Tensor:
