@@ -38,7 +38,7 @@ def _token_factors(X: torch.Tensor, p: dict, eps: float, all_groups: bool = True
       W_2: alpha = ReLU(h_l),      Phi^S = I_d
     and Phi^Y = J_{1,l} Phi^F, Phi^S = (dS_l/dY_l) Phi^Y for the attention groups. W_QK is the
     product W_Q W_K^T, through which alone the scores depend on W_Q and W_K (the reduced
-    parametrisation, :data:`REDUCED_GROUPS`); the W_Q and W_K factors are derived from its.
+    parametrisation, :data:`REDUCED_GROUPS`); the W_Q and W_K factors are derived from it.
     ``all_groups=False`` skips what only the five-group Jacobian needs (the Phi of W_Q and
     W_K, Phi^S of W_1): the reduced Hessian (:func:`_reduced_upper`) does not use them.
     """
@@ -133,8 +133,9 @@ def _psi_sandwich(P: torch.Tensor, Q: torch.Tensor, A: torch.Tensor, Delta: torc
 #: (:func:`_add_token_sums`); the per-token factors, at most (tokens x d^2), are formed once for
 #: all tokens. Each chunk's operands are then a few MiB, below glibc's largest mmap threshold
 #: (32 MiB), so freed buffers are reused instead of being mapped afresh (page faults) on every
-#: product. At the paper's shape (49 tokens, d = 16, d_ff = 64, 2 threads) 1024-token chunks
-#: were about as fast as 768 ... 6272 and faster than 256 or 512 (docs/theory.md §18).
+#: product. At the paper's shape (49 tokens, d = 16, d_ff = 64, 2 threads) chunks of 256 and 512
+#: tokens were slower and 768 to 6272 equal within this machine's noise, measured while the
+#: whole token sum still ran chunk by chunk.
 _CHUNK_TOKENS = 1024
 
 

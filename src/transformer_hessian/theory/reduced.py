@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import torch
 
-#: Groups of the reduced parametrisation. The scores X W_Q W_K^T X^T / s depend on W_Q and W_K
-#: only through their product W_QK = W_Q W_K^T (d x d), so every Hessian block over W_Q, W_K
-#: follows from the W_QK block by the chain rule (:func:`_expand_pair`, docs/theory.md §19).
-#: The functional part is summed over tokens in these four groups, not the five.
+#: The groups the sums over tokens run over: W_QK = W_Q W_K^T (d x d) in place of W_Q and W_K.
 REDUCED_GROUPS = ("W_QK", "W_V", "W_1", "W_2")
 _REDUCED_ATTENTION = ("W_QK", "W_V")
 
