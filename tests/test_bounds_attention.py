@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from torch.func import hessian
 
@@ -61,7 +61,12 @@ CASES = st.tuples(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(CASES, st.sampled_from(["random", "own_output"]))
+@example((937, 2, 2, 2, 3.0, 4.0, 1.0, 1e-3), "own_output")  # attained: Q-Q, Q-K, K-K 2.5e-9 below
 def test_project_attention_bound_holds(case, target_kind):
+    """Where the bound is attained (own_output: no functional part), the two sides agree only to
+    round-off amplified by the conditioning: delta = 1e-3 spreads W_Q and W_K over six decades,
+    and the reference lands up to 2.5e-9 (relative) above the bound in the example above; hence
+    1e-7, which still fails any bound that misses by more than round-off."""
     X, p, target = draw(*case)
     if target_kind == "own_output":  # F = Target: the functional part vanishes
         target = attention_out(X, *(p[n] for n in NAMES))
@@ -69,7 +74,7 @@ def test_project_attention_bound_holds(case, target_kind):
     bound = attention_bound(X, p, target)
     assert set(bound) == set(true)
     for key, t in true.items():
-        assert bound[key] >= t * (1 - 1e-9) - 1e-12, (key, bound[key], t)
+        assert bound[key] >= t * (1 - 1e-7) - 1e-12, (key, bound[key], t)
 
 
 def test_project_attention_bound_is_tight_for_VV_without_functional_part():
