@@ -61,11 +61,12 @@ def _token_factors(X: torch.Tensor, p: dict, eps: float, all_groups: bool = True
     Z = layernorm_forward(S, p["gamma2"], p["beta2"], eps)
     j2 = layernorm_jacobian_rows(S, p["gamma2"], eps)
     # dS_l/dY_l = I + W_2^T diag(m_l) W_1^T  (Lemma 1), [c, e]
-    Js = Id + (M @ (W2.unsqueeze(-1) * W1.T.unsqueeze(-2)).reshape(W2.shape[0], d * d)).view(Bn, L, d, d)
+    Js = (M @ (W2.unsqueeze(-1) * W1.T.unsqueeze(-2)).reshape(W2.shape[0], d * d)).view(Bn, L, d, d)
+    Js.diagonal(0, -2, -1).add_(1.0)
     # X^T J_{a_l} X = sum_j a_lj x_j x_j^T - (A X)_l (A X)_l^T
     XX = (X.unsqueeze(-1) * X.unsqueeze(-2)).reshape(Bn, L, d * d)
-    XJX = (A @ XX).view(Bn, L, d, d) - AX.unsqueeze(-1) * AX.unsqueeze(-2)
-    VXJX = (WV.T @ XJX) / s  # W_V^T X^T J X / s
+    XJX = (A @ XX).view(Bn, L, d, d).addcmul_(AX.unsqueeze(-1), AX.unsqueeze(-2), value=-1.0)
+    VXJX = (WV.T @ XJX).div_(s)  # W_V^T X^T J X / s
     phi_f = {"W_QK": VXJX, "W_V": Id.expand(Bn, L, d, d)}
     phi_y = {"W_QK": j1 @ VXJX, "W_V": j1}  # J_1 Phi^F (J_1 I = J_1 exactly)
     phi_s = {n: Js @ phi_y[n] for n in _REDUCED_ATTENTION}
@@ -126,7 +127,8 @@ def _psi_sandwich(P: torch.Tensor, Q: torch.Tensor, A: torch.Tensor, Delta: torc
     PQ = (P.unsqueeze(-1) * Q.unsqueeze(-2)).reshape(Bn, L, r * R)
     out = (Delta @ PQ).view(Bn, L, r, R)
     pu, pa, qu, qa = Delta @ P, A @ P, Delta @ Q, A @ Q
-    return out - pu.unsqueeze(-1) * qa.unsqueeze(-2) - pa.unsqueeze(-1) * qu.unsqueeze(-2)
+    out.addcmul_(pu.unsqueeze(-1), qa.unsqueeze(-2), value=-1.0)
+    return out.addcmul_(pa.unsqueeze(-1), qu.unsqueeze(-2), value=-1.0)
 
 
 #: tokens per chunk of the token sums whose operands have (tokens x 1024) or more entries
@@ -210,9 +212,9 @@ def _add_token_sums(f: SimpleNamespace, g: torch.Tensor, sums: _TokenSums) -> No
 
     def c_attention(gi: str, gj: str) -> torch.Tensor:
         """C_n of two attention groups: Phi^S_i^T Omega_2 Phi^S_j + Phi^F_i^T Omega_1 Phi^F_j (+ Psi)."""
-        C = so2[gi] @ phi_s[gj] + (fo1[gi] @ phi_qk if gj == "W_QK" else fo1[gi])
+        C = (so2[gi] @ phi_s[gj]).add_(fo1[gi] @ phi_qk if gj == "W_QK" else fo1[gi])
         if (gi, gj) == ("W_QK", "W_QK"):  # the softmax's own curvature
-            C = C + flat(_psi_sandwich(f.X, f.X, f.A, Delta)) / k
+            C.add_(flat(_psi_sandwich(f.X, f.X, f.A, Delta)).div_(k))
         return C
 
     def chunked(key, left, right) -> None:

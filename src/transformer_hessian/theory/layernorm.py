@@ -62,8 +62,9 @@ def layernorm_jacobian_rows(U: torch.Tensor, gamma: torch.Tensor, eps: float) ->
     n = U.shape[-1]
     eye = torch.eye(n, dtype=U.dtype, device=U.device)
     P = eye - 1.0 / n
-    K = (P - xhat.unsqueeze(-1) * xhat.unsqueeze(-2) / n) / sigma.unsqueeze(-1)
-    return gamma.reshape(-1, 1) * K
+    # (P - xhat xhat^T / n) / sigma, then diag(gamma), in place: one (..., m, n, n) buffer
+    K = (xhat.unsqueeze(-1) * xhat.unsqueeze(-2)).div_(-n).add_(P)
+    return K.div_(sigma.unsqueeze(-1)).mul_(gamma.reshape(-1, 1))
 
 
 @torch.no_grad()
@@ -132,13 +133,12 @@ def layernorm_hessian_contract(U: torch.Tensor, gamma: torch.Tensor, eps: float,
     s = (h * xhat).sum(-1, keepdim=True)  # (..., m, 1)
     Ph = h - h.mean(-1, keepdim=True)
     P = torch.eye(n, dtype=U.dtype, device=U.device) - 1.0 / n
-    out = (
-        3.0 * s.unsqueeze(-1) * xhat.unsqueeze(-1) * xhat.unsqueeze(-2) / n
-        - Ph.unsqueeze(-1) * xhat.unsqueeze(-2)
-        - xhat.unsqueeze(-1) * Ph.unsqueeze(-2)
-        - s.unsqueeze(-1) * P
-    )
-    return out / (n * sigma * sigma).unsqueeze(-1)
+    # 3 s xhat xhat^T / n - Ph xhat^T - xhat Ph^T - s P, in place: one (..., m, n, n) buffer
+    out = (3.0 * s.unsqueeze(-1) * xhat.unsqueeze(-1) * xhat.unsqueeze(-2)).div_(n)
+    out.addcmul_(Ph.unsqueeze(-1), xhat.unsqueeze(-2), value=-1.0)
+    out.addcmul_(xhat.unsqueeze(-1), Ph.unsqueeze(-2), value=-1.0)
+    out.addcmul_(s.unsqueeze(-1), P, value=-1.0)
+    return out.div_((n * sigma * sigma).unsqueeze(-1))
 
 
 @torch.no_grad()
