@@ -260,7 +260,7 @@ def _add_token_sums(f: SimpleNamespace, g: torch.Tensor, sums: _TokenSums) -> No
     chunked(
         ("main", "W_1", "W_2"),
         lambda sl: _outer_rows(y[sl], R[sl]),
-        lambda sl: ((Om2f[sl] @ W2.T).transpose(-1, -2) * Ml[sl].unsqueeze(-1)).flatten(1),
+        lambda sl: torch.matmul(W2, Om2f[sl]).mul_(Ml[sl].unsqueeze(-1)).flatten(1),  # W_2 Omega_2 (symmetric)
     )
     chunked(("diag", "W_1", "W_2"), lambda sl: _outer_rows(y[sl], Ml[sl]), lambda sl: gsl[sl])
     chunked(("sym", "W_2", "W_2"), lambda sl: _packed_outer_t(R[sl].T.contiguous()).T, lambda sl: Om2p[sl])
