@@ -225,6 +225,8 @@ def _add_token_sums(f: SimpleNamespace, g: torch.Tensor, sums: _TokenSums) -> No
             sums.add(key, left(sl).T, right(sl))
 
     y, R = alpha["W_1"], alpha["W_2"]
+    # one scratch buffer for the chunked left operands (d x max(d, d_ff) per token)
+    scratch = y.new_empty(min(n, _CHUNK_TOKENS) * d * max(d, R.shape[1]))
     for gi in _REDUCED_ATTENTION:
         ai = alpha[gi]
         phi_y = flat(f.phi_y[gi])
@@ -237,20 +239,24 @@ def _add_token_sums(f: SimpleNamespace, g: torch.Tensor, sums: _TokenSums) -> No
         # contracted with g_S, [i, f, a, j]
         chunked(
             ("main", gi, "W_1"),
-            lambda sl, ai=ai, gi=gi: _outer_rows(ai[sl], y[sl]),
+            lambda sl, ai=ai: _outer_rows(ai[sl], y[sl], scratch),
             lambda sl, gi=gi: (so2[gi][sl] @ W2.T).mul_(Ml[sl].unsqueeze(-2)).flatten(1),
         )
         chunked(
-            ("cross", gi, "W_1"), lambda sl, ai=ai: _outer_rows(ai[sl], h[sl]), lambda sl, py=phi_y: py[sl].flatten(1)
+            ("cross", gi, "W_1"),
+            lambda sl, ai=ai: _outer_rows(ai[sl], h[sl], scratch),
+            lambda sl, py=phi_y: py[sl].flatten(1),
         )
         # attention x W_2: C = Phi^S_i^T Omega_2; cross term [i, c, j, f] with
         # Xi = (Phi^Y^T W_1) diag(m), [n, j, f]
         chunked(
-            ("main", gi, "W_2"), lambda sl, ai=ai: _outer_rows(ai[sl], R[sl]), lambda sl, gi=gi: so2[gi][sl].flatten(1)
+            ("main", gi, "W_2"),
+            lambda sl, ai=ai: _outer_rows(ai[sl], R[sl], scratch),
+            lambda sl, gi=gi: so2[gi][sl].flatten(1),
         )
         chunked(
             ("cross", gi, "W_2"),
-            lambda sl, ai=ai: _outer_rows(ai[sl], gsl[sl]),
+            lambda sl, ai=ai: _outer_rows(ai[sl], gsl[sl], scratch),
             lambda sl, py=phi_y: (py[sl].transpose(-1, -2) @ W1).mul_(Ml[sl].unsqueeze(-2)).flatten(1),
         )
     # W_1 x W_1: diag(m) W_2 Omega_2 W_2^T diag(m), the mask applied packed
@@ -259,10 +265,10 @@ def _add_token_sums(f: SimpleNamespace, g: torch.Tensor, sums: _TokenSums) -> No
     # W_1 x W_2: C = diag(m) W_2 Omega_2, plus [a, f, f, c] += sum_n y_a m_f g_S,c
     chunked(
         ("main", "W_1", "W_2"),
-        lambda sl: _outer_rows(y[sl], R[sl]),
+        lambda sl: _outer_rows(y[sl], R[sl], scratch),
         lambda sl: torch.matmul(W2, Om2f[sl]).mul_(Ml[sl].unsqueeze(-1)).flatten(1),  # W_2 Omega_2 (symmetric)
     )
-    chunked(("diag", "W_1", "W_2"), lambda sl: _outer_rows(y[sl], Ml[sl]), lambda sl: gsl[sl])
+    chunked(("diag", "W_1", "W_2"), lambda sl: _outer_rows(y[sl], Ml[sl], scratch), lambda sl: gsl[sl])
     chunked(("sym", "W_2", "W_2"), lambda sl: _packed_outer_t(R[sl].T.contiguous()).T, lambda sl: Om2p[sl])
 
 

@@ -25,9 +25,14 @@ class _TokenSums(dict):
             self[key] = a @ b
 
 
-def _outer_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """(n, p p'): row n is a_n (x) b_n, the left factor of sum_n (a_n (x) b_n) vec(C_n)^T."""
-    return (a.unsqueeze(2) * b.unsqueeze(1)).reshape(a.shape[0], a.shape[1] * b.shape[1])
+def _outer_rows(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """(n, p p'): row n is a_n (x) b_n, the left factor of sum_n (a_n (x) b_n) vec(C_n)^T.
+    ``out``: a flat scratch buffer of at least n p p' entries to write into (reused from one
+    product to the next instead of a fresh allocation each time)."""
+    n, p, q = a.shape[0], a.shape[1], b.shape[1]
+    if out is None:
+        return (a.unsqueeze(2) * b.unsqueeze(1)).reshape(n, p * q)
+    return torch.mul(a.unsqueeze(2), b.unsqueeze(1), out=out[: n * p * q].view(n, p, q)).view(n, p * q)
 
 
 def _pair_block(m: int) -> int:
