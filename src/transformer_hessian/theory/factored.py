@@ -19,7 +19,7 @@ from .. import GROUPS
 from .ffn import ffn_mask
 from .layernorm import layernorm_forward, layernorm_hessian_contract, layernorm_jacobian_rows, layernorm_vjp
 from .packed import _outer_rows, _packed_cols, _packed_outer_t, _packed_sandwich_t, _TokenSums, _unpack
-from .reduced import _REDUCED_ATTENTION, REDUCED_GROUPS, _expand_pair
+from .reduced import _REDUCED_ATTENTION, REDUCED_GROUPS, _expand_pair, reduced_shapes
 
 
 def _token_factors(X: torch.Tensor, p: dict, eps: float, all_groups: bool = True) -> SimpleNamespace:
@@ -277,10 +277,9 @@ def _reduced_blocks(sums: _TokenSums, f: SimpleNamespace):
     dl/dW_QK) (d x d), then (W_i, W_j, block) for i <= j over :data:`REDUCED_GROUPS`, each block
     a 4-index tensor in the factor layout [i, k, j, l] (row entry (i, j) of W_i, column entry
     (k, l) of W_j); :func:`_block_2d` makes it a matrix. Consumes ``sums``."""
-    d = f.X.shape[-1]
     s = math.sqrt(f.k)
     yield "grad", "W_QK", sums.pop("grad").div_(s)
-    shape = {"W_QK": (d, d), **{n: tuple(f.p[n].shape) for n in REDUCED_GROUPS[1:]}}
+    shape = reduced_shapes(f.p)
     for a, gi in enumerate(REDUCED_GROUPS):
         for gj in REDUCED_GROUPS[a:]:
             (pi, qi), (pj, qj) = shape[gi], shape[gj]

@@ -14,7 +14,7 @@ import torch
 
 from .factored import _copy_transposed, _reduced_upper, _symmetrize, _token_factors, _write_sym
 from .layout import HessianResult, _prep, dense_to_blocks, group_offsets, group_shapes
-from .reduced import REDUCED_GROUPS, _expand_pair
+from .reduced import REDUCED_GROUPS, _expand_pair, reduced_shapes
 
 
 def _sym_gram(A: torch.Tensor) -> torch.Tensor:
@@ -58,7 +58,7 @@ def _model_parts(model, images: torch.Tensor, labels: torch.Tensor, block: int, 
         onehot = torch.nn.functional.one_hot(labels.to(X.device).long(), Wh.shape[0]).to(X.dtype)
         # d logits / d vec_r(Z_b) = (1/L) (1_L^T (x) W_h); CE: grad p - e_y, Hessian diag(p) - p p^T.
         shapes = group_shapes(p)
-        red_shapes = {"W_QK": (d, d), **{n: shapes[n] for n in REDUCED_GROUPS[1:]}}
+        red_shapes = reduced_shapes(p)
         off_r = group_offsets(red_shapes, REDUCED_GROUPS)
         # d logits_b / d w over the reduced groups: sum_l alpha_l (x) (W_h J_2,l Phi^S_l) / L;
         # W_h J_2,l first (C rows, not d); Phi^S of W_2 is the identity, of W_1 W_2^T diag(m)
@@ -85,7 +85,8 @@ def _model_parts(model, images: torch.Tensor, labels: torch.Tensor, block: int, 
         Hce = torch.diag_embed(prob) - prob.unsqueeze(-1) * prob.unsqueeze(-2)
         lam, vec = torch.linalg.eigh(Hce)
         lam, vec = lam[:, 1:].clamp_min(0.0), vec[:, :, 1:]  # drop the zero eigenvalue
-        Vb = vec * (lam.sqrt() / (L * math.sqrt(Bn))).unsqueeze(-2)  # (B, C, C-1), Hce_b / B = V_b V_b^T L^2
+        # (B, C, C-1): V_b V_b^T = Hce_b / (B L^2), the mean's 1/B and the logit Jacobian's 1/L folded in
+        Vb = vec * (lam.sqrt() / (L * math.sqrt(Bn))).unsqueeze(-2)
         Jw = torch.einsum("bor,boP->brP", Vb, Jl).reshape(-1, off_r["W_2"].stop)
         del Jl
         g = ((prob - onehot) @ Wh / (Bn * L)).unsqueeze(1).expand(Bn, L, d)

@@ -14,6 +14,13 @@ REDUCED_GROUPS = ("W_QK", "W_V", "W_1", "W_2")
 _REDUCED_ATTENTION = ("W_QK", "W_V")
 
 
+def reduced_shapes(params: dict) -> dict[str, tuple[int, int]]:
+    """{name: (p, q)} of :data:`REDUCED_GROUPS` for the block parameters ``params``: W_QK is
+    d x d, the others as in ``params``."""
+    d = params["W_Q"].shape[0]
+    return {"W_QK": (d, d), **{n: tuple(params[n].shape) for n in REDUCED_GROUPS[1:]}}
+
+
 def _expand_rows(t: torch.Tensor, to: str, WQ: torch.Tensor, WK: torch.Tensor) -> torch.Tensor:
     """Row group W_QK -> W_Q or W_K of a factor-layout block [i, k, j, l] (row entry (i, j)):
     dW_QK[i, j]/dW_Q[i, a] = W_K[j, a] and dW_QK[i, j]/dW_K[j, a] = W_Q[i, a]."""
