@@ -162,8 +162,8 @@ def _functional_upper(f: SimpleNamespace, g: torch.Tensor):
 
 
 def _add_token_sums(f: SimpleNamespace, g: torch.Tensor, sums: _TokenSums) -> None:
-    """Add one chunk's token sums of the functional part sum_b (g_b^T (x) I) d^2Z_b/(dW_i dW_j)
-    over the reduced groups to ``sums``, for X (B, L, d) and g (B, L, d) = dl/dZ per sample,
+    """Add the token sums of the functional part sum_b (g_b^T (x) I) d^2Z_b/(dW_i dW_j) over the
+    reduced groups to ``sums``, for X (B, L, d) and g (B, L, d) = dl/dZ per sample,
     contracted through the chain without forming d^2Z (see docs/theory.md):
 
       g_S = J_2^T g,  Omega_2 = <g, d^2LN_2/dS^2>,  g_Y = (dS/dY)^T g_S,
