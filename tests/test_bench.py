@@ -103,6 +103,22 @@ def test_cli_prints_table(cli_run):
     assert "speed-up vs ref." in stdout and "1.00x" in stdout
 
 
+def test_memory_cap_tells_when_the_address_space_is_at_its_limit():
+    """Near the RLIMIT_AS cap a failed allocation can surface as any exception (seen: an OSError
+    from inspect.getsource); the worker then asks the cap whether it was at its limit."""
+    from transformer_hessian.bench.sandbox import _MemoryCap, _rss_bytes
+
+    cap = _MemoryCap(1 << 30, _rss_bytes(), lambda rss: None)
+    assert not cap.at_limit()  # not armed
+    cap.arm()
+    try:
+        assert "rlimit_as" in cap.mechanisms
+        assert not cap.at_limit()  # 1 GiB of room, 16 MiB margin
+        assert cap.at_limit(margin=2 << 30)
+    finally:
+        cap.disarm()
+
+
 def test_method_over_memory_cap_is_recorded_not_raised(tmp_path):
     """(a) forced over a 1 MiB cap: recorded as out of memory, (a') takes over as the reference."""
     s = BenchSettings(

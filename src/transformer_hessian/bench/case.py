@@ -108,7 +108,9 @@ def run_case(label: str, width: int, s: BenchSettings, workdir: Path) -> dict:
     elif row["status"] == OOM:
         pass
     elif rc == _WATCHDOG_EXIT:
-        row["status"] = OOM
+        # the watchdog exits with this code even when its own report could not be written (the
+        # child is over its cap, so the write itself may fail to allocate): the code says who
+        row["status"], row["oom_by"] = OOM, "rss_watchdog"
     elif rc != 0 or res.get("stage") != "done":
         # a child that died without reporting: SIGKILL with no timeout is the kernel's OOM killer
         row["status"] = OOM if rc == -signal.SIGKILL else ERROR

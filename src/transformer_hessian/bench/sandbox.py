@@ -64,6 +64,7 @@ class _MemoryCap:
     def __init__(self, cap_bytes: int, baseline_rss: int, on_fire):
         self.cap, self.baseline, self.on_fire = cap_bytes, baseline_rss, on_fire
         self.mechanisms: list[str] = []
+        self.limit_as: int | None = None  # the RLIMIT_AS set by arm(), bytes
         self._old = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
@@ -88,9 +89,18 @@ class _MemoryCap:
             if hard != resource.RLIM_INFINITY:
                 limit = min(limit, hard)
             resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+            self.limit_as = limit
             self.mechanisms.append("rlimit_as")
         except (ValueError, OSError, KeyError):
             self._old = None
+
+    def at_limit(self, margin: int = 16 * _MIB) -> bool:
+        """Whether the address space is within ``margin`` of the RLIMIT_AS that arm() set. Near
+        the cap a failed allocation can surface as any exception (e.g. an OSError from a source
+        file that could not be read), not only as MemoryError; this tells those apart."""
+        if self.limit_as is None:
+            return False
+        return _proc_status().get("VmSize", 0) >= self.limit_as - margin
 
     def disarm(self) -> None:
         if self._old is not None:

@@ -107,9 +107,13 @@ def run_worker(spec: dict) -> dict:
         res["status"] = OK
     except BaseException as err:  # noqa: BLE001 - every failure becomes a row, never a crash
         H = None
-        res["status"] = OOM if _is_oom(err) else ERROR
+        near_cap = not _is_oom(err) and cap.at_limit()  # a failed allocation seen as another error
+        res["status"] = OOM if _is_oom(err) or near_cap else ERROR
         res["message"] = f"{type(err).__name__}: {str(err)[:500]}"
-        if res["status"] == OOM:
+        if near_cap:
+            res["oom_by"] = "rlimit_as"
+            res["message"] += " (raised with the address space at the cap)"
+        elif res["status"] == OOM:
             res["oom_by"] = "rlimit_as" if "rlimit_as" in cap.mechanisms else "allocation failure"
         del err
         gc.collect()
