@@ -107,8 +107,9 @@ def run_worker(spec: dict) -> dict:
         res["status"] = OK
     except BaseException as err:  # noqa: BLE001 - every failure becomes a row, never a crash
         H = None
-        near_cap = not _is_oom(err) and cap.at_limit()  # a failed allocation seen as another error
-        res["status"] = OOM if _is_oom(err) or near_cap else ERROR
+        oom = _is_oom(err)
+        near_cap = not oom and cap.at_limit()  # a failed allocation seen as another error
+        res["status"] = OOM if oom or near_cap else ERROR
         res["message"] = f"{type(err).__name__}: {str(err)[:500]}"
         if near_cap:
             res["oom_by"] = "rlimit_as"

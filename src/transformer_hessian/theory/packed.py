@@ -42,16 +42,27 @@ def _pair_block(m: int) -> int:
     return 1 if m <= 16 else 8
 
 
+def _pair_blocks(m: int):
+    """The packed pair layout of an m x m symmetric index pair, block by block: (a0, a1, k0, k1)
+    for rows a in [a0, a1) paired with every a' in [a0, m), at positions k0:k1 of the packed list
+    (row-major within the block, (a1 - a0) x (m - a0) pairs)."""
+    b, k0 = _pair_block(m), 0
+    for a0 in range(0, m, b):
+        a1 = min(m, a0 + b)
+        k1 = k0 + (a1 - a0) * (m - a0)
+        yield a0, a1, k0, k1
+        k0 = k1
+
+
 @functools.lru_cache(maxsize=32)
 def _pair_layout(m: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(rows, cols, pos) of the packed pairs of an m x m symmetric index pair: block by block of
     :func:`_pair_block` rows a in [a0, a1), every a' in [a0, m); so a <= a' for every pair but the
     few below the diagonal of a block, which are computed and never read. pos[a, a'] = pos[a', a]
     is the position of the pair (min, max)."""
-    b = _pair_block(m)
     rows, cols = [], []
-    for a0 in range(0, m, b):
-        for a in range(a0, min(m, a0 + b)):
+    for a0, a1, _, _ in _pair_blocks(m):
+        for a in range(a0, a1):
             rows += [a] * (m - a0)
             cols += range(a0, m)
     rows_t = torch.tensor(rows, dtype=torch.long, device=device)
@@ -69,13 +80,9 @@ def _packed_outer_t(aT: torch.Tensor) -> torch.Tensor:
     :func:`_pair_layout`, from aT (m, n): one broadcast product per block of rows, written into one
     buffer (a gather of the rows is several times slower at m = 64)."""
     m, n = aT.shape
-    b = _pair_block(m)
     out = aT.new_empty(_pair_layout(m, aT.device)[0].numel(), n)
-    o = 0
-    for a0 in range(0, m, b):
-        a1, w = min(m, a0 + b), m - a0
-        torch.mul(aT[a0:a1, None], aT[None, a0:], out=out[o : o + (a1 - a0) * w].view(a1 - a0, w, n))
-        o += (a1 - a0) * w
+    for a0, a1, k0, k1 in _pair_blocks(m):
+        torch.mul(aT[a0:a1, None], aT[None, a0:], out=out[k0:k1].view(a1 - a0, m - a0, n))
     return out
 
 
@@ -101,12 +108,8 @@ def _packed_sandwich_t(Om: torch.Tensor, W: torch.Tensor, m: torch.Tensor) -> to
     of W), then the mask m_a m_a'."""
     n, e = Om.shape[:2]
     f = W.shape[0]
-    b = _pair_block(f)
     OW = (W @ Om.permute(1, 2, 0).reshape(e, e * n)).view(f, e, n)  # [a, e, n] = (W Om_n)[a, e]
     out = Om.new_empty(_pair_layout(f, Om.device)[0].numel(), n)
-    o = 0
-    for a0 in range(0, f, b):
-        a1, w = min(f, a0 + b), f - a0
-        torch.matmul(W[a0:], OW[a0:a1], out=out[o : o + (a1 - a0) * w].view(a1 - a0, w, n))
-        o += (a1 - a0) * w
+    for a0, a1, k0, k1 in _pair_blocks(f):
+        torch.matmul(W[a0:], OW[a0:a1], out=out[k0:k1].view(a1 - a0, f - a0, n))
     return out.mul_(_packed_outer_t(m.T.contiguous()))
