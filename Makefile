@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 UV_VERSION := 0.13.9
 
-.PHONY: setup reproduce test test-slurm lint report clean lock
+.PHONY: setup reproduce test test-explore test-slurm lint report clean lock
 
 setup: $(STAMP)
 
@@ -36,6 +36,11 @@ reproduce: setup
 
 test: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest
+
+# The same tests with fresh random draws in every property test (`make test` fixes each test's
+# seed, so that it gives the same verdict on the same commit; see tests/conftest.py).
+test-explore: setup
+	HYPOTHESIS_PROFILE=explore PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest
 
 # Only the SLURM integration test (part of `make test`): as root, installs slurm-wlm + munge with
 # apt-get where missing, runs the tiny workflow on a private one-node cluster, stops it by PID.

@@ -195,6 +195,16 @@ def test_sweep_models_union_of_both_directions():
     spec = scaling.experiment_spec(scaling.sweep_models(s)[2], s)
     assert spec["model"]["width"] == 16 and spec["model"]["d_k"] == 16 and spec["model"]["d_ff"] == 64
     assert spec["train"]["max_train"] == 100
+    assert spec["model"]["ffn_bias"] is False and spec["model"]["ln_eps"] == 1e-5  # the schema's defaults
+
+
+def test_sweep_model_architecture_keys_reach_the_models_and_their_cache_key():
+    base = typed(**TINY_SWEEP)
+    point = scaling.sweep_models(base)[0]
+    changed = typed(**{**TINY_SWEEP, "ffn_bias": True, "ln_eps": 1e-3})
+    model = scaling.experiment_spec(point, changed)["model"]
+    assert model["ffn_bias"] is True and model["ln_eps"] == 1e-3
+    assert scaling.model_key(point, changed) != scaling.model_key(point, base)
 
 
 def test_cache_skips_finished_models(tmp_path, monkeypatch):

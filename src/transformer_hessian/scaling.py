@@ -81,8 +81,8 @@ def experiment_spec(point: dict, scaling: Scaling) -> dict:
         "depth": int(point["depth"]),
         "d_k": max(1, round(scaling.d_k_ratio * d)),
         "d_ff": max(1, round(scaling.d_ff_ratio * d)),
-        "ffn_bias": False,
-        "ln_eps": 1.0e-5,
+        "ffn_bias": scaling.ffn_bias,
+        "ln_eps": scaling.ln_eps,
     }
     return {
         "dataset": scaling.dataset,

@@ -367,6 +367,8 @@ class Scaling(Section):
     fixed_depth: int
     d_k_ratio: float
     d_ff_ratio: float
+    ffn_bias: bool
+    ln_eps: float
     train_sizes: tuple[int | None, ...]
     train: ScalingTrain
     tolerance: float
