@@ -257,7 +257,8 @@ def _add_token_sums(f: SimpleNamespace, g: torch.Tensor, sums: _TokenSums) -> No
         chunked(
             ("cross", gi, "W_2"),
             lambda sl, ai=ai: _outer_rows(ai[sl], gsl[sl], scratch),
-            lambda sl, py=phi_y: (py[sl].transpose(-1, -2) @ W1).mul_(Ml[sl].unsqueeze(-2)).flatten(1),
+            # Phi^Y^T made contiguous first: then one product with the shared W_1, not a batch
+            lambda sl, py=phi_y: (py[sl].mT.contiguous() @ W1).mul_(Ml[sl].unsqueeze(-2)).flatten(1),
         )
     # W_1 x W_1: diag(m) W_2 Omega_2 W_2^T diag(m), the mask applied packed
     yy = _packed_outer_t(y.T.contiguous())

@@ -45,7 +45,7 @@ def _pair_block(m: int) -> int:
 def _pair_blocks(m: int):
     """The packed pair layout of an m x m symmetric index pair, block by block: (a0, a1, k0, k1)
     for rows a in [a0, a1) paired with every a' in [a0, m), at positions k0:k1 of the packed list
-    (row-major within the block, (a1 - a0) x (m - a0) pairs)."""
+    ((m - a0) x (a1 - a0) pairs, a' major: position k0 + (a' - a0) (a1 - a0) + a - a0)."""
     b, k0 = _pair_block(m), 0
     for a0 in range(0, m, b):
         a1 = min(m, a0 + b)
@@ -62,9 +62,9 @@ def _pair_layout(m: int, device: torch.device) -> tuple[torch.Tensor, torch.Tens
     is the position of the pair (min, max)."""
     rows, cols = [], []
     for a0, a1, _, _ in _pair_blocks(m):
-        for a in range(a0, a1):
-            rows += [a] * (m - a0)
-            cols += range(a0, m)
+        for a2 in range(a0, m):
+            rows += range(a0, a1)
+            cols += [a2] * (a1 - a0)
     rows_t = torch.tensor(rows, dtype=torch.long, device=device)
     cols_t = torch.tensor(cols, dtype=torch.long, device=device)
     pos = torch.empty(m, m, dtype=torch.long, device=device)
@@ -82,7 +82,7 @@ def _packed_outer_t(aT: torch.Tensor) -> torch.Tensor:
     m, n = aT.shape
     out = aT.new_empty(_pair_layout(m, aT.device)[0].numel(), n)
     for a0, a1, k0, k1 in _pair_blocks(m):
-        torch.mul(aT[a0:a1, None], aT[None, a0:], out=out[k0:k1].view(a1 - a0, m - a0, n))
+        torch.mul(aT[a0:, None], aT[None, a0:a1], out=out[k0:k1].view(m - a0, a1 - a0, n))
     return out
 
 
@@ -102,14 +102,19 @@ def _unpack(T: torch.Tensor, p: int, q: int) -> torch.Tensor:
 
 def _packed_sandwich_t(Om: torch.Tensor, W: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     """The packed pairs (:func:`_pair_layout`) of diag(m_n) W Om_n W^T diag(m_n), transposed:
-    (pairs of f, n), for symmetric Om (n, e, e), W (f, e), m (n, f). First OW = W Om_n for all
-    tokens in one product with the shared W, then per block of rows a the entries (a, a' >= a0)
-    as W[a0:] OW[a] (about a quarter of the flops of a product with the packed Kronecker square
-    of W), then the mask m_a m_a'."""
+    (pairs of f, n), for symmetric Om (n, e, e), W (f, e), m (n, f). First
+    OW[e, a, n] = m_a (Om_n W^T)[e, a] for all tokens (one batched product with the shared W),
+    then per block of rows [a0, a1) the entries (a' >= a0, a) as one product W[a0:] OW[:, a0:a1]
+    (about a quarter of the flops of a product with the packed Kronecker square of W), then the
+    mask m_a'."""
     n, e = Om.shape[:2]
     f = W.shape[0]
-    OW = (W @ Om.permute(1, 2, 0).reshape(e, e * n)).view(f, e, n)  # [a, e, n] = (W Om_n)[a, e]
+    mT = m.T.contiguous()  # [a, n]
+    OW = torch.matmul(W, Om.permute(1, 2, 0))  # [e, a, n] (Om_n symmetric)
+    OW.mul_(mT)
     out = Om.new_empty(_pair_layout(f, Om.device)[0].numel(), n)
     for a0, a1, k0, k1 in _pair_blocks(f):
-        torch.matmul(W[a0:], OW[a0:a1], out=out[k0:k1].view(a1 - a0, f - a0, n))
-    return out.mul_(_packed_outer_t(m.T.contiguous()))
+        blk = out[k0:k1].view(f - a0, (a1 - a0) * n)
+        torch.mm(W[a0:], OW[:, a0:a1].reshape(e, (a1 - a0) * n), out=blk)
+        blk.view(f - a0, a1 - a0, n).mul_(mT[a0:, None])
+    return out
