@@ -88,6 +88,7 @@ def test_bench_train_cli_on_a_tiny_config(tmp_path):
         )
     res = json.loads((out / "train_bench.json").read_text())
     assert [r["experiment"] for r in res["rows"]] == ["tiny_digits", "tiny_cifar"]
+    assert len(res["load_average"]) == 3 and "git_commit" in res
     for r in res["rows"]:
         assert r["images_per_s"] > 0 and 0.0 <= r["data_loading_share"] <= 1.0
         assert r["flops_per_image"] > 0 and r["achieved_tflops"] > 0

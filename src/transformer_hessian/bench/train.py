@@ -22,6 +22,7 @@ of the data set's shape instead of the files (the table says so). Writes
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 from pathlib import Path
@@ -177,7 +178,9 @@ def markdown(result: dict) -> str:
         f"Config(s) {result['config']}; device {result['device']}; {result['steps']} timed training steps after "
         f"{result['warmup']} untimed ones per experiment. Data loading = indexing the on-device tensors "
         "(+ on-device augmentation); FLOPs per image = forward + backward matrix products "
-        "(torch FlopCounterMode). Peak: dense vendor peak for the step's dtype, CUDA only.",
+        "(torch FlopCounterMode). Peak: dense vendor peak for the step's dtype, CUDA only. "
+        f"Commit {result.get('git_commit', 'unknown')}, load average at the end "
+        f"{', '.join(f'{x:.2f}' for x in result.get('load_average', []))}.",
         "",
         "| config | experiment | data | params | batch | amp | compile | augment | images/s | data-loading share "
         "| GFLOP/image | TFLOP/s | of peak |",
@@ -197,7 +200,7 @@ def markdown(result: dict) -> str:
 def run_train_bench(a) -> dict:
     """``transformer-hessian bench train``: run every (chosen) experiment, write JSON and Markdown."""
     from ..settings import load_settings
-    from ..utils import device_description, package_versions, resolve_device
+    from ..utils import device_description, git_commit, package_versions, resolve_device
 
     if a.steps < 1 or a.warmup < 0:
         raise ValueError("bench train: --steps must be >= 1 and --warmup >= 0")
@@ -242,6 +245,9 @@ def run_train_bench(a) -> dict:
         "warmup": a.warmup,
         "synthetic": bool(a.synthetic),
         "packages": package_versions(),
+        # provenance, as in bench hessian: the commit measured and how busy the machine was
+        "git_commit": git_commit(),
+        "load_average": list(os.getloadavg()),
         "rows": rows,
     }
     out = Path(a.out_dir)
