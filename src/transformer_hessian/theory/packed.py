@@ -62,9 +62,9 @@ def _pair_layout(m: int, device: torch.device) -> tuple[torch.Tensor, torch.Tens
     is the position of the pair (min, max)."""
     rows, cols = [], []
     for a0, a1, _, _ in _pair_blocks(m):
-        for a2 in range(a0, m):
+        for ap in range(a0, m):  # a' major
             rows += range(a0, a1)
-            cols += [a2] * (a1 - a0)
+            cols += [ap] * (a1 - a0)
     rows_t = torch.tensor(rows, dtype=torch.long, device=device)
     cols_t = torch.tensor(cols, dtype=torch.long, device=device)
     pos = torch.empty(m, m, dtype=torch.long, device=device)
