@@ -12,6 +12,7 @@ from transformer_hessian.bench.hessian import (
     benchmark,
     build_problem,
     n_group_params,
+    run_bench,
     settings_from_args,
 )
 from transformer_hessian.cli import build_parser
@@ -29,6 +30,14 @@ def test_paper_shape_defaults_and_overrides():
     assert (s.widths, s.batch_size, s.methods, s.shape) == ([8], 4, ["a", "b"], "paper")
     plain = settings_from_args(_args())
     assert plain == BenchSettings(threads=None)  # without the flag: the old defaults
+    s = settings_from_args(_args("--paper-shape", "--reference-repeats", "3"))
+    assert s.reference_repeats == 3 and s.reference_warmup is False
+    assert settings_from_args(_args("--reference-repeats", "2")).reference_repeats == 2
+
+
+def test_reference_repeats_must_be_positive(tmp_path):
+    with pytest.raises(ValueError, match="--reference-repeats must be positive"):
+        run_bench(_args("--reference-repeats", "0", "--out-dir", str(tmp_path)))
 
 
 def test_paper_shape_problem_is_the_papers():

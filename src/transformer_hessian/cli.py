@@ -452,6 +452,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--methods", nargs="+", default=None, help="method labels to run (a-e; default all)")
     b.add_argument("--device", default=None, help="cpu (default), cuda, or auto (cuda when available)")
     b.add_argument("--reference-cache", default=None, help="folder caching the reference Hessian and its timing")
+    b.add_argument(
+        "--reference-repeats",
+        type=int,
+        default=None,
+        help="timed runs of the reference (a) (default --repeats; paper shape 1, without warm-up): "
+        "the speed-ups divide by its median, so more runs make them steadier",
+    )
     b = bsub.add_parser("train", help="training throughput: images/s, data-loading share, TFLOP/s per experiment")
     b.add_argument("--config", nargs="+", default=["config/config.yaml"], help="config(s) whose experiments are timed")
     b.add_argument("--experiments", nargs="+", default=None, help="experiment names (default: all)")

@@ -174,6 +174,8 @@ def run_bench(a) -> dict:
     s = settings_from_args(a)
     if s.repeats < 1 or s.batch_size < 1 or not s.widths or min(s.widths) < 1:
         raise ValueError("bench hessian: --repeats, --batch-size and --widths must be positive")
+    if s.reference_repeats is not None and s.reference_repeats < 1:
+        raise ValueError("bench hessian: --reference-repeats must be positive")
     result = benchmark(s)
     print(markdown_table(result), end="", flush=True)
     out = Path(s.out_dir)
