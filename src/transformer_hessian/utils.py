@@ -187,6 +187,26 @@ def device_description(device: torch.device | None = None) -> str:
     return f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
 
 
+def run_environment(threads: int | None = None, device: str = "cpu") -> dict:
+    """What a benchmark ran on: package versions, commit, device, CPU count, intra-op threads,
+    the load average now and the OpenMP/MKL variables that child processes inherit
+    (OMP_WAIT_POLICY=PASSIVE avoids OpenMP's spin-waiting on a loaded machine,
+    docs/theory.md section 12)."""
+    import torch
+
+    return {
+        "packages": package_versions(),
+        "git_commit": git_commit(),
+        "device": device_description(torch.device(device)),
+        "cpu_count": os.cpu_count(),
+        "threads": threads or torch.get_num_threads(),
+        "load_average": list(os.getloadavg()),
+        "omp_env": {
+            k: os.environ[k] for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS") if k in os.environ
+        },
+    }
+
+
 def setup_logging(verbose: bool = False) -> None:
     """Log to stderr (the rule's log file) with timestamps; DEBUG when ``verbose``."""
     logging.basicConfig(

@@ -42,14 +42,13 @@ methods), ``worker`` (the child process), ``case`` (launching one child, its row
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from ..utils import log, write_json, write_text
+from ..utils import log, run_environment, write_json, write_text
 from .cache import _cached_reference, _store_reference
 from .case import run_case
 from .compare import _finalise_rows, relative_error  # noqa: F401  (relative_error: tests)
@@ -63,26 +62,6 @@ from .worker import _worker_main
 
 class BenchError(ValueError):
     """A method disagreed with (a) or failed; raised after the results are written."""
-
-
-def _environment(threads, device: str = "cpu") -> dict:
-    import torch
-
-    from ..utils import device_description, git_commit, package_versions
-
-    return {
-        "packages": package_versions(),
-        "git_commit": git_commit(),
-        "device": device_description(torch.device(device)),
-        "cpu_count": os.cpu_count(),
-        "threads": threads or torch.get_num_threads(),
-        # the children inherit these; OMP_WAIT_POLICY=PASSIVE avoids OpenMP's spin-waiting on a
-        # loaded machine (docs/theory.md, section 12)
-        "load_average": list(os.getloadavg()),
-        "omp_env": {
-            k: os.environ[k] for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS") if k in os.environ
-        },
-    }
 
 
 def benchmark(s: BenchSettings) -> dict:
@@ -99,7 +78,7 @@ def benchmark(s: BenchSettings) -> dict:
         "benchmark": "dense Hessian extraction",
         "settings": asdict(s),
         "tolerance": s.tolerance,
-        "environment": _environment(s.threads, s.device),
+        "environment": run_environment(s.threads, s.device),
         "complete": False,
         "rows": [],
     }

@@ -22,7 +22,6 @@ of the data set's shape instead of the files (the table says so). Writes
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import time
 from pathlib import Path
@@ -200,7 +199,7 @@ def markdown(result: dict) -> str:
 def run_train_bench(a) -> dict:
     """``transformer-hessian bench train``: run every (chosen) experiment, write JSON and Markdown."""
     from ..settings import load_settings
-    from ..utils import device_description, git_commit, package_versions, resolve_device
+    from ..utils import resolve_device, run_environment
 
     if a.steps < 1 or a.warmup < 0:
         raise ValueError("bench train: --steps must be >= 1 and --warmup >= 0")
@@ -239,15 +238,11 @@ def run_train_bench(a) -> dict:
     result = {
         "benchmark": "training throughput",
         "config": ", ".join(paths),
-        "device": device_description(dev),
-        "threads": torch.get_num_threads(),
         "steps": a.steps,
         "warmup": a.warmup,
         "synthetic": bool(a.synthetic),
-        "packages": package_versions(),
-        # provenance, as in bench hessian: the commit measured and how busy the machine was
-        "git_commit": git_commit(),
-        "load_average": list(os.getloadavg()),
+        # provenance, as in bench hessian (device, threads, packages, commit, load average now)
+        **run_environment(device=str(dev)),
         "rows": rows,
     }
     out = Path(a.out_dir)
