@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 UV_VERSION := 0.13.9
 
-.PHONY: setup reproduce test test-explore test-slurm lint report clean lock
+.PHONY: setup reproduce test test-explore test-slurm lint report clean lock gpu-check gpu-carry
 
 setup: $(STAMP)
 
@@ -46,6 +46,16 @@ test-explore: setup
 # apt-get where missing, runs the tiny workflow on a private one-node cluster, stops it by PID.
 test-slurm: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -v tests/test_slurm.py
+
+# Every CUDA path in one short run (docs/gpu.md): gpu-check-out/gpu_check.{json,md}. Needs no venv
+# (the GPU machine has none): GPU_PYTHON is the python with torch, GPU_SITE a folder of unpacked
+# wheels (.carry/wheels), MNIST_SRC the MNIST folder that gpu-carry compresses into .carry/mnist.
+GPU_PYTHON ?= python3
+gpu-check:
+	PYTHONPATH=src$(if $(GPU_SITE),:$(GPU_SITE)) $(GPU_PYTHON) scripts/gpu_check.py gpu-check-out $(GPU_CHECK_ARGS)
+
+gpu-carry:
+	$(GPU_PYTHON) scripts/gpu_carry.py $(if $(MNIST_SRC),--mnist $(MNIST_SRC))
 
 lint: setup
 	$(BIN)/ruff check src tests notebooks

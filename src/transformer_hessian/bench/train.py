@@ -88,16 +88,29 @@ def _sync(dev: torch.device) -> None:
 
 
 def bench_experiment(
-    name: str, spec: Experiment, *, device: torch.device, steps: int, warmup: int, synthetic: bool, data_root: str
+    name: str,
+    spec: Experiment,
+    *,
+    device: torch.device,
+    steps: int,
+    warmup: int,
+    synthetic: bool,
+    data_root: str,
+    data: dict | None = None,
 ) -> dict:
-    """Time ``warmup`` + ``steps`` training steps of one experiment; one result row (see module doc)."""
+    """Time ``warmup`` + ``steps`` training steps of one experiment; one result row (see module doc).
+    ``data``: an already loaded data set (``load_dataset``'s dict) used instead of reading it
+    (scripts/gpu_check.py, where torchvision is missing); ``synthetic`` must then be False."""
     from ..model import ViT, count_parameters
     from ..train import epoch_augmentation, lr_factor, make_batch, make_optimizer, model_config_for, train_step
 
     t = spec.train
     bs = int(t.batch_size)
     seed = int(t.seed)
-    if synthetic:
+    if data is not None:
+        if synthetic:
+            raise ValueError("bench_experiment: give either data or synthetic=True, not both")
+    elif synthetic:
         side, ch, classes, n_full = DATASET_SHAPES[spec.dataset]
         n = min(n_full, bs * (steps + warmup))
         gen = torch.Generator().manual_seed(seed)

@@ -1,0 +1,162 @@
+"""scripts/gpu_check.py (issue 22) at tiny sizes on the CPU: every section present, ok or skipped
+for a stated CUDA-only / not-available reason, finite numbers, the closed-form Hessians equal to
+reverse-over-reverse autograd, the CPU-vs-device agreement field present; the budget, the error
+capture and the numpy IDX reader (the GPU machine has no torchvision) on their own."""
+
+import gzip
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from conftest import ROOT
+
+SCRIPT = ROOT / "scripts" / "gpu_check.py"
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _write_idx(path, arr: np.ndarray) -> None:
+    header = (0x0800 | arr.ndim).to_bytes(4, "big") + b"".join(int(n).to_bytes(4, "big") for n in arr.shape)
+    with gzip.open(path, "wb") as fh:
+        fh.write(header + arr.astype(np.uint8).tobytes())
+
+
+@pytest.fixture()
+def fake_mnist(tmp_path):
+    """A small MNIST in its real layout (four gzipped IDX files), random pixels and labels."""
+    folder = tmp_path / "data" / "mnist"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(7)
+    for n, (images, labels) in (
+        (96, ("train-images-idx3-ubyte", "train-labels-idx1-ubyte")),
+        (32, ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")),
+    ):
+        _write_idx(folder / f"{images}.gz", rng.integers(0, 256, (n, 28, 28)))
+        _write_idx(folder / f"{labels}.gz", rng.integers(0, 10, n))
+    return folder
+
+
+def _numbers(obj, path=""):
+    """Every number (int/float, not bool) inside a JSON value, with its path."""
+    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
+        return
+    if isinstance(obj, (int, float)):
+        yield path, obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _numbers(v, f"{path}.{k}")
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _numbers(v, f"{path}[{i}]")
+
+
+def test_gpu_check_tiny_on_cpu(tmp_path, env, fake_mnist):
+    out = tmp_path / "out"
+    e = dict(env, PYTHONPATH=str(ROOT / "src"))
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), str(out), "--tiny", "--device", "cpu", "--mnist", str(fake_mnist)],
+        cwd=ROOT,
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=850,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((out / "gpu_check.json").read_text())
+    md = (out / "gpu_check.md").read_text()
+    mod = _load_script()
+    sections = result["sections"]
+    assert list(sections) == list(mod.SECTIONS)
+    for name, s in sections.items():
+        assert s["status"] in ("ok", "skipped"), (name, s.get("error"), s.get("traceback"))
+        assert f"| {name} | {s['status']} |" in md
+        if s["status"] == "skipped":
+            # on the CPU only the CUDA-only compile rows and a missing exact_hessian may be skipped
+            assert name in ("train_mnist_compiled", "train_cifar100_compiled", "exact_hessian_encoder"), name
+            assert ("CUDA only" in s["reason"]) or s["reason"].startswith("not available"), s["reason"]
+    bad = [(p, v) for p, v in _numbers(result) if not math.isfinite(v)]
+    assert not bad, bad
+    assert result["environment"]["bf16_peak_tflops"] == "unknown"  # a CPU has no entry in the table
+
+    for name in ("train_mnist_eager", "train_cifar100_eager"):
+        r = sections[name]["result"]
+        assert r["images_per_s"] > 0 and r["flops_per_image"] > 0 and r["achieved_tflops"] > 0
+        assert 0 < r["data_loading_share"] < 1
+        assert r["amp"] == "bf16" and r["augment"] == "crop_flip" and r["compile"] is False
+        assert r["peak_tflops"] == "unknown"
+    assert sections["train_mnist_eager"]["result"]["data"].startswith("real MNIST from")
+    assert sections["train_cifar100_eager"]["result"]["n_parameters"] > 0
+
+    for name in ("hessian5_closed_form", "hessian9_closed_form"):
+        r = sections[name]["result"]
+        assert "cpu_vs_device_rel" in r and r["cpu_vs_device_rel"] < 1e-12  # the device is the CPU here
+    assert sections["hessian9_closed_form"]["result"]["P"] > sections["hessian5_closed_form"]["result"]["P"]
+    for name in ("hessian5_reference", "hessian9_reference"):
+        r = sections[name]["result"]
+        assert r["closed_form_vs_reference_rel"] < 1e-10, (name, r)
+        assert r["reference_asymmetry_rel"] < 1e-12
+    if importlib.util.find_spec("curvlinops") is not None:
+        assert sections["hessian5_curvlinops"]["result"]["closed_form_vs_curvlinops_rel"] < 1e-10
+
+    for name in ("spectrum_block", "spectrum_whole"):
+        r = sections[name]["result"]
+        top64, top32 = r["float64"]["top"], r["float32"]["top"]
+        assert len(top64) == len(top32) == result["sizes"]["n_eigenvalues"]
+        assert top64 == sorted(top64, reverse=True)
+        assert r["top_eigenvalue_rel_diff"] < 1e-3 and r["trace_rel_diff"] < 1e-3, r
+    # the whole model's Hessian has block 0's five groups as a principal submatrix
+    assert sections["spectrum_whole"]["result"]["n_params"] > sections["spectrum_block"]["result"]["n_params"]
+
+
+def test_budget_and_errors_are_recorded(tmp_path, monkeypatch):
+    mod = _load_script()
+
+    def boom(chk):
+        raise RuntimeError("deliberate failure")
+
+    monkeypatch.setitem(mod.SECTIONS, "hessian5_closed_form", boom)
+    args = mod.parse_args([str(tmp_path / "a"), "--tiny", "--device", "cpu", "--only", "hessian5_closed_form"])
+    res = mod.run(args)
+    s = res["sections"]["hessian5_closed_form"]
+    assert s["status"] == "error" and "RuntimeError: deliberate failure" in s["error"]
+    assert "| hessian5_closed_form | error |" in (tmp_path / "a" / "gpu_check.md").read_text()
+
+    args = mod.parse_args([str(tmp_path / "b"), "--tiny", "--device", "cpu", "--budget", "1e-9"])
+    res = json.loads(json.dumps(mod.run(args)))
+    assert list(res["sections"]) == list(mod.SECTIONS)
+    for s in res["sections"].values():
+        assert s["status"] == "skipped" and "time budget" in s["reason"]
+
+    with pytest.raises(SystemExit):
+        mod.parse_args([str(tmp_path / "c"), "--budget", "0"])
+    with pytest.raises(SystemExit, match="unknown section"):
+        mod.run(mod.parse_args([str(tmp_path / "d"), "--only", "nope"]))
+
+
+def test_numpy_idx_reader_matches_project_reader(fake_mnist, monkeypatch):
+    """Without torchvision (the GPU machine) MNIST is read with numpy: the same tensors as the
+    project's reader (data.load_dataset, torchvision's IDX reader)."""
+    pytest.importorskip("torchvision")
+    mod = _load_script()
+    ref, reader = mod.load_mnist(fake_mnist)
+    assert reader == "transformer_hessian.data.load_dataset"
+    monkeypatch.setitem(sys.modules, "torchvision", None)  # import torchvision -> ImportError
+    got, reader2 = mod.load_mnist(fake_mnist)
+    assert reader2.startswith("numpy IDX reader")
+    for key in ("train_x", "train_y", "val_x", "val_y"):
+        assert got[key].dtype == ref[key].dtype and torch.equal(got[key], ref[key]), key
+    for key in ("num_classes", "image_size", "channels"):
+        assert got[key] == ref[key]
+    with pytest.raises(FileNotFoundError, match="MNIST IDX files"):
+        mod.find_mnist(str(fake_mnist.parent))
