@@ -368,7 +368,8 @@ def sec_hessian5(chk: Check) -> dict:
 
     out = {"shape": chk.sizes.hessian_shape, "width": chk.sizes.hessian_width, "batch": chk.sizes.hessian_batch}
     model, x, y = _problem(chk, chk.dev)
-    hessian_closed_form(model, 0, x, y)  # warm-up (kernels, caches)
+    if chk.cuda:
+        hessian_closed_form(model, 0, x, y)  # warm-up (kernels, caches)
     H, out["device_s"] = timed(chk.dev, lambda: hessian_closed_form(model, 0, x, y))
     mc, xc, yc = _problem(chk, "cpu")
     Hc, out["cpu_s"] = timed(torch.device("cpu"), lambda: hessian_closed_form(mc, 0, xc, yc))
@@ -431,7 +432,8 @@ def sec_hessian9(chk: Check) -> dict:
     from transformer_hessian.hessian_groups import hessian_all_groups
 
     model, x, y = _problem(chk, chk.dev)
-    hessian_all_groups(model, 0, x, y)  # warm-up
+    if chk.cuda:
+        hessian_all_groups(model, 0, x, y)  # warm-up
     (H, method), dev_s = timed(chk.dev, lambda: hessian_all_groups(model, 0, x, y))
     mc, xc, yc = _problem(chk, "cpu")
     (Hc, _), cpu_s = timed(torch.device("cpu"), lambda: hessian_all_groups(mc, 0, xc, yc))
@@ -466,7 +468,7 @@ def _spectrum_model(chk: Check, dtype):
 def _spectrum(chk: Check, whole: bool) -> dict:
     from transformer_hessian.hessian import loss_of_groups
     from transformer_hessian.probe import FlatModel
-    from transformer_hessian.spectrum import batched_hvp, hutchinson_trace, top_eigenvalues
+    from transformer_hessian.spectrum import batched_hvp, hutchinson_trace, lanczos_tridiagonal, ritz, top_eigenvalues
 
     s = chk.sizes
     what = "the whole model's spectrum" if whole else "block 0's spectrum"
@@ -493,14 +495,20 @@ def _spectrum(chk: Check, whole: bool) -> dict:
 
         sync(chk.dev)
         t0 = time.perf_counter()
-        top = top_eigenvalues(mv, w, s.n_eigenvalues, s.lanczos_steps, seed=0)
+        # one start vector for both dtypes (drawn in float64, cast), so that the float64-float32
+        # difference is one of precision, not of two Lanczos starts (spectrum._gaussian draws
+        # different numbers per dtype)
+        v0 = torch.randn(1, w.numel(), generator=torch.Generator().manual_seed(271), dtype=torch.float64)
+        runs = ritz(*lanczos_tridiagonal(mv, v0.to(w.device, w.dtype), s.lanczos_steps, seed=0))
+        top = top_eigenvalues(mv, w, s.n_eigenvalues, s.lanczos_steps, runs=runs)
         sync(chk.dev)
         t1 = time.perf_counter()
         tr = hutchinson_trace(mv, w, s.n_probes, seed=0)
         sync(chk.dev)
         t2 = time.perf_counter()
         name = str(dtype).replace("torch.", "")
-        per[name] = {"top": top["eigenvalues"], "trace": tr["mean"], "trace_stderr": tr["stderr"]}
+        per[name] = {"top": top["eigenvalues"], "top_residuals": top["residuals"], "trace": tr["mean"]}
+        per[name]["trace_stderr"] = tr["stderr"]
         per[name].update(lanczos_s=t1 - t0, hutchinson_s=t2 - t1, n_params=int(w.numel()))
     a, b = per["float64"], per["float32"]
     out["float64"], out["float32"] = a, b
@@ -544,7 +552,8 @@ def sec_exact_hessian_encoder(chk: Check) -> dict:
     gen = torch.Generator().manual_seed(1)
     X = torch.randn(e["batch"], e["tokens"], e["d_model"], generator=gen, dtype=torch.float64).to(chk.dev)
     T = torch.randn(e["batch"], e["tokens"], e["d_model"], generator=gen, dtype=torch.float64).to(chk.dev)
-    fn(layer, X, T, loss="mse")  # warm-up
+    if chk.cuda:
+        fn(layer, X, T, loss="mse")  # warm-up
     H, sec = timed(chk.dev, lambda: fn(layer, X, T, loss="mse"))
     named = list(layer.named_parameters())
     shapes, sizes = [p.shape for _, p in named], [p.numel() for _, p in named]
