@@ -6,6 +6,8 @@ and the machine lacks (``make gpu-carry``).
 - ``.carry/mnist/*.gz``: the four MNIST IDX files gzip-compressed from ``--mnist`` (a folder with
   the raw or .gz files; ``../shared`` does not travel to the device), checked by decompressing
   them again and comparing the bytes with the source.
+- ``.carry/COMMIT``: the checkout's commit (``-dirty`` when tracked files differ), which
+  gpu_check.py reports where the tree has no ``.git`` (the device's copy).
 - ``.carry/wheels/*.whl``: wheels for CPython 3.12 on manylinux x86_64 (the device's python),
   without dependencies, at the versions of ``requirements.lock``: jsonschema and its dependencies
   (``transformer_hessian.config`` imports it, so the training code needs it) and curvlinops with
@@ -103,6 +105,12 @@ def main(argv=None) -> None:
     p.add_argument("--out", default=str(ROOT / ".carry"), help="the carry folder (default .carry)")
     a = p.parse_args(argv)
     out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    sys.path.insert(0, str(ROOT / "src"))
+    from transformer_hessian.utils import git_commit
+
+    # the device's copy of the tree has no .git: gpu_check.py reports this commit there
+    (out / "COMMIT").write_text(git_commit() + "\n")
     if a.mnist:
         carry_mnist(Path(a.mnist), out / "mnist")
     if not a.no_wheels:

@@ -612,6 +612,10 @@ def environment(chk: Check) -> dict:
     from transformer_hessian.utils import git_commit
 
     name = torch.cuda.get_device_name(chk.dev) if chk.cuda else platform.processor() or "cpu"
+    commit = git_commit()
+    stamp = ROOT / ".carry" / "COMMIT"
+    if commit == "unknown" and stamp.exists():  # the device's copy of the tree has no .git
+        commit = f"{stamp.read_text().strip()} (from .carry/COMMIT, written by scripts/gpu_carry.py)"
     peak = next((p["bf16"] for k, p in PEAK_TFLOPS.items() if chk.cuda and k in name), None)
     return {
         "torch": torch.__version__,
@@ -620,7 +624,7 @@ def environment(chk: Check) -> dict:
         "device": str(chk.dev),
         "device_name": name,
         "bf16_peak_tflops": peak if peak is not None else "unknown",
-        "git_commit": git_commit(),
+        "git_commit": commit,
         "cpu_count": __import__("os").cpu_count(),
         "torch_threads": torch.get_num_threads(),
     }

@@ -162,3 +162,24 @@ def test_numpy_idx_reader_matches_project_reader(fake_mnist, monkeypatch):
         assert got[key] == ref[key]
     with pytest.raises(FileNotFoundError, match="MNIST IDX files"):
         mod.find_mnist(str(fake_mnist.parent))
+
+
+def test_carry_folder(fake_mnist, tmp_path):
+    """scripts/gpu_carry.py: MNIST recompressed byte for byte, readable by gpu_check; every wheel
+    pinned by requirements.lock."""
+    spec = importlib.util.spec_from_file_location("gpu_carry", ROOT / "scripts" / "gpu_carry.py")
+    carry = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(carry)
+    dest = tmp_path / "carry" / "mnist"
+    files = carry.carry_mnist(fake_mnist, dest)
+    assert sorted(f.name for f in files) == sorted(f"{n}.gz" for n in carry.MNIST_FILES)
+    for f in files:
+        assert gzip.decompress(f.read_bytes()) == gzip.decompress((fake_mnist / f.name).read_bytes())
+    mod = _load_script()
+    assert mod.find_mnist(str(dest)) == dest.resolve()
+    pins = carry.pinned()
+    assert len(pins) == len(carry.WHEELS) and all("==" in p for p in pins)
+    with pytest.raises(ValueError, match="no pinned version"):
+        carry.pinned(["no-such-distribution"])
+    with pytest.raises(FileNotFoundError, match="neither"):
+        carry.carry_mnist(tmp_path / "empty", tmp_path / "out")
