@@ -241,7 +241,7 @@ def load_mnist(folder: Path) -> tuple[dict, str]:
         "image_size": int(tx.shape[-1]),
         "channels": 1,
     }
-    return data, "numpy IDX reader of scripts/gpu_check.py (torchvision not importable)"
+    return data, "numpy IDX reader of scripts/gpu_check.py (torchvision not importable, or a folder not named mnist)"
 
 
 # ------------------------------------------------------------------ sections
