@@ -164,20 +164,29 @@ def test_top_eigenvalue_matches_dense_hessian(width, depth, n, seed):
     assert 0 <= resid <= 1e-6 * float(dense.abs().max())
 
 
-def test_block_norms_dense_or_skipped_with_reason():
+@pytest.mark.parametrize("depth", [1, 2])
+def test_block_norms_dense_or_skipped_with_reason(depth):
+    """The last block's norms in closed form equal those of the dense Hessian whose every column
+    is a vmapped Hessian-vector product (and, for one block, block 0's)."""
     import torch
 
     from transformer_hessian.hessian_groups import hessian_all_groups, layout, symmetric_block_norms
 
-    model = tiny_vit(3, 2, 5, 2, False, 3)
+    model = tiny_vit(3, 2, 5, depth, False, 3)
+    with torch.no_grad():  # LayerNorm away from gamma = 1, beta = 0
+        for blk in model.blocks:
+            for n in ("gamma1", "beta1", "gamma2", "beta2"):
+                getattr(blk, n).add_(0.3 * torch.randn_like(getattr(blk, n)))
     x = torch.randn(5, 1, 4, 4, dtype=torch.float64)
     y = torch.randint(0, 3, (5,))
-    names, _, off = layout(model, 0)
+    names, _, off = layout(model, depth - 1)
     got, reason = scaling.block_norms(model, x, y, max_params=10_000)
     assert reason is None and got["groups"] == names and got["n_params"] == int(off[-1])
-    H, _ = hessian_all_groups(model, 0, x, y, method="vmap")
+    assert got["block"] == depth - 1 and got["method"] == "closed_form"
+    H, _ = hessian_all_groups(model, depth - 1, x, y, method="vmap")
     ref = symmetric_block_norms(H.numpy(), off, names)
     np.testing.assert_allclose(got["spectral"], ref[1], rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(got["fro"], ref[0], rtol=1e-10, atol=1e-14)
     none, reason = scaling.block_norms(model, x, y, max_params=int(off[-1]) - 1)
     assert none is None and "scaling.dense_max_params" in reason and f"{int(off[-1]):,}" in reason
 

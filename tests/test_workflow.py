@@ -152,7 +152,7 @@ def test_dynamics_figures_and_table1_contents(run):
     assert d["steps"] == [0, 3, 6, 9] and d["heat_steps"] == [0, 9] and d["steps_per_epoch"] == 7
     assert d["epoch_checks"] == [{"epoch": 1, "identical": True}]
     assert d["init_hessian_check"]["passed"] and d["init_hessian_check"]["rel_error"] <= 1e-12
-    assert d["hessian_method"] == "closed_form+hvp" and len(d["groups"]) == 9
+    assert d["hessian_method"] == "closed_form" and len(d["groups"]) == 9
     for g, norms in d["weight_norms"].items():
         assert all(0 <= s <= f * (1 + 1e-12) for s, f in zip(norms["spectral"], norms["fro"])), g
         if g.startswith("W_") or g.startswith("gamma"):

@@ -9,10 +9,11 @@ adds ``LN_GROUPS = (gamma1, beta1, gamma2, beta2)`` after them:
     w = [vec_r W_Q; vec_r W_K; vec_r W_V; vec_r W_1; vec_r W_2; gamma1; beta1; gamma2; beta2],
     H = d^2 loss / dw^2 (float64), loss = mean cross-entropy on one fixed batch.
 
-Columns of H are Hessian-vector products H e_j (forward-over-reverse, ``torch.func.jvp`` of
-``torch.func.grad``) vectorised with ``torch.func.vmap``. For a single-block model the 5 x 5
-matrix part comes from the closed form (``hessian.hessian_closed_form``) and only the
-4 d LayerNorm columns are HVPs; the rows of those columns give the cross blocks by symmetry.
+For the model's last block (a single-block model: its only block) H is the closed form
+(``theory.model_loss_hessian_all_groups``: the five-group closed form plus the LayerNorm rows
+and columns of docs/theory.md section 20). For other blocks the columns of H are Hessian-vector
+products H e_j (forward-over-reverse, ``torch.func.jvp`` of ``torch.func.grad``) vectorised
+with ``torch.func.vmap``.
 """
 
 from __future__ import annotations
@@ -76,27 +77,29 @@ def hessian_all_groups(
 ) -> tuple[torch.Tensor, str]:
     """Dense float64 Hessian over ALL_GROUPS (P9 x P9). Returns (H, method used).
 
-    ``auto``: for a single-block model the W-W part is the closed form and the rows/columns
-    of the LayerNorm groups are HVPs (``closed_form+hvp``); otherwise every column is an HVP
-    (``vmap``). ``vmap`` forces the latter.
+    ``closed_form``: :func:`transformer_hessian.theory.model_loss_hessian_all_groups`, every
+    block of the nine groups in closed form (docs/theory.md section 20); the model's last block
+    only (the one that feeds the mean-pool and head), ValueError otherwise. ``vmap``: every
+    column a vmapped Hessian-vector product. ``auto``: ``closed_form`` for the last block,
+    ``vmap`` for the others.
     """
-    from .hessian import hessian_closed_form
+    from .theory import model_loss_hessian_all_groups
 
+    if method not in ("auto", "closed_form", "vmap"):
+        raise ValueError(f"hessian_all_groups: unknown method {method!r}; choose auto, closed_form or vmap")
     model = model.to(torch.float64)
     images = images.to(torch.float64)
+    depth = model.cfg.depth
+    last = block in (depth - 1, -1)
+    if method == "closed_form" and not last:
+        raise ValueError(
+            f"hessian_all_groups: method 'closed_form' covers the last block of the model only "
+            f"(block {depth - 1} of a depth-{depth} model), not block {block}; use auto or vmap"
+        )
+    if method != "vmap" and last:
+        return model_loss_hessian_all_groups(model, images, labels, block=depth - 1), "closed_form"
     _, _, off = layout(model, block)
-    P, P5 = int(off[-1]), int(off[len(GROUPS)])
-    if method == "auto" and model.cfg.depth == 1 and block == 0:
-        H = images.new_empty(P, P)
-        H[:P5, :P5] = hessian_closed_form(model, block, images, labels)
-        cols = hessian_columns(model, block, images, labels, range(P5, P), chunk_size=chunk_size)
-        H[:, P5:] = cols
-        H[P5:, :P5] = cols[:P5].T
-        H[P5:, P5:] = 0.5 * (cols[P5:] + cols[P5:].T)
-        return H, "closed_form+hvp"
-    if method not in ("auto", "vmap"):
-        raise ValueError(f"hessian_all_groups: unknown method {method!r}; choose auto or vmap")
-    H = hessian_columns(model, block, images, labels, range(P), chunk_size=chunk_size)
+    H = hessian_columns(model, block, images, labels, range(int(off[-1])), chunk_size=chunk_size)
     return 0.5 * (H + H.T), "vmap"
 
 

@@ -23,8 +23,12 @@ Per model (:func:`analyse_model`; training by :func:`transformer_hessian.train.t
 * ``lambda_max``: top eigenvalue of the Hessian of the mean loss over all parameters at ``w*``
   on the first ``hessian_samples`` training samples, float64, Lanczos on Hessian-vector products
   (:func:`transformer_hessian.probe.top_eigenpair`).
-* Block norms of the dense nine-group Hessian of block 0 at ``w*`` on the same samples
-  (:func:`transformer_hessian.hessian_groups.hessian_all_groups`); None, with the reason, when
+* Block norms of the dense nine-group Hessian of the model's **last** block at ``w*`` on the
+  same samples, in closed form (:func:`transformer_hessian.hessian_groups.hessian_all_groups`,
+  method ``closed_form``: the block that feeds the mean-pool and head; block 0 of a one-block
+  model). Its cost is one forward pass through the blocks before it plus the closed form, so it
+  grows gently with depth; block 0 of a deeper model would need every column as a Hessian-vector
+  product through all blocks (1052 s for a two-block MNIST model). None, with the reason, when
   that block has more than ``dense_max_params`` parameters.
 
 Across models (:func:`aggregate`): ``y = a * P^b`` (``P`` = parameter count) for the decay rate
@@ -184,23 +188,25 @@ def top_hessian_eigenvalue(model, x, y, n_iter: int, seed: int = 0) -> tuple[flo
 
 
 def block_norms(model, x, y, max_params: int) -> tuple[dict | None, str | None]:
-    """Spectral and Frobenius norms of the 9 x 9 group blocks of block 0's dense Hessian at the
-    model's weights on ``(x, y)``; ``(None, reason)`` when the block exceeds ``max_params``."""
+    """Spectral and Frobenius norms of the 9 x 9 group blocks of the dense Hessian of the model's
+    last block (``block`` in the result; 0 for a one-block model) at its weights on ``(x, y)``,
+    in closed form; ``(None, reason)`` when the block exceeds ``max_params``."""
     import torch
 
     from .hessian_groups import ALL_GROUPS, hessian_all_groups, layout, symmetric_block_norms
 
-    names, _, off = layout(model, 0)
+    block = model.cfg.depth - 1
+    names, _, off = layout(model, block)
     if int(off[-1]) > max_params:
         return None, (
-            f"block 0 has {int(off[-1]):,} parameters over the nine groups, more than "
+            f"block {block} has {int(off[-1]):,} parameters over the nine groups, more than "
             f"scaling.dense_max_params = {max_params:,}: its dense Hessian is not formed"
         )
-    H, method = hessian_all_groups(model, 0, x.to(torch.float64), y)
+    H, method = hessian_all_groups(model, block, x.to(torch.float64), y, method="closed_form")
     norms = symmetric_block_norms(H.cpu().numpy(), off, names)
     return {
         "groups": list(ALL_GROUPS),
-        "block": 0,
+        "block": block,
         "method": method,
         "n_params": int(off[-1]),
         "fro": norms[0].tolist(),

@@ -37,7 +37,7 @@ from .layernorm import (
 )
 from .layout import HessianResult, blocks_to_dense, dense_to_blocks, detached_block_params, group_offsets, group_shapes
 from .loss import block_hessian_from_loss_derivatives, block_loss_hessian, block_loss_hessian_parts
-from .model_loss import model_loss_hessian, model_loss_hessian_parts
+from .model_loss import model_loss_hessian, model_loss_hessian_all_groups, model_loss_hessian_parts
 from .reference import block_forward, block_jacobians, block_output_hessian
 from .vec import (
     commutation_matrix,
@@ -80,6 +80,7 @@ __all__ = [
     "layernorm_hessian_contract",
     "layernorm_jacobian",
     "model_loss_hessian",
+    "model_loss_hessian_all_groups",
     "model_loss_hessian_parts",
     "softmax_row_hessian",
     "softmax_row_jacobian",

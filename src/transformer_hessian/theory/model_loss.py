@@ -32,7 +32,11 @@ def _sym_gram(A: torch.Tensor) -> torch.Tensor:
     return G
 
 
-def _model_parts(model, images: torch.Tensor, labels: torch.Tensor, block: int, split: bool):
+def _model_parts(model, images: torch.Tensor, labels: torch.Tensor, block: int, split: bool, ln: bool = False):
+    """The closed-form Hessian of the pipeline's loss over the five groups (``split``: its two
+    parts); ``ln=True`` (not with ``split``): the nine-group Hessian, the five-group part
+    computed exactly as without ``ln`` and the LayerNorm rows and columns from
+    :func:`.layernorm_params.ln_columns` on the same per-token factors."""
     depth = len(model.blocks)
     if block < 0:
         block += depth
@@ -92,7 +96,11 @@ def _model_parts(model, images: torch.Tensor, labels: torch.Tensor, block: int, 
         g = ((prob - onehot) @ Wh / (Bn * L)).unsqueeze(1).expand(Bn, L, d)
         off = group_offsets(shapes)
         P = off["W_2"].stop
-        H_outer = X.new_empty(P, P)
+        if ln:  # nine groups: the five-group part is written into the top-left view
+            H9 = X.new_empty(P + 4 * d, P + 4 * d)
+            H_outer = H9[:P, :P]
+        else:
+            H_outer = X.new_empty(P, P)
         H_fun = X.new_empty(P, P) if split else H_outer
         WQ, WK = p["W_Q"], p["W_K"]
         # both parts in the reduced groups, block by block, then W_QK -> (W_Q, W_K) (_expand_pair)
@@ -116,6 +124,13 @@ def _model_parts(model, images: torch.Tensor, labels: torch.Tensor, block: int, 
         for nm in ("W_Q", "W_K"):
             for H in {id(H_outer): H_outer, id(H_fun): H_fun}.values():
                 _symmetrize(H[off[nm], off[nm]])
+        if ln:
+            from .layernorm_params import ln_columns
+
+            cols = ln_columns(f, g, WJ, Vb, Wh, Jw, off_r)
+            H9[:, P:] = cols
+            _copy_transposed(H9[P:, :P], cols[:P])
+            return H9
         if split:
             return (
                 HessianResult(H_outer, dense_to_blocks(H_outer, shapes)),
@@ -147,3 +162,14 @@ def model_loss_hessian_parts(
 ) -> tuple[HessianResult, HessianResult]:
     """(outer, functional) parts of :func:`model_loss_hessian`, each a HessianResult."""
     return _model_parts(model, images, labels, block, split=True)
+
+
+@torch.no_grad()
+def model_loss_hessian_all_groups(model, images: torch.Tensor, labels: torch.Tensor, block: int = 0) -> torch.Tensor:
+    """Exact Hessian of the pipeline's loss (as :func:`model_loss_hessian`) w.r.t. the nine
+    groups ``W_Q, W_K, W_V, W_1, W_2, gamma1, beta1, gamma2, beta2`` of ``block`` (the last
+    block), dense (P + 4 d) x (P + 4 d) in that order (``hessian_groups.ALL_GROUPS``). The
+    five-group part is the same computation as :func:`model_loss_hessian` (the same numbers);
+    the LayerNorm rows and columns are the closed form of docs/theory.md section 20. Runs under
+    torch.no_grad(); dtype follows the model."""
+    return _model_parts(model, images, labels, block, split=False, ln=True)
