@@ -83,3 +83,228 @@ def test_damaged_epoch_checkpoint_is_set_aside_not_a_block(short_run, tmp_path, 
 
     with pytest.raises(CheckpointError, match=r"init\.pt is damaged"):
         replay(spec, root / "data", ck / "init.pt", 10, lambda *a: None, every=5, checkpoint_dir=ck)
+
+
+# ============================================================================ 2. YAML alias bombs
+
+
+def _bomb(kind: str, levels: int = 9) -> str:
+    """A YAML file of ~1 KB whose aliases expand to 10^levels values (lists or mappings)."""
+    if kind == "list":
+        lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+        lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, levels)]
+    else:
+        lines = ["d0: &d0 {a: 1, b: 1, c: 1, d: 1, e: 1, f: 1, g: 1, h: 1, i: 1, j: 1}"]
+        lines += [f"d{i}: &d{i} {{" + ", ".join(f"k{j}: *d{i - 1}" for j in range(10)) + "}" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("kind", ["list", "mapping"])
+def test_yaml_alias_bomb_refused_in_under_a_second(kind, tmp_path):
+    """Item 2: the project's loader counts aliases instead of expanding them (linear in the file)."""
+    from transformer_hessian.config import ConfigError, load_yaml
+
+    path = tmp_path / "bomb.yaml"
+    path.write_text(_bomb(kind))
+    assert path.stat().st_size < 3000
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"bomb\.yaml.*aliases") as err:
+        load_yaml(path)
+    assert time.perf_counter() - t0 < 1.0
+    assert "\n" not in str(err.value)
+    # a config that uses aliases sensibly still loads
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("a: &m {x: 1, y: [1, 2]}\nb: *m\nc: *m\n")
+    assert load_yaml(ok) == {"a": {"x": 1, "y": [1, 2]}, "b": {"x": 1, "y": [1, 2]}, "c": {"x": 1, "y": [1, 2]}}
+
+
+@pytest.mark.slow
+def test_yaml_alias_bomb_through_snakemake_and_make_reproduce(tmp_path, env):
+    """Item 2 end to end: a list bomb reaches the Snakefile's check (snakemake itself keeps list aliases
+    shared); a mapping bomb, which snakemake's own config merge would expand, is refused by the run guard
+    of ``make reproduce`` before snakemake starts."""
+    listbomb = tmp_path / "list.yaml"
+    listbomb.write_text(_bomb("list"))
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--snakefile", str(ROOT / "Snakefile"), "-d", str(tmp_path)]
+        + ["--configfile", str(listbomb)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "aliases" in out and "list.yaml" in out and _no_traceback(out), out[-2000:]
+    assert time.perf_counter() - t0 < 30
+    mapbomb = tmp_path / "map.yaml"
+    mapbomb.write_text(_bomb("mapping"))
+    t0 = time.perf_counter()
+    guard = [sys.executable, "-m", "transformer_hessian.runguard", sys.executable, "-m", "snakemake", "-n"]
+    proc = subprocess.run(
+        [*guard, "--snakefile", str(ROOT / "Snakefile"), "-d", str(tmp_path), "--configfile", str(mapbomb)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+        check=False,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "aliases" in out and "map.yaml" in out and _no_traceback(out), out[-2000:]
+    assert time.perf_counter() - t0 < 10
+
+
+# ============================================================================ 5, 6. values refused at parse time
+
+
+def _edited(key: str, value) -> dict:
+    cfg = tiny_config()
+    _set(cfg, key.split("."), value)
+    return cfg
+
+
+def round2_bad_configs() -> list[tuple[str, str, dict, str]]:
+    """``(case id, key that must be named, config, text the message must hold)`` of issue 20 items 5-7."""
+    cases = [
+        ("epochs 1e12", f"{H}.train.epochs", _edited(f"{H}.train.epochs", 10**12), "maximum"),
+        ("lanczos_steps 1e6", "spectrum.lanczos_steps", _edited("spectrum.lanczos_steps", 10**6), "maximum"),
+        ("dynamics.steps 1e12", "dynamics.steps", _edited("dynamics.steps", 10**12), "maximum"),
+        ("train seed 2^32", f"{H}.train.seed", _edited(f"{H}.train.seed", 2**32), "maximum"),
+        ("landscape seed 2^32", "landscape.seed", _edited("landscape.seed", 2**32), "maximum"),
+        ("k_min 1e6", "landscape.k_min", _edited("landscape.k_min", 10**6), "samples"),
+        ("val_fraction 1e-6", f"{H}.train.val_fraction", _edited(f"{H}.train.val_fraction", 1e-6), "validation"),
+        ("max_train 1", f"{H}.train.max_train", _edited(f"{H}.train.max_train", 1), "1 training sample"),
+        ("n_orderings 1e9", "landscape.n_orderings", _edited("landscape.n_orderings", 10**9), "maximum"),
+        ("scaling.widths 1e6", "scaling.widths", _edited("scaling.widths", [10**6, 8]), "maximum"),
+        ("hessian.batch_size 1e9", "hessian.batch_size", _edited("hessian.batch_size", 10**9), "training samples"),
+        ("train.batch_size 1e9", f"{H}.train.batch_size", _edited(f"{H}.train.batch_size", 10**9), "training samples"),
+        ("probe.k_small 1e6", "probe.k_small", _edited("probe.k_small", 10**6), "at most 59"),
+        ("probe.shift_ks 1e9", "probe.shift_ks", _edited("probe.shift_ks", [4, 10**9]), "maximum"),
+        ("probe.shift_ks 1000", "probe.shift_ks", _edited("probe.shift_ks", [4, 1000]), "at most 59"),
+        ("data.root 5000 chars", "data.root", _edited("data.root", "r" * 5000), "data.root"),
+        ("data.root 300-char name", "data.root", _edited("data.root", "results/" + "r" * 300), "255"),
+    ]
+    cfg = _edited("scaling.widths", [5000, 8])
+    cfg["scaling"]["enabled"] = True
+    cases.append(("scaling.widths 5000", "scaling.widths", cfg, "scaling.widths"))
+    cfg = tiny_config()
+    cfg["experiments"]["e" * 300] = cfg["experiments"]["hessian_tiny"]
+    cases.append(("experiment name 300 chars", "experiments", cfg, "e" * 64))
+    return cases
+
+
+@pytest.mark.parametrize("case", round2_bad_configs(), ids=lambda c: c[0])
+def test_bad_value_refused_at_parse_time_naming_the_key(case, tmp_path):
+    """Items 5 and 6: refused by ``snakemake -n`` before any job (never run, clamped or dropped)."""
+    cid, key, cfg, reason = case
+    cwd = os.getcwd()
+    try:
+        ok, msg = dry_run_in_process(_write_config(cfg, tmp_path / "bad.yaml"), tmp_path)
+    finally:
+        os.chdir(cwd)
+    assert not ok and not msg.startswith("UNCLEAN") and _no_traceback(msg), (cid, msg[:500])
+    assert key in msg and reason in msg, (cid, msg[:800])
+    assert not (tmp_path / "results").exists()
+
+
+def test_every_numeric_key_has_a_range():
+    """Item 5: each integer / number of the schema has an upper bound (a maximum, or a cross-key check)."""
+    from transformer_hessian.config import load_schema
+
+    schema = load_schema()
+    unbounded = []
+
+    def walk(node, path):
+        if "$ref" in node:
+            ref = schema["definitions"][node["$ref"].rsplit("/", 1)[-1]]
+            node = {**ref, **{k: v for k, v in node.items() if k != "$ref"}}
+        for name, sub in (node.get("properties") or {}).items():
+            walk(sub, f"{path}.{name}" if path else name)
+        if isinstance(node.get("additionalProperties"), dict):
+            walk(node["additionalProperties"], f"{path}.<name>")
+        if isinstance(node.get("items"), dict):
+            walk(node["items"], f"{path}[]")
+        types = node.get("type", [])
+        types = [types] if isinstance(types, str) else types
+        bounded = "maximum" in node or "exclusiveMaximum" in node or "cross-key" in node.get("description", "")
+        if ("integer" in types or "number" in types) and not bounded:
+            unbounded.append(path)
+
+    walk(schema, "")
+    assert not unbounded, unbounded
+
+
+# ============================================================================ 7. config files and keys
+
+
+def _config_file_faults(tmp_path: Path) -> list[tuple[str, Path, str]]:
+    text = yaml.safe_dump(copy.deepcopy(tiny_config()), sort_keys=False)
+    out = []
+    (tmp_path / "folder.yaml").mkdir(exist_ok=True)
+    out.append(("missing", tmp_path / "missing.yaml", "does not exist"))
+    out.append(("a folder", tmp_path / "folder.yaml", "folder"))
+    (tmp_path / "utf16.yaml").write_bytes(text.encode("utf-16"))
+    out.append(("utf-16", tmp_path / "utf16.yaml", "UTF-8"))
+    (tmp_path / "binary.yaml").write_bytes(bytes(range(256)) * 8)
+    out.append(("binary", tmp_path / "binary.yaml", "UTF-8"))
+    (tmp_path / "nul.yaml").write_bytes(b"device: cpu\x00\n")
+    out.append(("NUL byte", tmp_path / "nul.yaml", "NUL"))
+    (tmp_path / "deep.yaml").write_text("a: " + "[" * 5000 + "]" * 5000 + "\n")
+    out.append(("5000 levels deep", tmp_path / "deep.yaml", "deep"))
+    (tmp_path / "deep2.yaml").write_text("".join("  " * i + f"k{i}:\n" for i in range(1000)) + "  " * 1000 + "v\n")
+    out.append(("1000 nested mappings", tmp_path / "deep2.yaml", "deep"))
+    (tmp_path / "intkey.yaml").write_text(text + "1: 2\n")
+    out.append(("key 1", tmp_path / "intkey.yaml", "1 (line"))
+    yes = copy.deepcopy(tiny_config())
+    yes["experiments"]["YES_PLACEHOLDER"] = yes["experiments"]["hessian_tiny"]
+    (tmp_path / "yes.yaml").write_text(yaml.safe_dump(yes, sort_keys=False).replace("YES_PLACEHOLDER", "yes"))
+    out.append(("experiment named yes", tmp_path / "yes.yaml", "experiments.yes"))
+    return out
+
+
+def test_config_file_faults_one_line_each(tmp_path):
+    """Item 7: each bad --configfile is refused by the project's loader with one message naming it."""
+    from transformer_hessian.config import ConfigError, load_yaml
+
+    for cid, path, reason in _config_file_faults(tmp_path):
+        t0 = time.perf_counter()
+        with pytest.raises(ConfigError) as err:
+            load_yaml(path)
+        msg = str(err.value)
+        assert reason in msg and path.name in msg, (cid, msg)
+        assert time.perf_counter() - t0 < 1.0, cid
+
+
+@pytest.mark.slow
+def test_config_file_faults_through_make_reproduce_and_snakemake(tmp_path, env):
+    """Item 7: through the run guard of ``make reproduce`` (every fault) and through a plain
+    ``snakemake -n`` for those that snakemake's own loader lets through (non-text keys)."""
+    guard = [sys.executable, "-m", "transformer_hessian.runguard", sys.executable, "-m", "snakemake", "-n"]
+    for cid, path, reason in _config_file_faults(tmp_path):
+        proc = subprocess.run(
+            [*guard, "--snakefile", str(ROOT / "Snakefile"), "-d", str(tmp_path), "--configfile", str(path)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 1 and reason in out and _no_traceback(out), (cid, out[-1500:])
+        assert len(out.strip().splitlines()) <= 3, (cid, out)
+    cwd = os.getcwd()
+    try:
+        for cid, path, reason in _config_file_faults(tmp_path):
+            if cid in ("key 1", "experiment named yes"):
+                ok, msg = dry_run_in_process(path, tmp_path)
+                assert not ok and not msg.startswith("UNCLEAN") and reason in msg, (cid, msg)
+    finally:
+        os.chdir(cwd)
+    # a non-text key given on the command line (not through a file) is named too
+    from transformer_hessian.config import ConfigError, validate_config
+
+    cfg = tiny_config()
+    cfg["data"][1] = 2
+    with pytest.raises(ConfigError, match=r"data\.1: the key 1 is not text"):
+        validate_config(cfg)
