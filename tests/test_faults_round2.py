@@ -9,8 +9,6 @@ leaves them out of a quick run).
 from __future__ import annotations
 
 import copy
-import errno
-import json
 import os
 import pickle
 import shutil
@@ -23,7 +21,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 import yaml
 from conftest import tiny_spec
 from test_faults import _no_traceback, _set, _write_config, dry_run_in_process, tiny_config
@@ -308,3 +305,171 @@ def test_config_file_faults_through_make_reproduce_and_snakemake(tmp_path, env):
     cfg["data"][1] = 2
     with pytest.raises(ConfigError, match=r"data\.1: the key 1 is not text"):
         validate_config(cfg)
+
+
+# ============================================================================ 3. downloads
+
+
+class _RawServer:
+    """A 127.0.0.1 server that answers every request with ``script(conn)`` (one thread per connection)."""
+
+    def __init__(self, script):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.base = f"http://127.0.0.1:{self.sock.getsockname()[1]}/"
+        self.script = script
+        self.stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn):
+        try:
+            conn.recv(65536)
+            self.script(conn, self.stop)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def close(self):
+        self.stop.set()
+        self.sock.close()
+
+
+def _trickle(prefix: bytes):
+    """Send ``prefix`` at once, then an endless header one byte per second."""
+
+    def script(conn, stop):
+        conn.sendall(prefix)
+        while not stop.is_set():
+            conn.sendall(b"x")
+            time.sleep(1.0)
+
+    return script
+
+
+def _huge(conn, stop):
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000000000\r\n\r\n")
+    block = bytes(1 << 16)
+    while not stop.is_set():
+        conn.sendall(block)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [("status line", b"HTTP/1.1 2"), ("headers", b"HTTP/1.1 200 OK\r\nX-Slow: ")],
+    ids=lambda c: c[0],
+)
+def test_download_deadline_covers_status_line_and_headers(case, tmp_path):
+    """Item 3: one header byte per second no longer outlasts ``data.deadline``."""
+    from transformer_hessian.data import DataError, download
+    from transformer_hessian.data.fetch import _user_agent
+
+    _user_agent()  # torchvision imported before the clock starts
+    server = _RawServer(_trickle(case[1]))
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(DataError, match="deadline of 3 s") as err:
+            download("mnist", tmp_path, mirror=server.base, resources=[("blob.bin", "0" * 32)], timeout=5, deadline=3)
+        assert time.monotonic() - t0 < 8, time.monotonic() - t0
+        assert "data.deadline" in str(err.value)
+    finally:
+        server.close()
+    assert list((tmp_path / "mnist").iterdir()) == []
+
+
+def test_download_refuses_content_length_above_the_known_size_and_full_disk(tmp_path, monkeypatch):
+    """Item 3: a Content-Length of 10^15 is refused before anything is written; so is a file that does not
+    fit the free disk space; a body that runs past the known size is cut off."""
+    from transformer_hessian.data import DataError, download
+
+    server = _RawServer(_huge)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(DataError, match=r"1,000,000,000,000,000 bytes \(Content-Length\) but the file has 4,000"):
+            download("mnist", tmp_path, mirror=server.base, resources=[("blob.bin", "1" * 32, 4000)], deadline=30)
+        assert time.monotonic() - t0 < 5
+        assert list((tmp_path / "mnist").iterdir()) == []
+    finally:
+        server.close()
+
+    def no_length(conn, stop):  # no Content-Length, and a body that never ends
+        conn.sendall(b"HTTP/1.0 200 OK\r\n\r\n")
+        while not stop.is_set():
+            conn.sendall(bytes(1 << 16))
+
+    server = _RawServer(no_length)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(DataError, match=r"more than the file's 4,000 bytes"):
+            download("mnist", tmp_path, mirror=server.base, resources=[("blob.bin", "2" * 32, 4000)], deadline=30)
+        assert time.monotonic() - t0 < 5
+        assert list((tmp_path / "mnist").iterdir()) == []
+    finally:
+        server.close()
+
+    import transformer_hessian.data.fetch as fetch
+
+    def full(conn, stop):
+        conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 4000\r\n\r\n" + bytes(4000))
+
+    server = _RawServer(full)
+    monkeypatch.setattr(fetch.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**9, 10**9 - 1000, 1000))
+    try:
+        with pytest.raises(DataError, match=r"needs 4,000 bytes but .* has only 1,000 free"):
+            download("mnist", tmp_path, mirror=server.base, resources=[("blob.bin", "3" * 32)], deadline=30)
+        assert list((tmp_path / "mnist").iterdir()) == []
+    finally:
+        server.close()
+
+
+# ============================================================================ 4. files verified before use
+
+
+class _Evil:
+    def __reduce__(self):
+        return (os.system, ("touch PWNED",))
+
+
+def test_cifar_pickle_verified_by_md5_and_never_runs_code(tmp_path, monkeypatch):
+    """Item 4: a crafted ``cifar-100-python/train`` is refused by its md5 and, even with a matching md5,
+    by the restricted unpickler: no code runs."""
+    from transformer_hessian.data import DataError, load_dataset, sources
+
+    folder = tmp_path / "cifar100" / "cifar-100-python"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    good = {"data": rng.integers(0, 256, (4, 3072)).astype(np.uint8), "fine_labels": [1, 2, 3, 4]}
+    evil = {"data": good["data"], "fine_labels": [1, 2, 3, 4], "x": _Evil()}
+    (folder / "train").write_bytes(pickle.dumps(evil, protocol=2))
+    (folder / "test").write_bytes(pickle.dumps(good, protocol=2))
+    (folder / "meta").write_bytes(pickle.dumps({"fine_label_names": [str(i) for i in range(100)]}, protocol=2))
+    monkeypatch.chdir(tmp_path)
+    # 1. the real table: the crafted file's md5 is not CIFAR-100's; it is refused before unpickling
+    with pytest.raises(DataError, match=r"train does not match its md5 .* not unpickled"):
+        load_dataset("cifar100", tmp_path)
+    assert not (tmp_path / "PWNED").exists()
+    # 2. even a table that lists the crafted md5 does not make it run code
+    import hashlib
+
+    def md5(p):
+        return hashlib.md5(p.read_bytes(), usedforsecurity=False).hexdigest()
+
+    members = [(n, md5(folder / n)) for n in ("train", "test", "meta")]
+    monkeypatch.setattr(sources, "cifar100_members", lambda: members)
+    with pytest.raises(DataError, match=r"global posix\.system is not allowed"):
+        load_dataset("cifar100", tmp_path)
+    assert not (tmp_path / "PWNED").exists()
+    # 3. a genuine-format file (dicts, lists, a numpy uint8 array) still loads
+    (folder / "train").write_bytes(pickle.dumps(good, protocol=2))
+    members[0] = ("train", md5(folder / "train"))
+    d = load_dataset("cifar100", tmp_path)
+    assert d["train_x"].shape == (4, 3, 32, 32) and d["train_y"].tolist() == [1, 2, 3, 4]
