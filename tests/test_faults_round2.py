@@ -9,6 +9,8 @@ leaves them out of a quick run).
 from __future__ import annotations
 
 import copy
+import errno
+import json
 import os
 import pickle
 import shutil
@@ -390,7 +392,9 @@ def test_download_refuses_content_length_above_the_known_size_and_full_disk(tmp_
     """Item 3: a Content-Length of 10^15 is refused before anything is written; so is a file that does not
     fit the free disk space; a body that runs past the known size is cut off."""
     from transformer_hessian.data import DataError, download
+    from transformer_hessian.data.fetch import _user_agent
 
+    _user_agent()  # torchvision imported before the clock starts
     server = _RawServer(_huge)
     try:
         t0 = time.monotonic()
@@ -473,3 +477,56 @@ def test_cifar_pickle_verified_by_md5_and_never_runs_code(tmp_path, monkeypatch)
     members[0] = ("train", md5(folder / "train"))
     d = load_dataset("cifar100", tmp_path)
     assert d["train_x"].shape == (4, 3, 32, 32) and d["train_y"].tolist() == [1, 2, 3, 4]
+
+
+def test_edited_result_is_named_not_believed(tmp_path):
+    """Item 4: result files carry a digest recorded by the writer; a hand-edited metrics.json is refused."""
+    from transformer_hessian.io import ResultError, load_metrics, save_metrics
+
+    path = tmp_path / "metrics.json"
+    save_metrics(path, {"experiment": "x", "final": {"val_acc": 0.31}})
+    assert load_metrics(path)["final"]["val_acc"] == 0.31
+    path.write_text(path.read_text().replace("0.31", "0.99"))
+    with pytest.raises(ResultError, match=r"metrics\.json' was changed after the train rule wrote it"):
+        load_metrics(path)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_damaged_npz_result_is_named(damage, tmp_path):
+    """Item 7: a truncated or garbage .npz is one message naming the file and the rule (no BadZipFile,
+    no hint about allow_pickle), with or without its digest file."""
+    from transformer_hessian.io import ResultError, digest_path, load_hessian, save_hessian
+
+    path = tmp_path / "init.npz"
+    save_hessian(path, np.eye(3), ["a"], np.array([0, 3]), np.array([[3, 1]]))
+    if damage == "truncated":
+        _truncate(path)
+    else:
+        path.write_bytes(os.urandom(3000))
+    with pytest.raises(ResultError, match=r"init\.npz.*rerun the hessian rule"):
+        load_hessian(path)
+    digest_path(path).unlink()
+    with pytest.raises(ResultError, match=r"init\.npz' is not a readable \.npz .*rerun the hessian rule") as err:
+        load_hessian(path)
+    assert "allow_pickle" not in str(err.value)
+
+
+def test_full_disk_is_one_line_and_the_next_run_recovers(tmp_path, monkeypatch, capsys):
+    """Item 7: ENOSPC (simulated: the rename of every write raises OSError 28) ends in one line; with space
+    back, the same command succeeds."""
+    from transformer_hessian import cli, utils
+
+    manifest = tmp_path / "data" / "digits" / "manifest.json"
+    argv = ["download", "--dataset", "digits", "--manifest", str(manifest)]
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device", str(manifest))
+
+    monkeypatch.setattr(utils.os, "replace", full)
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if "error" in ln]
+    assert len(lines) == 1 and "disk is full" in lines[0] and "manifest.json" in lines[0], err
+    assert _no_traceback(err) and not manifest.exists()
+    monkeypatch.undo()
+    assert cli.main(argv) == 0 and json.loads(manifest.read_text())["dataset"] == "digits"
