@@ -33,6 +33,7 @@ class RestrictedUnpickler(pickle.Unpickler):
     """An unpickler that resolves only :data:`ALLOWED_GLOBALS`; any other global is refused."""
 
     def find_class(self, module: str, name: str):
+        """Resolve ``module.name`` only if it is in :data:`ALLOWED_GLOBALS`."""
         if (module, name) not in ALLOWED_GLOBALS:
             raise pickle.UnpicklingError(f"global {module}.{name} is not allowed in a data file")
         if module in ("copy_reg", "__builtin__"):  # Python 2 names
