@@ -133,7 +133,7 @@ def test_download_good_file_verifies_writes_manifest_and_is_idempotent(server, t
     out = tmp_path / "results" / "data" / "mnist" / "manifest.json"
     write_manifest(manifest, out)
     assert json.loads(out.read_text()) == manifest
-    assert [p.name for p in out.parent.iterdir()] == ["manifest.json"]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["manifest.json", "manifest.json.sha256"]  # and its digest
 
 
 def test_download_with_mirror_and_bare_file_names(server, tmp_path):
