@@ -18,7 +18,7 @@ if not workflow.overwrite_configfiles:
 
 
 sys.path.insert(0, os.path.join(workflow.basedir, "src"))
-from transformer_hessian.config import SCHEMA_PATH, ConfigError, check_config_files, config_hash, validate_config  # noqa: E402
+from transformer_hessian.config import SCHEMA_PATH, ConfigError, check_config_files, config_hash, unexpected_config_error, validate_config  # noqa: E402
 
 # Schema check with messages that name the offending key, plus cross-key checks; then
 # snakemake's own validation against the same schema (fills in defaults). Every config file
@@ -29,6 +29,8 @@ try:
     validate_config(config, cli_overrides=dict(workflow.config_settings.config))
 except ConfigError as err:
     raise SystemExit(f"transformer-hessian: {err}")
+except Exception as err:  # noqa: BLE001 - an input no check foresaw: one line, the traceback in a log file
+    raise SystemExit(unexpected_config_error(err))
 validate(config, str(SCHEMA_PATH))
 
 CONFIG_HASH = config_hash(config)

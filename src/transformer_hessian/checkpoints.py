@@ -126,6 +126,21 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
     return ck
 
 
+def set_aside(path: str | Path) -> Path:
+    """Rename a damaged checkpoint (and its sidecar) to ``<name>.damaged``; returns the new path.
+
+    A damaged intermediate never blocks a run: once set aside it counts as missing, and the
+    rule that writes it rebuilds it when it runs again.
+    """
+    path = Path(path)
+    target = path.with_name(path.name + ".damaged")
+    os.replace(path, target)
+    side = sidecar(path)
+    if side.exists():
+        os.replace(side, target.with_name(target.name + ".sha256"))
+    return target
+
+
 def set_aside_damaged(paths, dry_run: bool = False, recheck_s: float = 1.0) -> list[Path]:
     """Rename each checkpoint in ``paths`` whose sidecar does not match to ``<name>.damaged``.
 

@@ -9,6 +9,7 @@ each command parses a section once into its frozen dataclass (:mod:`.settings`, 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -540,9 +541,21 @@ def main(argv: list[str] | None = None) -> int:
         )
         if isinstance(err, RuntimeError) and not isinstance(err, own):
             raise
+        log.debug("traceback of the error below", exc_info=True)  # -v: the traceback in the log
         print(f"transformer-hessian {args.command}: error: {err}", file=sys.stderr)
         return 1
+    except OSError as err:
+        # a full disk, a name too long, no permission: one line naming the file and what to do
+        log.debug("traceback of the error below", exc_info=True)
+        where = f" ({err.filename})" if err.filename else ""
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            what = f"the disk is full{where}; free some space and run again (finished steps are kept; the run resumes)"
+        else:
+            what = f"{err.strerror or err}{where}; check the path and its permissions"
+        print(f"transformer-hessian {args.command}: error: {what}", file=sys.stderr)
+        return 1
     except MemoryError:
+        log.debug("traceback of the error below", exc_info=True)
         print(
             f"transformer-hessian {args.command}: error: out of memory; lower the model sizes "
             "(experiments.<name>.model.*) or the batch sizes in the config",

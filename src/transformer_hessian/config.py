@@ -126,48 +126,143 @@ def coerce_cli_strings(config, schema: dict, node: dict | None = None):
     return config
 
 
-def _duplicate_keys(node, path: str = "") -> list[str]:
-    """``dotted.key (lines a and b)`` for every key that occurs twice in one YAML mapping."""
+#: A config file is refused when its YAML aliases expand to more values than this, or when it nests deeper.
+MAX_CONFIG_VALUES = 100_000
+MAX_CONFIG_DEPTH = 64
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
+def _check_size(root, path) -> None:
+    """Refuse a node graph nested deeper than :data:`MAX_CONFIG_DEPTH` or whose aliases expand to
+    more than :data:`MAX_CONFIG_VALUES` values. Each node is visited once (aliases share nodes), so
+    this is linear in the file's size, whatever the aliases would expand to."""
+    order, depth, stack = [], {id(root): 1}, [root]
+    while stack:  # iterative: no recursion limit; each distinct node once
+        node = stack.pop()
+        order.append(node)
+        if depth[id(node)] > MAX_CONFIG_DEPTH:
+            raise ConfigError(
+                f"config file {path}: nested more than {MAX_CONFIG_DEPTH} levels deep (line "
+                f"{node.start_mark.line + 1}); a config is a few levels of keys"
+            )
+        children = [c for kv in node.value for c in kv] if isinstance(node, yaml.MappingNode) else []
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        for child in children:
+            if id(child) not in depth:
+                depth[id(child)] = depth[id(node)] + 1
+                stack.append(child)
+    size: dict = {}
+    for node in reversed(order):  # children before parents (a DAG: aliases only point backwards)
+        children = [c for kv in node.value for c in kv] if isinstance(node, yaml.MappingNode) else []
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        size[id(node)] = 1 + sum(size.get(id(c), 1) for c in children)
+        if size[id(node)] > MAX_CONFIG_VALUES:
+            raise ConfigError(
+                f"config file {path}: its YAML aliases (*name) expand to more than {MAX_CONFIG_VALUES:,} "
+                f"values (line {node.start_mark.line + 1}); write the values out instead of nesting aliases"
+            )
+
+
+def _check_nesting_text(text: str, path) -> None:
+    """Refuse text nested deeper than :data:`MAX_CONFIG_DEPTH` before YAML's parser sees it (its time
+    grows with the square of the nesting): brackets ``[ {`` open minus closed, and indentation."""
+    depth = 0
+    for line in text.splitlines():
+        stripped = line.lstrip(" ")
+        if (len(line) - len(stripped)) // 2 > MAX_CONFIG_DEPTH and stripped and not stripped.startswith("#"):
+            break
+        for ch in stripped:
+            depth += (ch in "[{") - (ch in "]}")
+            if depth > MAX_CONFIG_DEPTH:
+                break
+        else:
+            continue
+        break
+    else:
+        return
+    raise ConfigError(
+        f"config file {path}: nested more than {MAX_CONFIG_DEPTH} levels deep; a config is a few levels of keys"
+    )
+
+
+def _duplicate_keys(node, path: str = "", seen_nodes: set | None = None) -> list[str]:
+    """``dotted.key (lines a and b)`` for every key that occurs twice in one YAML mapping, and
+    ``dotted.key: not a string`` for a key YAML reads as a number, boolean or null (``1:``,
+    ``yes:``). Each node is walked once, however many aliases point at it."""
+    seen_nodes = set() if seen_nodes is None else seen_nodes
+    if id(node) in seen_nodes:
+        return []
+    seen_nodes.add(id(node))
     out = []
     if isinstance(node, yaml.MappingNode):
         seen: dict = {}
         for key_node, value_node in node.value:
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
             dotted = f"{path}.{key}" if path else str(key)
+            if key is not None and key != "<<" and key_node.tag != _STR_TAG:
+                out.append(
+                    f"{dotted} (line {key_node.start_mark.line + 1}): YAML reads this key as "
+                    f"{key_node.tag.rsplit(':', 1)[-1]}, not text; quote it ('{key}':)"
+                )
             if key is not None and key != "<<":
                 if key in seen:
-                    out.append(f"{dotted} (lines {seen[key] + 1} and {key_node.start_mark.line + 1})")
+                    out.append(f"{dotted} (lines {seen[key] + 1} and {key_node.start_mark.line + 1}): duplicate key")
                 else:
                     seen[key] = key_node.start_mark.line
-            out += _duplicate_keys(value_node, dotted)
+            out += _duplicate_keys(value_node, dotted, seen_nodes)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            out += _duplicate_keys(item, f"{path}[{i}]")
+            out += _duplicate_keys(item, f"{path}[{i}]", seen_nodes)
     return out
 
 
 def load_yaml(path: str | Path) -> dict:
-    """Read a YAML (or JSON) config file; :class:`ConfigError` on a duplicate key or bad syntax.
+    """Read a YAML (or JSON) config file; :class:`ConfigError` (one message naming the file) on a
+    duplicate or non-text key, bad syntax, a file that is missing, a folder, not UTF-8 text,
+    nested too deeply, or whose aliases expand too far (an alias bomb).
 
     ``yaml.safe_load`` (and snakemake's loader) silently keep the last of two equal keys; here
-    the file is rejected with the dotted key and both line numbers.
+    the file is rejected with the dotted key and both line numbers. Parsing is linear in the
+    file's size: aliases are counted, never expanded (:func:`_check_size`).
     """
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"config file {path} does not exist; check the --configfile path")
+    if p.is_dir():
+        raise ConfigError(f"config file {path} is a folder, not a file; pass the YAML file inside it")
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"config file {path} cannot be read: {err}") from None
+        raw = p.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"config file {path} cannot be read: {err.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"config file {path} is not UTF-8 text (byte {err.start}); save it as UTF-8 (a YAML text file)"
+        ) from None
+    if "\x00" in text:
+        raise ConfigError(f"config file {path} holds NUL bytes: not a text file; pass a YAML text file")
+    _check_nesting_text(text, path)
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is not None:
+            _check_size(node, path)
+        dups = _duplicate_keys(node)
+        if dups:
+            raise ConfigError(
+                f"invalid configuration in {path}:\n"
+                + "\n".join(f"  {d}" for d in dups)
+                + "\n(each key may appear once, as text; YAML would silently keep the last value)"
+            )
         data = yaml.load(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as err:
         raise ConfigError(f"config file {path} is not valid YAML: {err}") from None
-    dups = _duplicate_keys(node)
-    if dups:
+    except RecursionError:
         raise ConfigError(
-            f"invalid configuration in {path}:\n"
-            + "\n".join(f"  {d}: duplicate key" for d in dups)
-            + "\n(each key may appear once; YAML would silently keep the last value)"
-        )
+            f"config file {path}: nested too deeply to read (more than {MAX_CONFIG_DEPTH} levels)"
+        ) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -191,7 +286,10 @@ def _value_errors(node, path: str = "") -> list[str]:
     if isinstance(node, dict):
         for k, v in node.items():
             dotted = f"{path}.{k}" if path else str(k)
-            if isinstance(k, str) and _CONTROL.search(k):
+            if not isinstance(k, str):
+                out.append(f"  {dotted}: the key {k!r} is not text (YAML reads 1, yes, null as values); quote it")
+                continue
+            if _CONTROL.search(k):
                 out.append(f"  {dotted!r}: a key name may not contain control characters (newline, tab, NUL)")
             out += _value_errors(v, dotted)
     elif isinstance(node, list):
@@ -225,12 +323,101 @@ def training_bytes_estimate(exp: dict) -> int | None:
     return 16 * n
 
 
+#: Training images of each data set before ``max_train`` (digits: all 1,797, split by ``val_fraction``).
+DATASET_TRAIN = {"digits": 1797, "mnist": 60000, "cifar100": 50000}
+
+
+def train_samples(exp: dict, name: str) -> tuple[int | None, str, list[str]]:
+    """``(n, keys, errors)``: the number of training samples experiment ``name`` will have (before any
+    data is read), the config keys that set it (for messages), and the errors of its split."""
+    t, ds = exp["train"], exp["dataset"]
+    if ds not in DATASET_TRAIN:
+        return None, "", []
+    errors, keys = [], f"experiments.{name}.dataset"
+    n = DATASET_TRAIN[ds]
+    if ds == "digits":  # sklearn's stratified split: ceil(val_fraction * 1797) validation images
+        n_val = math.ceil(t["val_fraction"] * n)
+        classes = DATASET_SHAPES[ds][2]
+        if min(n_val, n - n_val) < classes:
+            errors.append(
+                f"  experiments.{name}.train.val_fraction: {t['val_fraction']:g} of the {n} digits images leaves "
+                f"{n_val} for validation and {n - n_val} for training; the stratified split needs at least "
+                f"{classes} in each (one per class): use a value in [{classes / n:.4f}, {1 - classes / n:.4f}]"
+            )
+        n -= n_val
+        keys = f"experiments.{name}.train.val_fraction"
+    if t.get("max_train") is not None and t["max_train"] < n:
+        n, keys = t["max_train"], f"experiments.{name}.train.max_train"
+    if n < 2 and not errors:
+        errors.append(f"  {keys}: leaves {n} training sample(s); at least 2 are needed")
+    return n, keys, errors
+
+
+def _sample_count_errors(config: dict) -> list[str]:
+    """Sizes and k values against the number of samples they draw from (refused, never clamped)."""
+    out, experiments, counts = [], config["experiments"], {}
+    for name, exp in experiments.items():
+        n, keys, errors = train_samples(exp, name)
+        counts[name] = (n, keys)
+        out += errors
+    for name, exp in experiments.items():
+        n, keys = counts[name]
+        bs = exp["train"]["batch_size"]
+        if n is not None and n >= 2 and bs > n:
+            out.append(
+                f"  experiments.{name}.train.batch_size: {bs} is more than the {n} training samples (set by "
+                f"{keys}); lower it to at most {n}"
+            )
+    hname = config["hessian"]["experiment"]
+    n, keys = counts.get(hname, (None, ""))
+    bs = config["hessian"]["batch_size"]
+    if n is not None and n >= 2 and bs > n:
+        out.append(
+            f"  hessian.batch_size: {bs} is more than the {n} training samples of experiment {hname!r} "
+            f"(set by {keys}); lower hessian.batch_size to at most {n}"
+        )
+    lname = config["landscape"]["experiment"]
+    n, keys = counts.get(lname, (None, ""))
+    if n is not None and n >= 2:
+        land = config["landscape"]
+        n_l, lkeys = n, keys
+        if land.get("max_samples") is not None and land["max_samples"] < n:
+            n_l, lkeys = land["max_samples"], "landscape.max_samples"
+        if land["k_min"] > n_l - 2:
+            out.append(
+                f"  landscape.k_min: {land['k_min']} leaves fewer than 2 values of k to fit among the {n_l} samples "
+                f"(set by {lkeys}); use landscape.k_min <= {max(n_l - 2, 1)}"
+            )
+        probe = config.get("probe") or {}
+        if probe:
+            n_p, pkeys = n, keys
+            if probe.get("max_samples") is not None and probe["max_samples"] < n:
+                n_p, pkeys = probe["max_samples"], "probe.max_samples"
+            if probe["k_small"] > n_p - 1:
+                out.append(
+                    f"  probe.k_small: {probe['k_small']} but the probes use {n_p} samples (set by {pkeys}); "
+                    f"k_small must be at most {n_p - 1} (it is compared with k = {n_p - 1})"
+                )
+            big = [k for k in probe["shift_ks"] if k > n_p - 1]
+            if big:
+                out.append(
+                    f"  probe.shift_ks: {big} exceed the {n_p - 1} the probes' {n_p} samples allow (set by "
+                    f"{pkeys}); each k must be at most {n_p - 1}"
+                )
+    return out
+
+
 def _cross_key_errors(config: dict) -> list[str]:
     """Checks that involve several keys; each message names the key to change."""
     from .resources import dense_hessian_bytes, format_bytes, hessian_group_size
 
     out = []
     experiments = config["experiments"]
+    root = config.get("data", {}).get("root", "")
+    long_parts = [part for part in Path(root).parts if len(part.encode()) > 255]
+    if long_parts:
+        out.append(f"  data.root: a folder name of {len(long_parts[0].encode())} bytes; at most 255 per name")
+    out += _sample_count_errors(config)
     for name, exp in experiments.items():
         m = exp["model"]
         side = DATASET_SHAPES.get(exp["dataset"], (None,))[0]
@@ -322,6 +509,23 @@ def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH, cli_ove
     if cross:
         raise ConfigError("invalid configuration:\n" + "\n".join(cross))
     return config
+
+
+def unexpected_config_error(err: BaseException, log_dir: str | Path = ".snakemake/log") -> str:
+    """One line for an error no config check foresaw; its traceback goes to a file in ``log_dir``."""
+    import traceback
+
+    where = Path(log_dir) / "transformer-hessian-config-error.txt"
+    try:
+        where.parent.mkdir(parents=True, exist_ok=True)
+        where.write_text("".join(traceback.format_exception(err)))
+        saved = f"traceback in {where}"
+    except OSError:
+        saved = "no traceback saved"
+    return (
+        f"transformer-hessian: the config could not be checked ({type(err).__name__}: {str(err)[:200]}); "
+        f"check the config files and --config values ({saved})"
+    )
 
 
 def load_config(path: str | Path) -> dict:

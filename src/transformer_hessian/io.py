@@ -27,6 +27,12 @@ trained):
 * ``paper/summary.json`` (summary rule): :func:`save_summary` / :func:`load_summary`
 
 Any other JSON result (a notebook parameter) is read with :func:`load_json`.
+
+Every result file under ``results/`` carries a digest: the writer records the SHA-256 of the
+bytes it wrote in ``<file>.sha256`` (before the file is renamed into place) and every reader
+checks it first, so a result edited by hand (or damaged) is refused, naming the file and the
+rule to rerun, instead of being believed. A file without a ``.sha256`` (written before digests
+existed) is read as it is. ``paper/`` files (claims, summary) are outputs, not inputs, and carry none.
 """
 
 from __future__ import annotations
@@ -39,7 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from .utils import save_npz, write_json, write_text
+from .utils import _json_default, atomic_path, write_text
+from .utils import write_json as _write_json_unsealed
 
 PathLike = str | os.PathLike[str]
 
@@ -76,6 +83,80 @@ __all__ = [
 # ----------------------------------------------------------------------------- generic
 
 
+class ResultError(ValueError):
+    """A result file is damaged, edited after it was written, or not readable."""
+
+
+def digest_path(path: PathLike) -> Path:
+    """The digest file of result ``path``: ``<path>.sha256``."""
+    p = Path(path)
+    return p.with_name(p.name + ".sha256")
+
+
+def _sealed(path: PathLike, write, suffix: str | None = None) -> None:
+    """``write(tmp)`` to a temp file, record its SHA-256 in the digest file, then rename into place."""
+    from .checkpoints import sha256_file
+
+    with atomic_path(path, suffix=suffix) as tmp:
+        write(tmp)
+        write_text(f"{sha256_file(tmp)}  {Path(path).name}\n", digest_path(path))
+
+
+def write_json(obj: Any, path: PathLike) -> None:
+    """Write ``obj`` as indented JSON atomically, with its digest (NaN/inf refused)."""
+
+    def write(tmp):
+        with open(tmp, "w") as fh:
+            json.dump(obj, fh, indent=2, default=_json_default, allow_nan=False)
+            fh.write("\n")
+
+    _sealed(path, write)
+
+
+def save_npz(path: PathLike, **arrays) -> None:
+    """Write ``arrays`` to a compressed ``.npz`` atomically, with its digest."""
+
+    def write(tmp):
+        with open(tmp, "wb") as fh:
+            np.savez_compressed(fh, **arrays)
+
+    _sealed(path, write, suffix=".npz")
+
+
+def verify_result(path: PathLike, rule: str | None = None) -> None:
+    """:class:`ResultError` naming ``path`` if its bytes no longer match the digest its writer recorded."""
+    from .checkpoints import sha256_file
+
+    side = digest_path(path)
+    if not side.is_file():
+        return
+    try:
+        expected = side.read_text().split()[0].lower()
+    except (OSError, IndexError, UnicodeDecodeError):
+        expected = "<unreadable>"
+    got = sha256_file(path)
+    if got != expected:
+        by = f"the {rule} rule" if rule else "its rule"
+        raise ResultError(
+            f"result file {str(path)!r} was changed after {by} wrote it (its SHA-256 differs from {side.name}): "
+            f"an edited or damaged result is not used; delete it and {side.name} and rerun {by}"
+        )
+
+
+def _open_npz(path: PathLike, rule: str):
+    """``np.load`` (no pickles) of a verified ``.npz``; :class:`ResultError` naming it when it is damaged."""
+    import zipfile
+
+    verify_result(path, rule)
+    try:
+        return np.load(path, allow_pickle=False)
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as err:
+        raise ResultError(
+            f"result file {str(path)!r} is not a readable .npz (truncated or damaged: {type(err).__name__}); "
+            f"delete it and rerun the {rule} rule"
+        ) from None
+
+
 def load_json(path: PathLike, rule: str | None = None) -> Any:
     """Parse a JSON result file.
 
@@ -88,15 +169,16 @@ def load_json(path: PathLike, rule: str | None = None) -> Any:
         raise FileNotFoundError(
             f"result file {str(p)!r} not found; run {by} to produce it or pass the right path as a notebook parameter"
         )
+    verify_result(p, rule)
     try:
-        with p.open() as handle:
+        with p.open(encoding="utf-8") as handle:
             return json.load(handle)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{str(p)!r} is not valid JSON ({err}); delete it and rerun") from err
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ResultError(f"{str(p)!r} is not valid JSON ({err}); delete it and rerun") from err
 
 
 def save_json(obj: Any, path: PathLike) -> None:
-    """Write ``obj`` as indented JSON atomically (NaN/inf refused; numpy/torch values as numbers)."""
+    """Write ``obj`` as indented JSON atomically, with its digest (NaN/inf refused; numpy/torch values as numbers)."""
     write_json(obj, path)
 
 
@@ -141,7 +223,7 @@ def load_hessian(path: PathLike) -> dict[str, Any]:
             f"Hessian file {str(p)!r} not found; run the pipeline's hessian rule to produce it "
             f"or pass the right path as a notebook parameter"
         )
-    with np.load(p, allow_pickle=False) as data:
+    with _open_npz(p, "hessian") as data:
         missing = [key for key in ("H", "names", "offsets") if key not in data.files]
         if missing:
             raise KeyError(f"{str(p)!r} lacks the array(s) {missing}; rerun the hessian rule")
@@ -226,7 +308,7 @@ def load_dynamics(path: PathLike) -> dict[str, Any]:
     """Read the ``.npz`` of :func:`save_dynamics` into a dict of arrays (``names`` as a list of str)."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"dynamics file {str(path)!r} not found; run the pipeline's dynamics rule")
-    with np.load(path, allow_pickle=False) as data:
+    with _open_npz(path, "dynamics") as data:
         out = {k: np.asarray(data[k]) for k in data.files}
     out["names"] = [str(n) for n in out["names"]]
     return out
@@ -331,7 +413,7 @@ def save_claims(
     """Write the claim verdicts: ``json_path`` holds ``{"config_hash": str | null, "claims": rows}``
     (rows in the shared schema: ``id``, ``claim``, ``source``, ``measured``, ``verdict``,
     ``evidence``) and ``md_path`` the Markdown ``document`` rendered from them."""
-    write_json({"config_hash": config_hash, "claims": rows}, json_path)
+    _write_json_unsealed({"config_hash": config_hash, "claims": rows}, json_path)
     write_text(document, md_path)
 
 
@@ -385,7 +467,7 @@ def save_summary(path: PathLike, summary: Mapping[str, Any]) -> None:
     """Write ``paper/summary.json`` (:func:`.report.build_summary`: ``provenance``, ``hessian``,
     ``training``, ``theory``, ``landscape``, ``bounds``, ``figures``, ``tables`` and, when given,
     ``figure_provenance``, ``claims``, ``scaling`` and ``spectrum``)."""
-    write_json(dict(summary), path)
+    _write_json_unsealed(dict(summary), path)
 
 
 def load_summary(path: PathLike) -> dict[str, Any]:

@@ -69,12 +69,38 @@ def other_snakemakes(workdir: Path) -> list[int]:
     return found
 
 
+def configfiles(argv: list[str]) -> list[str]:
+    """The files given to ``--configfile`` / ``--configfiles`` (each takes one or more values)."""
+    out, taking = [], False
+    for a in argv:
+        if a in ("--configfile", "--configfiles"):
+            taking = True
+        elif a.startswith(("--configfile=", "--configfiles=")):
+            out.append(a.split("=", 1)[1])
+            taking = False
+        elif taking and not a.startswith("-"):
+            out.append(a)
+        else:
+            taking = False
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run a snakemake command under the run guard (one run per folder; stale locks and temp files removed)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
         print("usage: python -m transformer_hessian.runguard SNAKEMAKE_COMMAND [ARGS...]", file=sys.stderr)
         return 2
+    # snakemake reads (and expands the aliases of) every --configfile before the Snakefile's own
+    # checks run: a missing, binary or non-UTF-8 file would end in its traceback, an alias bomb would
+    # hang it. The project's loader (linear in the file's size) reads them first.
+    from .config import ConfigError, check_config_files
+
+    try:
+        check_config_files(configfiles(argv))
+    except ConfigError as err:
+        print(f"transformer-hessian: {err}", file=sys.stderr)
+        return 1
     workdir = Path(_option(argv, "--directory", "-d") or ".").resolve()
     meta = workdir / ".snakemake"
     meta.mkdir(parents=True, exist_ok=True)

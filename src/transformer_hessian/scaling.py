@@ -403,7 +403,8 @@ def aggregate(results: list[dict], scaling: Scaling) -> dict[str, Any]:
 
 def config_errors(config: dict) -> list[str]:
     """Cross-key problems of an enabled ``scaling:`` section (each names the key to change)."""
-    from .config import DATASET_SHAPES
+    from .config import DATASET_SHAPES, training_bytes_estimate
+    from .resources import format_bytes
 
     s = config.get("scaling") or {}
     if not s.get("enabled"):
@@ -423,6 +424,25 @@ def config_errors(config: dict) -> list[str]:
     for size in s["train_sizes"]:
         if size is not None and size < s["k_min"] + 2:
             out.append(f"  scaling.train_sizes: {size} leaves fewer than 2 k >= scaling.k_min = {s['k_min']} to fit")
+    mem_mb = (config.get("resources") or {}).get("mem_mb")
+    archs = [("scaling.widths", w, s["fixed_depth"]) for w in s["widths"]]
+    archs += [("scaling.depths", s["fixed_width"], n) for n in s["depths"]]
+    for key, w, depth in archs:
+        model = {
+            "patch_size": s["patch_size"],
+            "width": w,
+            "depth": depth,
+            "d_k": max(1, round(s["d_k_ratio"] * w)),
+            "d_ff": max(1, round(s["d_ff_ratio"] * w)),
+            "ffn_bias": s["ffn_bias"],
+        }
+        need = training_bytes_estimate({"dataset": s["dataset"], "model": model})
+        if mem_mb and need is not None and need > mem_mb * 2**20:
+            out.append(
+                f"  {key}: the model of width {w} and depth {depth} needs at least {format_bytes(need)} to train "
+                f"(16 bytes per parameter), more than resources.mem_mb = {mem_mb} MiB; lower {key}"
+            )
+            break
     n_models = n_arch * len(s["train_sizes"])
     if s["jobs"] > n_models:
         out.append(f"  scaling.jobs: {s['jobs']} jobs for {n_models} models; at most one job per model")

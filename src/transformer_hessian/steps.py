@@ -241,7 +241,7 @@ def dynamics_step(
             summary["requested_steps"],
             summary["replayed_steps"],
         )
-    bad = [c["epoch"] for c in summary["epoch_checks"] if not c["identical"]]
+    bad = [c["epoch"] for c in summary["epoch_checks"] if c["identical"] is False]
     if bad:
         log.warning("dynamics: the replay differs from the saved epoch checkpoint(s) %s", bad)
     if saved_init_hessian and not summary["init_hessian_check"]["passed"]:

@@ -8,13 +8,13 @@ torchvision are imported inside the functions that need them.
 from __future__ import annotations
 
 import os
-import pickle
 from pathlib import Path
 
 import numpy as np
 
 from . import sources
 from .prepare import prepare
+from .safe_pickle import load_verified_pickle
 from .sources import MNIST_FILES, NUM_CLASSES, DataError, check_name
 
 __all__ = ["load_dataset"]
@@ -166,15 +166,11 @@ def _load_cifar100(folder: Path):
     if missing:
         raise _missing_error("cifar100", folder, missing, [f"{sources.cifar100_dir()}/{f}" for f in members])
 
+    known = dict(sources.cifar100_members())
+
     def read(fname: str) -> dict:
-        try:
-            with open(base / fname, "rb") as fh:
-                return pickle.load(fh, encoding="latin1")
-        except (pickle.UnpicklingError, EOFError, OSError, ValueError, TypeError, AttributeError) as err:
-            raise DataError(
-                f"data set 'cifar100': {base / fname} is not a readable CIFAR pickle ({type(err).__name__}: {err}); "
-                f"delete {base} and download again"
-            ) from err
+        # md5 first (torchvision's table), then an unpickler that resolves only numpy's array globals
+        return load_verified_pickle(base / fname, known[fname], "cifar100", f"delete {base} and download again")
 
     out = []
     for fname in (sources.cifar100().train_list[0][0], sources.cifar100().test_list[0][0]):

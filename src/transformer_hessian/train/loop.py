@@ -27,8 +27,9 @@ from tqdm.auto import tqdm
 
 from ..checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from ..config import config_hash
+from ..io import save_metrics
 from ..model import ViT, count_parameters
-from ..utils import log, resolve_device, write_json
+from ..utils import log, resolve_device
 from .loading import evaluate, load_experiment_data, model_config_for
 from .memory import _check_training_memory
 from .recipe import autocast_context, epoch_augmentation, epoch_permutation, lr_factor, make_batch, make_optimizer
@@ -241,5 +242,5 @@ def train(name: str, spec: Experiment, data_root: str | Path, out_dir: str | Pat
         "train_seconds": sum(h["seconds"] for h in history),
     }
     save_checkpoint(checkpoint(t.epochs), ckdir / "final.pt")
-    write_json(metrics, out_dir / "metrics.json")
+    save_metrics(out_dir / "metrics.json", metrics)  # with its digest: an edited metrics.json is refused
     return metrics
