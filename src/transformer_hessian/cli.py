@@ -33,7 +33,7 @@ def cmd_download(a) -> None:
     """Rule download: fetch and verify a data set, then write its manifest."""
     from .steps import download_dataset
 
-    download_dataset(a.dataset, a.manifest, root=a.root, mirror=a.mirror, deadline=a.deadline)
+    download_dataset(a.dataset, a.manifest, root=a.root, mirror=a.mirror, deadline=a.deadline, local=a.local)
 
 
 def cmd_train(a) -> None:
@@ -279,6 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--mirror", default=None, help="base URL of a mirror to use instead of torchvision's ('' = none)")
     s.add_argument("--deadline", type=float, default=3600.0, help="seconds one file may take in all")
+    s.add_argument(
+        "--local", default=None, help="folder holding the files already (config key data.local; '' = none): no network"
+    )
     s.add_argument("--manifest", required=True, help="JSON manifest written on success (ROOT/DATASET/manifest.json)")
     s.set_defaults(func=cmd_download)
 

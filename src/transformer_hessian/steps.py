@@ -45,15 +45,20 @@ __all__ = [
 
 
 def download_dataset(
-    dataset: str, manifest_path: str, root: str | None = None, mirror: str | None = None, deadline: float = 3600.0
+    dataset: str,
+    manifest_path: str,
+    root: str | None = None,
+    mirror: str | None = None,
+    deadline: float = 3600.0,
+    local: str | None = None,
 ) -> None:
     """Rule download: fetch and verify ``dataset`` under ``root/dataset`` (default root: two levels
-    above ``manifest_path``), then write its manifest."""
+    above ``manifest_path``; ``local``: a folder that holds the files already), then write its manifest."""
     from .data import download
     from .io import save_manifest
 
     root = root or Path(manifest_path).resolve().parent.parent
-    manifest = download(dataset, root, mirror=mirror or None, deadline=deadline)
+    manifest = download(dataset, root, mirror=mirror or None, deadline=deadline, local=local or None)
     save_manifest(manifest_path, manifest)
     log.info("%s ready under %s", dataset, Path(root) / dataset)
 

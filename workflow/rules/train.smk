@@ -19,7 +19,7 @@ rule train:
         "logs/train/{exp}.log",
     benchmark:
         "benchmarks/train/{exp}.tsv"
-    threads: 1
+    threads: 4
     resources:
         **MODEL_RESOURCES,
     shell:
