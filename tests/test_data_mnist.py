@@ -333,3 +333,21 @@ def test_real_mnist_from_a_local_folder(tmp_path, no_network):
     assert str(bad / "t10k-labels-idx1-ubyte") in str(info.value) and MNIST_RAW["t10k-labels-idx1-ubyte"][0] in str(
         info.value
     )
+
+
+def test_local_folder_for_other_files_copies_verified_and_keeps_bad(tmp_path, no_network):
+    local = tmp_path / "local"
+    local.mkdir()
+    (local / "blob.bin").write_bytes(b"good bytes")
+    manifest = download("cifar100", tmp_path / "data", resources=[("blob.bin", md5(b"good bytes"))], local=local)
+    assert manifest["files"][0]["md5"] == md5(b"good bytes")
+    assert (tmp_path / "data" / "cifar100" / "blob.bin").read_bytes() == b"good bytes"
+    (local / "other.bin").write_bytes(b"bad bytes")
+    with pytest.raises(DataError) as info:
+        download("cifar100", tmp_path / "data", resources=[("other.bin", "0" * 32)], local=local)
+    msg = str(info.value)
+    assert (
+        str(local / "other.bin") in msg and md5(b"bad bytes") in msg and "0" * 32 in msg and "left where it is" in msg
+    )
+    assert (local / "other.bin").read_bytes() == b"bad bytes"
+    assert not (tmp_path / "data" / "cifar100" / "other.bin").exists()

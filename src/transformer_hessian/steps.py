@@ -493,21 +493,23 @@ def claims_step(
     return out
 
 
-def claims_readme_step(claims_path: str, readme: str, check: bool = False) -> None:
-    """Refresh the README's generated claims section from ``claims_path``; with ``check``, raise
-    :class:`ValueError` when it differs instead of writing."""
+def claims_readme_step(claims_path: str, readme: str, check: bool = False, tag: str = "claims") -> None:
+    """Refresh the README's generated claims section (markers ``<!-- <tag>:start -->``) from
+    ``claims_path``; with ``check``, raise :class:`ValueError` when it differs instead of writing."""
     from . import claims
     from .io import load_claims
     from .utils import write_text
 
     rows = load_claims(claims_path)
     text = Path(readme).read_text()
-    new = claims.update_readme(text, rows)
+    new = claims.update_readme(text, rows, tag)
     if check:
         if new != text:
             raise ValueError(
                 f"{readme}: the claims section differs from {claims_path}; run "
-                f"`transformer-hessian claims-readme --claims {claims_path} --readme {readme}`"
+                f"`transformer-hessian claims-readme --claims {claims_path} --readme {readme}"
+                + ("" if tag == "claims" else f" --tag {tag}")
+                + "`"
             )
         log.info("%s: claims section up to date", readme)
     else:

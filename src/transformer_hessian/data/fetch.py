@@ -271,7 +271,8 @@ def download(
             got = _calculate_md5(src)
             if got != md5:
                 raise DataError(
-                    str(rejected_error(name, local_dir, [Rejected(src, md5, got, src.stat().st_size)], [], None))
+                    f"data set {name!r}: {Rejected(src, md5, got, src.stat().st_size)}; it was left where it is. "
+                    "Replace it with an intact copy (or unset data.local to download it), then run again."
                 )
             with atomic_path(dest) as tmp:
                 shutil.copyfile(src, tmp)
