@@ -192,16 +192,22 @@ def single_threaded() -> Iterator[None]:
 
 
 def evaluate_bounds(
-    model, images: torch.Tensor, labels: torch.Tensor, ce_norms: dict | None, n_samples: int = 2, delta: float = 1e-6
+    model,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    ce_norms: dict | None,
+    n_samples: int = 2,
+    delta: float = 1e-6,
+    label: str = "bounds",
 ) -> dict:
     """All bound evaluations for one stage (module docstring). ``model`` must be a single-block
     float64 ViT; ``images, labels`` the Hessian experiment's fixed batch; ``ce_norms`` the hessian
     rule's ``<stage>_norms.json`` (or None to skip the experiment setting); the theory setting
-    uses the first ``n_samples`` samples of the batch. Returns a JSON-ready dict.
+    uses the first ``n_samples`` samples of the batch; ``label`` names the progress lines. Returns a JSON-ready dict.
 
     Runs :func:`single_threaded`: bit-identical run to run and for any thread count."""
     total = min(n_samples, len(images)) + (ce_norms is not None) + 1  # samples, experiment setting, counterexample
-    with single_threaded(), Progress("bounds", total=total, unit="evaluation") as prog:
+    with single_threaded(), Progress(label, total=total, unit="evaluation") as prog:
         return _evaluate_bounds(model, images, labels, ce_norms, n_samples, delta, prog)
 
 
