@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 UV_VERSION := 0.13.9
 
-.PHONY: setup reproduce test test-explore test-slurm lint report clean lock gpu-check gpu-carry
+.PHONY: setup reproduce reproduce-mnist test test-explore test-slurm lint report clean lock gpu-check gpu-carry
 
 setup: $(STAMP)
 
@@ -33,6 +33,15 @@ SNAKEMAKE_ARGS ?=
 reproduce: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m transformer_hessian.runguard $(BIN)/snakemake --cores all \
 		--workflow-profile $(CURDIR)/workflow/profiles/default --rerun-incomplete $(SNAKEMAKE_ARGS)
+
+# The paper's MNIST half (config/paper_mnist.yaml) on MNIST files you already have, offline:
+# DATA is a folder with the four files (decompressed or .gz; torchvision's MNIST/raw/ is found too).
+# SNAKEMAKE_ARGS (targets, -n, ...) go before --config, which would take them as config entries.
+DATA ?= ../shared/data/mnist
+reproduce-mnist: setup
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m transformer_hessian.runguard $(BIN)/snakemake --cores all \
+		$(SNAKEMAKE_ARGS) --workflow-profile $(CURDIR)/workflow/profiles/default --rerun-incomplete \
+		--configfile config/paper_mnist.yaml --config "data={local: '$(DATA)'}"
 
 test: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest

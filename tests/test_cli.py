@@ -24,6 +24,7 @@ COMMANDS = [
     "bench",
     "claims",
     "claims-readme",
+    "claims-compare",
     "registry",
     "dynamics",
     "table1",

@@ -124,11 +124,14 @@ def test_download_good_file_verifies_writes_manifest_and_is_idempotent(server, t
     assert again == manifest
     assert server.count("/good/") == before + 1
 
-    # A file in place that does not verify is replaced by a verified download.
+    # A file in place that does not verify is reported and left in place (never replaced).
     target.write_bytes(b"stale and wrong")
-    fixed = download("mnist", root, resources=[(url, md5(body))], timeout=5)
-    assert fixed == manifest and target.read_bytes() == body
-    assert server.count("/good/") == before + 2
+    with pytest.raises(DataError) as info:
+        download("mnist", root, resources=[(url, md5(body))], timeout=5)
+    assert str(target) in str(info.value) and md5(b"stale and wrong") in str(info.value)
+    assert target.read_bytes() == b"stale and wrong"
+    assert server.count("/good/") == before + 1
+    target.write_bytes(body)
 
     out = tmp_path / "results" / "data" / "mnist" / "manifest.json"
     write_manifest(manifest, out)
@@ -320,7 +323,8 @@ def test_mnist_download_and_load_fabricated_idx_files(server, tmp_path):
     manifest = download("mnist", root, mirror=server.base + "/mnist-mirror/", resources=resources, timeout=5)
     assert server.count("/mnist-mirror/") == before + 4
     assert manifest["source"] == server.base + "/mnist-mirror/"
-    assert [(f["name"], f["md5"]) for f in manifest["files"]] == resources
+    # The manifest lists the decompressed files (what is read), each with the archive it came from.
+    assert [(f["name"] + ".gz", Path(f["from"]).name) for f in manifest["files"]] == [(n, n) for n, _ in resources]
     download("mnist", root, mirror=server.base + "/mnist-mirror/", resources=resources, timeout=5)
     assert server.count("/mnist-mirror/") == before + 4  # second call downloads nothing
     assert not [p for p in (root / "mnist").iterdir() if p.name.startswith(".")]

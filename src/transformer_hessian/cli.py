@@ -34,7 +34,7 @@ def cmd_download(a) -> None:
     """Rule download: fetch and verify a data set, then write its manifest."""
     from .steps import download_dataset
 
-    download_dataset(a.dataset, a.manifest, root=a.root, mirror=a.mirror, deadline=a.deadline)
+    download_dataset(a.dataset, a.manifest, root=a.root, mirror=a.mirror, deadline=a.deadline, local=a.local)
 
 
 def cmd_train(a) -> None:
@@ -191,7 +191,14 @@ def cmd_claims_readme(a) -> None:
     """Refresh (or check) the README's generated claims section."""
     from .steps import claims_readme_step
 
-    claims_readme_step(a.claims, a.readme, check=a.check)
+    claims_readme_step(a.claims, a.readme, check=a.check, tag=a.tag)
+
+
+def cmd_claims_compare(a) -> None:
+    """Fail when the verdicts of a run differ from a committed snapshot."""
+    from .claims.compare import compare_step
+
+    compare_step(a.claims, a.snapshot)
 
 
 def cmd_registry(a) -> None:
@@ -280,6 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--mirror", default=None, help="base URL of a mirror to use instead of torchvision's ('' = none)")
     s.add_argument("--deadline", type=float, default=3600.0, help="seconds one file may take in all")
+    s.add_argument(
+        "--local", default=None, help="folder holding the files already (config key data.local; '' = none): no network"
+    )
     s.add_argument("--manifest", required=True, help="JSON manifest written on success (ROOT/DATASET/manifest.json)")
     s.set_defaults(func=cmd_download)
 
@@ -416,7 +426,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--claims", required=True, help="claims JSON (paper/claims.json or docs/claims_default.json)")
     s.add_argument("--readme", default="README.md", help="the README whose claims section is refreshed")
     s.add_argument("--check", action="store_true", help="fail if the section differs instead of writing")
+    s.add_argument(
+        "--tag", default="claims", help="which table: claims (the default's) or claims-mnist (docs/claims_mnist.json)"
+    )
     s.set_defaults(func=cmd_claims_readme)
+
+    s = sub.add_parser("claims-compare", help="fail if the verdicts of a run differ from a committed snapshot")
+    s.add_argument("--claims", required=True, help="the run's claims JSON (paper/claims.json)")
+    s.add_argument("--snapshot", required=True, help="the committed snapshot (docs/claims_mnist.json)")
+    s.set_defaults(func=cmd_claims_compare)
 
     s = sub.add_parser("registry", help="list the figure registry, or write/check paper/README.md from it")
     s.add_argument("--write-readme", action="store_true", help="write paper/README.md from the registry")

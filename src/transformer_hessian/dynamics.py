@@ -35,6 +35,7 @@ from .checkpoints import CheckpointError, load_checkpoint, set_aside
 from .hessian import fixed_batch
 from .hessian_groups import ALL_GROUPS, hessian_all_groups, layout, symmetric_block_norms, weight_norms_all
 from .model import ModelConfig, ViT
+from .progress import Progress
 from .train import load_experiment_data, make_optimizer, train_epoch
 from .utils import log, resolve_device
 
@@ -204,18 +205,22 @@ def record_dynamics(
         if step == 0:
             rec["H0_matrix_part"] = Hc[: off[len(GROUPS)], : off[len(GROUPS)]].numpy()
         log.info("dynamics: step %d, loss on the Hessian batch %.4f", step, hloss)
+        prog.advance(note=f"training step {step}")
 
     t0 = time.perf_counter()
-    info = replay(
-        spec,
-        data_root,
-        init_checkpoint,
-        steps_cfg,
-        on_snapshot,
-        every=every,
-        device=device,
-        checkpoint_dir=checkpoint_dir,
-    )
+    n_steps = min(steps_cfg, math.ceil(len(data["train_x"]) / spec.train.batch_size) * spec.train.epochs)
+    n_snaps = len(snapshot_steps(n_steps, every)) if n_steps > 0 else 1
+    with Progress("dynamics", total=n_snaps, unit="Hessian snapshot") as prog:
+        info = replay(
+            spec,
+            data_root,
+            init_checkpoint,
+            steps_cfg,
+            on_snapshot,
+            every=every,
+            device=device,
+            checkpoint_dir=checkpoint_dir,
+        )
     seconds = time.perf_counter() - t0
     arrays = {
         "steps": np.asarray(rec["steps"], dtype=np.int64),

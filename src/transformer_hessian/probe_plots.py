@@ -26,7 +26,8 @@ __all__ = ["fig1_figure", "fig12_figure", "run_label", "theorem7_figure"]
 
 _DATASET_NAMES = {
     "digits": "8x8 digits (scikit-learn; stand-in for the paper's CIFAR-100)",
-    "mnist": "MNIST",
+    # The probe and spectrum experiments are the paper's CIFAR-100 experiments.
+    "mnist": "MNIST (stand-in for the paper's CIFAR-100)",
     "cifar100": "CIFAR-100",
 }
 VIOLATION = "#D62728"

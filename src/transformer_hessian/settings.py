@@ -200,14 +200,15 @@ class Experiment(Section):
 
 @dataclass(frozen=True)
 class Data(Section):
-    """Where the data sets live (``data.root``), an optional download mirror and the seconds one
-    file's download may take."""
+    """Where the data sets live (``data.root``), an optional download mirror, the seconds one
+    file's download may take and a folder of files a user already has (``data.local``)."""
 
     SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "data")
 
     root: str
     mirror: str | None
     deadline: float
+    local: str | None
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from torch.func import vmap
 from . import GROUPS
 from .hessian import group_layout, loss_of_groups
 from .probe import FlatModel, hvp_operator
+from .progress import Progress
 
 if TYPE_CHECKING:
     from .settings import Spectrum
@@ -274,6 +275,26 @@ def run_spectrum(model, images: torch.Tensor, labels: torch.Tensor, settings: Sp
     the Ritz values are lower bounds, so a violation means Lanczos has not converged there).
     """
     s = settings
+    n_pairs = len(GROUPS) * (len(GROUPS) + 1) // 2
+    lanczos = max(1, int(s.slq_probes)) * int(s.lanczos_steps)
+    total = len(model.blocks) * (lanczos + int(s.n_probes) + 2 * n_pairs * int(s.pair_steps))
+    total += int(s.lanczos_steps) + int(s.n_probes)  # the whole model
+    with Progress("spectrum", total=total, unit="Hessian-vector product") as prog:
+        return _run_spectrum(model, images, labels, s, prog)
+
+
+def _counted(matvec: Matvec, prog: Progress, note: str) -> Matvec:
+    """``matvec`` that advances ``prog`` by the number of vectors of each call."""
+
+    def counted(V: torch.Tensor) -> torch.Tensor:
+        out = matvec(V)
+        prog.advance(int(V.shape[0]), note)
+        return out
+
+    return counted
+
+
+def _run_spectrum(model, images: torch.Tensor, labels: torch.Tensor, s: Spectrum, prog: Progress) -> dict[str, Any]:
     t_start = time.perf_counter()
     model = model.to(torch.float64).eval()
     x, y = images.to(torch.float64), labels
@@ -281,7 +302,7 @@ def run_spectrum(model, images: torch.Tensor, labels: torch.Tensor, settings: Sp
     blocks = []
     for k in range(len(model.blocks)):
         f, w = loss_of_groups(model, k, x, y)
-        mv = batched_hvp(f, w, chunk)
+        mv = _counted(batched_hvp(f, w, chunk), prog, f"block {k}")
         entry = _operator_summary(mv, w, s, seed + 1000 * (k + 1))
         t0 = time.perf_counter()
         _, _, off = group_layout(model, k)
@@ -291,7 +312,7 @@ def run_spectrum(model, images: torch.Tensor, labels: torch.Tensor, settings: Sp
         blocks.append(entry)
     _broaden(blocks, s)
     fm = FlatModel.of(model)
-    mv = batched_hvp(lambda p: fm.mean_loss(p, x, y), fm.w0, chunk)
+    mv = _counted(batched_hvp(lambda p: fm.mean_loss(p, x, y), fm.w0, chunk), prog, "whole model")
     whole = _operator_summary(mv, fm.w0, dataclasses.replace(s, slq_probes=0), seed)
     lam = whole["top"]["eigenvalues"][0]
     gaps = [lam - b["top"]["eigenvalues"][0] for b in blocks]

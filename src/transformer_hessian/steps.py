@@ -45,15 +45,20 @@ __all__ = [
 
 
 def download_dataset(
-    dataset: str, manifest_path: str, root: str | None = None, mirror: str | None = None, deadline: float = 3600.0
+    dataset: str,
+    manifest_path: str,
+    root: str | None = None,
+    mirror: str | None = None,
+    deadline: float = 3600.0,
+    local: str | None = None,
 ) -> None:
     """Rule download: fetch and verify ``dataset`` under ``root/dataset`` (default root: two levels
-    above ``manifest_path``), then write its manifest."""
+    above ``manifest_path``; ``local``: a folder that holds the files already), then write its manifest."""
     from .data import download
     from .io import save_manifest
 
     root = root or Path(manifest_path).resolve().parent.parent
-    manifest = download(dataset, root, mirror=mirror or None, deadline=deadline)
+    manifest = download(dataset, root, mirror=mirror or None, deadline=deadline, local=local or None)
     save_manifest(manifest_path, manifest)
     log.info("%s ready under %s", dataset, Path(root) / dataset)
 
@@ -488,21 +493,23 @@ def claims_step(
     return out
 
 
-def claims_readme_step(claims_path: str, readme: str, check: bool = False) -> None:
-    """Refresh the README's generated claims section from ``claims_path``; with ``check``, raise
-    :class:`ValueError` when it differs instead of writing."""
+def claims_readme_step(claims_path: str, readme: str, check: bool = False, tag: str = "claims") -> None:
+    """Refresh the README's generated claims section (markers ``<!-- <tag>:start -->``) from
+    ``claims_path``; with ``check``, raise :class:`ValueError` when it differs instead of writing."""
     from . import claims
     from .io import load_claims
     from .utils import write_text
 
     rows = load_claims(claims_path)
     text = Path(readme).read_text()
-    new = claims.update_readme(text, rows)
+    new = claims.update_readme(text, rows, tag)
     if check:
         if new != text:
             raise ValueError(
                 f"{readme}: the claims section differs from {claims_path}; run "
-                f"`transformer-hessian claims-readme --claims {claims_path} --readme {readme}`"
+                f"`transformer-hessian claims-readme --claims {claims_path} --readme {readme}"
+                + ("" if tag == "claims" else f" --tag {tag}")
+                + "`"
             )
         log.info("%s: claims section up to date", readme)
     else:

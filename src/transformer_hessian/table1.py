@@ -51,6 +51,14 @@ IMAGE_SIZES = {"mnist": 28, "cifar100": 32, "digits": 8}
 COMPARED = ("dataset", "patch size", "hidden dim", "ff dim", "blocks")
 
 
+def _dataset_name(dataset: str, paper_data: str) -> str:
+    """The run's data set; MNIST in a CIFAR-100 experiment is "MNIST (stand-in for CIFAR-100)"."""
+    from .datanames import stands_in
+
+    name = DATASET_NAMES[dataset]
+    return f"{name} (stand-in for {paper_data})" if dataset != "digits" and stands_in(dataset, paper_data) else name
+
+
 def table1(experiments: Mapping[str, Experiment], roles: Mapping[str, str], metrics: dict[str, dict]) -> pd.DataFrame:
     """Rows (paper, this run) per role; ``experiments`` are the typed ``experiments`` sections,
     ``roles`` maps "hessian" and "landscape" to the experiment each runs (``hessian.experiment``,
@@ -91,7 +99,7 @@ def table1(experiments: Mapping[str, Experiment], roles: Mapping[str, str], metr
         run = {
             "figures": ROLES[role],
             "source": f"this run ({name})",
-            "dataset": DATASET_NAMES[spec.dataset],
+            "dataset": _dataset_name(spec.dataset, paper["dataset"]),
             "patch size": mdl.patch_size,
             "hidden dim": mdl.width,
             "ff dim": mdl.d_ff,

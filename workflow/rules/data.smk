@@ -14,6 +14,8 @@ rule download:
         # so that braces in the URL are not taken for wildcards.
         mirror=lambda w: config["data"]["mirror"] or "",
         deadline=config["data"].get("deadline", 3600),
+        # data.local: a folder with the files already ('' = none); then no network is used.
+        local=lambda w: config["data"].get("local") or "",
     conda:
         "../../environment.yml"
     log:
@@ -26,4 +28,4 @@ rule download:
         runtime=60,
     shell:
         "transformer-hessian download --dataset {wildcards.dataset:q} --mirror={params.mirror:q} "
-        "--deadline {params.deadline:q} --manifest {output.manifest:q} 2> {log:q}"
+        "--deadline {params.deadline:q} --local={params.local:q} --manifest {output.manifest:q} 2> {log:q}"

@@ -23,7 +23,7 @@ rule spectrum_compute:
         f"logs/spectrum/{SEXP}.log",
     benchmark:
         f"benchmarks/spectrum/{SEXP}.tsv"
-    threads: 1
+    threads: 4
     resources:
         **MODEL_RESOURCES,
     shell:

@@ -19,7 +19,8 @@ rule train:
         "logs/train/{exp}.log",
     benchmark:
         "benchmarks/train/{exp}.tsv"
-    threads: 1
+    # torch's intra-op threads (capped by --cores); the dynamics rule replays with the same number.
+    threads: 4
     resources:
         **MODEL_RESOURCES,
     shell:

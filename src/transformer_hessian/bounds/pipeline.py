@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from .. import GROUPS
+from ..progress import Progress
 from ..theory import attention_forward, attention_loss_hessian, block_forward, block_loss_hessian
 from ..theory.layernorm import layernorm_hessian_rows, layernorm_jacobian_rows
 from ..utils import log
@@ -191,21 +192,28 @@ def single_threaded() -> Iterator[None]:
 
 
 def evaluate_bounds(
-    model, images: torch.Tensor, labels: torch.Tensor, ce_norms: dict | None, n_samples: int = 2, delta: float = 1e-6
+    model,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    ce_norms: dict | None,
+    n_samples: int = 2,
+    delta: float = 1e-6,
+    label: str = "bounds",
 ) -> dict:
     """All bound evaluations for one stage (module docstring). ``model`` must be a single-block
     float64 ViT; ``images, labels`` the Hessian experiment's fixed batch; ``ce_norms`` the hessian
     rule's ``<stage>_norms.json`` (or None to skip the experiment setting); the theory setting
-    uses the first ``n_samples`` samples of the batch. Returns a JSON-ready dict.
+    uses the first ``n_samples`` samples of the batch; ``label`` names the progress lines. Returns a JSON-ready dict.
 
     Runs :func:`single_threaded`: bit-identical run to run and for any thread count."""
-    with single_threaded():
-        return _evaluate_bounds(model, images, labels, ce_norms, n_samples, delta)
+    total = min(n_samples, len(images)) + (ce_norms is not None) + 1  # samples, experiment setting, counterexample
+    with single_threaded(), Progress(label, total=total, unit="evaluation") as prog:
+        return _evaluate_bounds(model, images, labels, ce_norms, n_samples, delta, prog)
 
 
 @torch.no_grad()
 def _evaluate_bounds(
-    model, images: torch.Tensor, labels: torch.Tensor, ce_norms: dict | None, n_samples: int, delta: float
+    model, images: torch.Tensor, labels: torch.Tensor, ce_norms: dict | None, n_samples: int, delta: float, prog
 ) -> dict:
     if len(model.blocks) != 1:
         raise ValueError(f"bounds: the model has {len(model.blocks)} blocks; the bounds cover a single block")
@@ -233,6 +241,7 @@ def _evaluate_bounds(
         paper = {f: block_bound_paper(X[b], p, Z[nb], eps, reading=f) for f in ("statement", "proof")}
         rows += _records("theory", "block", b, meas, block_bound(X[b], p, Z[nb], eps), paper)
         lemma4.append(_lemma4_record((X[b] + F[b]), b))
+        prog.advance(note=f"theory setting, sample {b}")
     for k in [*[(i, j) for i in GROUPS for j in GROUPS], ("total", "total")]:
         vals = [r["paper_statement"] for r in rows if r["layer"] == "block" and (r["row"], r["col"]) == k]
         paper_block_median[k] = statistics.median(vals)
@@ -255,7 +264,9 @@ def _evaluate_bounds(
                     "paper_statement": paper_block_median[(r, c)],
                 }
             )
+        prog.advance(note="experiment setting")
     counter = _counterexample(X[0], pa, delta)
+    prog.advance(note="counterexample")
     for r in rows:
         r["ratio"] = r["project"] / r["measured"] if r["measured"] > 0 else math.inf
         r["held"] = bool(r["project"] >= r["measured"] * (1 - 1e-9) - 1e-300)

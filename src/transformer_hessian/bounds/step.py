@@ -63,7 +63,9 @@ def evaluate_step(
         H = torch.as_tensor(load_hessian(hessian_npz)["H"])
         with single_threaded():
             measured["total_spectral"] = spectral_norm(H, symmetric=True)
-    result = evaluate_bounds(model, images, labels.to(dev), measured, n_samples=bounds.n_samples, delta=bounds.delta)
+    result = evaluate_bounds(
+        model, images, labels.to(dev), measured, n_samples=bounds.n_samples, delta=bounds.delta, label=f"bounds {stage}"
+    )
     result["experiment"], result["stage"] = hessian.experiment, stage
     result["dataset"] = spec.dataset
     result["seconds"] = time.perf_counter() - t0

@@ -44,7 +44,9 @@ def _pair(key: tuple[str, str]) -> str:
 
 def _data_note(metrics: Mapping[str, Any], paper_data: str) -> str:
     data = _DATA.get(metrics["dataset"], metrics["dataset"])
-    return data if metrics["dataset"] != "digits" else f"{data}, stand-in for {paper_data}"
+    from ..datanames import stands_in
+
+    return f"{data}, stand-in for {paper_data}" if stands_in(metrics["dataset"], paper_data) else data
 
 
 def entry_spread(H: Any) -> dict[str, float]:

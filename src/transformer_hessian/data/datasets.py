@@ -7,12 +7,12 @@ torchvision are imported inside the functions that need them.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
 from . import sources
+from .idx import check_pair, read_idx_images, read_idx_labels
 from .prepare import prepare
 from .safe_pickle import load_verified_pickle
 from .sources import MNIST_FILES, NUM_CLASSES, DataError, check_name
@@ -123,9 +123,9 @@ def _missing_error(name: str, folder: Path, missing: list[str], wanted: list[str
 
 
 def _load_mnist(folder: Path):
-    wanted = [f"{f}.gz" for pair in MNIST_FILES.values() for f in pair]
+    wanted = [f"{f}  (or {f}.gz)" for pair in MNIST_FILES.values() for f in pair]
     missing = [
-        f"{f}.gz"
+        f
         for pair in MNIST_FILES.values()
         for f in pair
         if not (folder / f).exists() and not (folder / f"{f}.gz").exists()
@@ -133,23 +133,12 @@ def _load_mnist(folder: Path):
     if missing:
         raise _missing_error("mnist", folder, missing, wanted)
     prepare("mnist", folder)
-    from torchvision.datasets.mnist import read_image_file, read_label_file
-
     out = []
     for images, labels in MNIST_FILES.values():
-        try:
-            x = read_image_file(os.fspath(folder / images)).numpy()
-            y = read_label_file(os.fspath(folder / labels)).numpy()
-        except (AssertionError, ValueError, TypeError, RuntimeError, OSError, KeyError) as err:
-            raise DataError(
-                f"data set 'mnist': {folder / images} or {folder / labels} is not a valid idx file "
-                f"({type(err).__name__}: {err}); delete the files in {folder} and download again"
-            ) from err
-        if x.ndim != 3 or len(x) != len(y):
-            raise DataError(
-                f"data set 'mnist': {images} holds {tuple(x.shape)} images but {labels} holds {len(y)} labels"
-            )
-        out += [x[:, None], y.astype(np.int64)]
+        x = read_idx_images(folder / images, shape=(28, 28))
+        y = read_idx_labels(folder / labels, num_classes=NUM_CLASSES["mnist"])
+        check_pair(folder / images, folder / labels, x, y)
+        out += [x[:, None], y]
     return (*out, 255.0)
 
 

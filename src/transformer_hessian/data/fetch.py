@@ -31,6 +31,7 @@ import numpy as np
 
 from ..utils import atomic_path, remove_stale_temp_files
 from . import sources
+from .local import MNIST_RAW, Rejected, md5_of, mnist_search_dirs, mnist_targets, place_mnist_file, rejected_error
 from .prepare import prepare, remove_stale_extract_dirs
 from .sources import DataError, check_name
 
@@ -123,6 +124,13 @@ def _hand_placement(name: str, folder: Path, files: list[tuple[str, str, list[st
         lines.append(
             f"  (or the already extracted folder {folder / sources.cifar100_dir()}/ with the files "
             f"{', '.join(m for m, _ in sources.cifar100_members())})"
+        )
+    if name == "mnist":
+        lines.append(
+            "  (or the decompressed files "
+            + ", ".join(mnist_targets())
+            + ", also under the dotted names such as train-images.idx3-ubyte; or set the config key data.local "
+            "to a folder that holds any of these forms, e.g. torchvision's MNIST/raw/)"
         )
     lines.append(
         "(config key data.root sets the data root), or set the config key data.mirror to the base url of a "
@@ -284,11 +292,17 @@ def download(
     *,
     timeout: float = DEFAULT_TIMEOUT,
     deadline: float = DEFAULT_DEADLINE,
+    local: str | Path | None = None,
+    raw_md5: dict[str, str] | None = None,
 ) -> dict:
     """Make sure the raw files of data set ``name`` are present and verified under ``root/<name>/``.
 
     Files already in place whose md5 matches are not downloaded again; a file in place whose md5
-    does not match is removed and fetched anew. Each missing file is tried from each candidate url
+    does not match is reported (path, expected and actual md5, size) and left where it is: no file
+    that this function did not write is ever changed or removed. MNIST is also taken from files a
+    user already has, with no network (:mod:`.local`): the decompressed IDX files (hyphenated or
+    dotted names), the ``.gz`` files, in ``local``, ``root/mnist/`` or torchvision's
+    ``root/MNIST/raw/``. Each missing file is tried from each candidate url
     in turn (``mirror`` if given, else torchvision's mirrors); a download goes to a temporary
     file in the same folder, is verified and only then renamed into place.
 
@@ -301,6 +315,10 @@ def download(
         file name is appended to each mirror.
     timeout : seconds a socket may wait before an attempt is given up.
     deadline : seconds one file may take in all (config key ``data.deadline``).
+    local : a folder that holds the data set's files (config key ``data.local``); when given, the
+        network is never used.
+    raw_md5 : md5 of each decompressed MNIST file, by name; only with ``resources`` (fabricated
+        test data); torchvision's table is checked against :data:`.local.MNIST_RAW`.
 
     Returns:
     -------
@@ -348,42 +366,101 @@ def download(
             ]
             return {"dataset": name, "files": entries, "source": source}
 
+    local_dir = _local_dir(name, local)
+    if name == "mnist" and sorted(f for f, _, _ in files) == sorted(f"{t}.gz" for t in mnist_targets()):
+        raw = {k: v[0] for k, v in MNIST_RAW.items()} if resources is None else dict(raw_md5 or {})
+        entries = _mnist_files(folder, files, raw, local_dir, timeout, deadline)
+        return {"dataset": name, "files": entries, "source": str(local_dir) if local_dir else source}
+
     entries = []
     for filename, md5, urls in files:
         dest = folder / filename
+        if local_dir is not None and not dest.exists():
+            src = local_dir / filename
+            if not src.is_file():
+                raise DataError(
+                    f"data set {name!r}: {filename} is not in the folder data.local = {local_dir}/ (no download is "
+                    "tried when data.local is set)\n" + _hand_placement(name, folder, files)
+                )
+            got = _calculate_md5(src)
+            if got != md5:
+                raise DataError(
+                    f"data set {name!r}: {Rejected(src, md5, got, src.stat().st_size)}; it was left where it is. "
+                    "Replace it with an intact copy (or unset data.local to download it), then run again."
+                )
+            with atomic_path(dest) as tmp:
+                shutil.copyfile(src, tmp)
+            log.info("%s: %s verifies; copied to %s", name, src, dest)
         if dest.exists():
-            if _check_integrity(dest, md5):
+            got = _calculate_md5(dest)
+            if got == md5:
                 log.info("%s: %s is in place and verifies", name, dest)
                 entries.append(_file_entry(dest, md5=md5))
                 continue
-            log.warning("%s: %s does not match md5 %s; removing it and downloading again", name, dest, md5)
-            try:
-                dest.unlink()
-            except OSError as err:
-                raise DataError(
-                    f"data set {name!r}: {dest} does not match md5 {md5} and cannot be removed ({err}); "
-                    "remove it by hand and run again"
-                ) from err
-        errors = []
-        for url in urls:
-            log.info("%s: downloading %s -> %s", name, url, dest)
-            try:
-                _fetch(url, dest, md5, timeout, deadline)
-            except _FetchError as err:
-                log.warning("%s: %s failed: %s", name, url, err)
-                errors.append((url, str(err)))
-                continue
-            break
-        else:
-            tried = "\n".join(f"  {url}\n    -> {msg}" for url, msg in errors)
             raise DataError(
-                f"could not download data set {name!r}: file {filename!r} could not be fetched and verified.\n"
-                f"Tried:\n{tried}\n" + _hand_placement(name, folder, files)
+                f"data set {name!r}: {dest} ({dest.stat().st_size:,} bytes) has md5 {got}, expected {md5}; it was "
+                "left in place. Replace it with an intact copy, or move it out of the way so that it is downloaded "
+                "again, then run again."
             )
+        _download_file(name, filename, md5, urls, dest, timeout, deadline, files, folder)
         entries.append(_file_entry(dest, md5=md5))
 
     prepare(name, folder)
     return {"dataset": name, "files": entries, "source": source}
+
+
+def _local_dir(name: str, local: str | Path | None) -> Path | None:
+    if not local:
+        return None
+    path = Path(local).expanduser().resolve()
+    if not path.is_dir():
+        raise DataError(
+            f"data.local: {local!r} ({path}) is not a folder; it must name the folder that holds {name}'s files"
+        )
+    return path
+
+
+def _download_file(name, filename, md5, urls, dest, timeout, deadline, files, folder) -> None:
+    """Fetch ``filename`` from the first of ``urls`` that gives a verified file, or DataError."""
+    errors = []
+    for url in urls:
+        log.info("%s: downloading %s -> %s", name, url, dest)
+        try:
+            _fetch(url, dest, md5, timeout, deadline)
+        except _FetchError as err:
+            log.warning("%s: %s failed: %s", name, url, err)
+            errors.append((url, str(err)))
+            continue
+        return
+    tried = "\n".join(f"  {url}\n    -> {msg}" for url, msg in errors)
+    raise DataError(
+        f"could not download data set {name!r}: file {filename!r} could not be fetched and verified.\n"
+        f"Tried:\n{tried}\n" + _hand_placement(name, folder, files)
+    )
+
+
+def _mnist_files(folder: Path, files, raw: dict[str, str], local_dir: Path | None, timeout, deadline) -> list[dict]:
+    """MNIST's four decompressed files in ``folder``, from files on disk or downloaded ``.gz`` files."""
+    dirs = mnist_search_dirs(folder, folder.parent, local_dir)
+    entries, rejected, missing = [], [], []
+    for filename, md5, urls in files:
+        target = filename[: -len(".gz")]
+        dest, src, rej = place_mnist_file(target, folder, dirs, raw.get(target), md5)
+        rejected += rej
+        # Download only when nothing on disk is in the way (a file that failed is never overwritten).
+        if dest is None and local_dir is None and not (folder / target).exists() and not (folder / filename).exists():
+            _download_file("mnist", filename, md5, urls, folder / filename, timeout, deadline, files, folder)
+            dest, src, rej = place_mnist_file(target, folder, [folder], raw.get(target), md5)
+            rejected += rej
+        if dest is None:
+            missing.append(target)
+            continue
+        for r in rej:
+            log.warning("mnist: skipped %s", r)
+        entries.append({"name": target, "md5": md5_of(dest), "bytes": dest.stat().st_size, "from": str(src)})
+    if missing:
+        raise rejected_error("mnist", folder, rejected, missing, local_dir)
+    return entries
 
 
 def _digits_manifest() -> dict:

@@ -85,15 +85,22 @@ def contrast_ratio(c1: Any, c2: Any) -> float:
 
 
 def dataset_model_label(metrics: Mapping[str, Any], stands_in_for: str | None = None, sep: str = "; ") -> str:
-    """``"8x8 digits (scikit-learn; stand-in for MNIST), ViT: 1 block, 16 tokens, d=16, ..."``.
+    """``"8x8 digits (scikit-learn; stand-in for MNIST), ViT: 1 block, 16 tokens, d=16, ..."``
+    (``"MNIST (stand-in for CIFAR-100), ..."`` when MNIST runs an experiment of CIFAR-100).
 
     ``metrics`` is a training ``metrics.json`` (keys ``dataset`` and ``model``); the text names
     the data set the model ran on and its sizes, so every figure says what it shows.
     """
     m = metrics["model"]
     name = DATASET_NAMES.get(metrics["dataset"], str(metrics["dataset"]))
-    if metrics["dataset"] == "digits" and stands_in_for:
-        name = name.replace(")", f"; stand-in for {stands_in_for})")
+    from ..datanames import stands_in
+
+    if stands_in(str(metrics["dataset"]), stands_in_for):
+        name = (
+            name.replace(")", f"; stand-in for {stands_in_for})")
+            if ")" in name
+            else f"{name} (stand-in for {stands_in_for})"
+        )
     tokens = (int(m["image_size"]) // int(m["patch_size"])) ** 2
     blocks = f"{m['depth']} block" + ("s" if int(m["depth"]) != 1 else "")
     return f"{name}{sep}ViT, {blocks}, {tokens} tokens, d={m['width']}, d_K={m['d_k']}, d_ff={m['d_ff']}"

@@ -30,7 +30,9 @@ def resolve_inputs(fig: Figure, config: dict) -> dict[str, str]:
 def _data_name(config: dict, exp: str, stands_in_for: str) -> str:
     dataset = config["experiments"][exp]["dataset"]
     name = _DATASET.get(dataset, dataset)
-    return f"{name}, stand-in for {stands_in_for}" if dataset == "digits" else name
+    from ..datanames import stands_in
+
+    return f"{name}, stand-in for {stands_in_for}" if stands_in(dataset, stands_in_for) else name
 
 
 def caption(fig: Figure, config: dict) -> str:

@@ -29,6 +29,7 @@ from ..checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from ..config import config_hash
 from ..io import save_metrics
 from ..model import ViT, count_parameters
+from ..progress import Progress
 from ..utils import log, resolve_device
 from .loading import evaluate, load_experiment_data, model_config_for
 from .memory import _check_training_memory
@@ -187,39 +188,42 @@ def train(name: str, spec: Experiment, data_root: str | Path, out_dir: str | Pat
         total=t.epochs,
         disable=None,
     )
-    for epoch in epochs:
-        t0 = time.perf_counter()
-        run_loss, run_correct = train_epoch(
-            model,
-            opt,
-            xtr,
-            ytr,
-            seed=seed,
-            epoch=epoch,
-            batch_size=bs,
-            name=name,
-            lr=t.lr,
-            train_cfg=t,
-            forward=forward,
-        )
-        val_loss, val_acc = evaluate(model, xva, yva)
-        history.append(
-            {
-                "epoch": epoch,
-                "train_loss": run_loss / n,
-                "train_acc": run_correct / n,
-                "val_loss": val_loss,
-                "val_acc": val_acc,
-                "seconds": time.perf_counter() - t0,
-            }
-        )
-        epochs.set_postfix(loss=f"{run_loss / n:.3f}", val_acc=f"{val_acc:.3f}")
-        log.info(
-            "%s epoch %d: train_loss %.4f val_loss %.4f val_acc %.4f", name, epoch, run_loss / n, val_loss, val_acc
-        )
-        save_checkpoint(checkpoint(epoch), ckdir / f"epoch_{epoch:03d}.pt")
-        if os.environ.get(KILL_ENV) == str(epoch):
-            os.kill(os.getpid(), signal.SIGKILL)
+    steps_per_epoch = math.ceil(n / bs)
+    with Progress(f"train {name}", total=(t.epochs - start_epoch + 1) * steps_per_epoch, unit="optimiser step") as prog:
+        for epoch in epochs:
+            t0 = time.perf_counter()
+            run_loss, run_correct = train_epoch(
+                model,
+                opt,
+                xtr,
+                ytr,
+                seed=seed,
+                epoch=epoch,
+                batch_size=bs,
+                name=name,
+                lr=t.lr,
+                train_cfg=t,
+                forward=forward,
+                on_step=lambda *_: prog.advance(),
+            )
+            val_loss, val_acc = evaluate(model, xva, yva)
+            history.append(
+                {
+                    "epoch": epoch,
+                    "train_loss": run_loss / n,
+                    "train_acc": run_correct / n,
+                    "val_loss": val_loss,
+                    "val_acc": val_acc,
+                    "seconds": time.perf_counter() - t0,
+                }
+            )
+            epochs.set_postfix(loss=f"{run_loss / n:.3f}", val_acc=f"{val_acc:.3f}")
+            log.info(
+                "%s epoch %d: train_loss %.4f val_loss %.4f val_acc %.4f", name, epoch, run_loss / n, val_loss, val_acc
+            )
+            save_checkpoint(checkpoint(epoch), ckdir / f"epoch_{epoch:03d}.pt")
+            if os.environ.get(KILL_ENV) == str(epoch):
+                os.kill(os.getpid(), signal.SIGKILL)
 
     final_val = evaluate(model, xva, yva)
     final_train = evaluate(model, xtr, ytr)
