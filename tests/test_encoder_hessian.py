@@ -161,7 +161,7 @@ def test_exact_hessian_matches_autograd(prob):
     if subset or head is not None:
         params = rnd.sample(names, rnd.randint(1, len(names))) if subset else names
     kw = dict(loss=loss, head=head, params=params, mask=mask, is_causal=causal)
-    H = exact_hessian(model, x, t, **kw)
+    H = exact_hessian(model, x, t, **kw, tangent_block=rnd.choice([1, 5, 256]))  # rows of H per sweep
     R = reference_hessian(model, x, t, **kw)
     assert H.shape == R.shape and H.dtype == DT
     assert R.norm() > 0
@@ -175,6 +175,8 @@ def test_small_chunks_equal_one_chunk():
     H1 = exact_hessian(model, x, t, is_causal=True)
     H2 = exact_hessian(model, x, t, is_causal=True, chunk_bytes=1)  # one sample per chunk
     assert rel_err(H2, H1) <= 1e-13
+    H3 = exact_hessian(model, x, t, is_causal=True, tangent_block=10**9)  # all tangents in one sweep
+    assert rel_err(H3, H1) <= 1e-13
     assert rel_err(H1, reference_hessian(model, x, t, is_causal=True)) <= TOL
 
 

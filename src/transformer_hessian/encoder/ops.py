@@ -30,19 +30,25 @@ class Slot:
 
     value: torch.Tensor
     cols: slice | None
+    #: (tangent range in the current block, first row a0, end row a1) of the rows seeded in it
+    seed: tuple | None = None
 
 
 class Hess:
     """The dense (P, P) Hessian being assembled: row p = tangent p, columns = the parameter's entries."""
 
     def __init__(self, P: int, dtype: torch.dtype, device: torch.device):
-        self.P = P
         self.H = torch.zeros(P, P, dtype=dtype, device=device)
+        self.set_rows(slice(0, P))
+
+    def set_rows(self, rows: slice) -> None:
+        """The block of tangents (rows of H) being propagated; P is its length."""
+        self.rows, self.P = rows, rows.stop - rows.start
 
     def add(self, slot: Slot | None, block: torch.Tensor | None) -> None:
-        """H[:, slot] += block (P, *param shape)."""
+        """H[rows, slot] += block (P, *param shape)."""
         if slot is not None and slot.cols is not None and block is not None:
-            self.H[:, slot.cols] += block.reshape(self.P, -1)
+            self.H[self.rows, slot.cols] += block.reshape(self.P, -1)
 
 
 def tadd(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
@@ -59,6 +65,10 @@ def _zeros_tangent(P: int, like: torch.Tensor) -> torch.Tensor:
 
 
 def _seeded(slot: Slot | None) -> bool:
+    return slot is not None and slot.seed is not None
+
+
+def _selected(slot: Slot | None) -> bool:
     return slot is not None and slot.cols is not None
 
 
@@ -81,9 +91,11 @@ class Linear:
         if _seeded(self.w) or _seeded(self.b):
             yt = _zeros_tangent(self.hess.P, y) if yt is None else yt
         if _seeded(self.w):  # yt[(a, c), n, a] += x[n, c]
-            yt[self.w.cols].view(o, i, N, o).diagonal(0, 0, 3).add_(self.x2.T.unsqueeze(-1))
+            sl, a0, a1 = self.w.seed
+            yt[sl].view(a1 - a0, i, N, o)[..., a0:a1].diagonal(0, 0, 3).add_(self.x2.T.unsqueeze(-1))
         if _seeded(self.b):  # yt[a, n, a] += 1
-            yt[self.b.cols].view(o, N, o).diagonal(0, 0, 2).add_(1.0)
+            sl, a0, a1 = self.b.seed
+            yt[sl].view(a1 - a0, N, o)[..., a0:a1].diagonal(0, 0, 2).add_(1.0)
         self.shape = x.shape
         out_shape = (*x.shape[:-1], o)
         return y.view(out_shape), None if yt is None else yt.view(self.hess.P, *out_shape)
@@ -100,23 +112,25 @@ class Linear:
         gxt = None if gt2 is None else gt2 @ W
         if _seeded(self.w):  # gxt[(a, c), n, c] += g[n, a]
             gxt = _zeros_tangent(P, gx) if gxt is None else gxt
-            gxt[self.w.cols].view(o, i, N, i).diagonal(0, 1, 3).add_(g2.T.unsqueeze(-1))
+            sl, a0, a1 = self.w.seed
+            gxt[sl].view(a1 - a0, i, N, i).diagonal(0, 1, 3).add_(g2[:, a0:a1].T.unsqueeze(-1))
         # H[:, W] = sum_n gt[n]^T x[n] + g[n]^T xt[n]
-        if _seeded(self.w):
+        if _selected(self.w):
             blk = None
             if gt2 is not None:
                 blk = (gt2.transpose(1, 2).reshape(P * o, N) @ self.x2).view(P, o, i)
             if self.xt2 is not None:
                 blk = tadd(blk, (self.xt2.transpose(1, 2).reshape(P * i, N) @ g2).view(P, i, o).transpose(1, 2))
             self.hess.add(self.w, blk)
-        if _seeded(self.b) and gt2 is not None:
+        if _selected(self.b) and gt2 is not None:
             self.hess.add(self.b, gt2.sum(1))
         return [(gx.view(self.shape), None if gxt is None else gxt.view(P, *self.shape))]
 
 
-def _seed_diag(t: torch.Tensor, cols: slice, d: int, N: int, vals: torch.Tensor) -> None:
-    """t[(a), n, a] += vals[n, a] for the d tangents in ``cols`` (an elementwise parameter)."""
-    t[cols].view(d, N, d).diagonal(0, 0, 2).add_(vals)
+def _seed_diag(t: torch.Tensor, seed: tuple, N: int, vals: torch.Tensor) -> None:
+    """t[(a), n, a] += vals[n, a] for the seeded entries a0 <= a < a1 of an elementwise parameter."""
+    sl, a0, a1 = seed
+    t[sl].view(a1 - a0, N, vals.shape[-1])[..., a0:a1].diagonal(0, 0, 2).add_(vals[:, a0:a1])
 
 
 class LayerNorm:
@@ -147,9 +161,9 @@ class LayerNorm:
         if _seeded(self.gamma) or _seeded(self.beta):
             yt = _zeros_tangent(P, y) if yt is None else yt
         if _seeded(self.gamma):
-            _seed_diag(yt, self.gamma.cols, d, N, self.n)
+            _seed_diag(yt, self.gamma.seed, N, self.n)
         if _seeded(self.beta):
-            _seed_diag(yt, self.beta.cols, d, N, torch.ones_like(self.n))
+            _seed_diag(yt, self.beta.seed, N, torch.ones_like(self.n))
         self.shape = x.shape
         return y.view(x.shape), None if yt is None else yt.view(P, *x.shape)
 
@@ -166,7 +180,7 @@ class LayerNorm:
         gnt = None if gt2 is None else (gt2 * gam if gam is not None else gt2)
         if _seeded(self.gamma):
             gnt = _zeros_tangent(P, gn) if gnt is None else gnt
-            _seed_diag(gnt, self.gamma.cols, d, N, g2)
+            _seed_diag(gnt, self.gamma.seed, N, g2)
         m = (gn * n).mean(-1, keepdim=True)
         gx = (gn - gn.mean(-1, keepdim=True) - n * m) / sigma
         gxt = None
@@ -180,10 +194,10 @@ class LayerNorm:
         if st is not None:
             gxt = gxt - gx * (st / sigma)
         # H[:, gamma] = sum_n gt * n + g * nt,  H[:, beta] = sum_n gt
-        if _seeded(self.gamma):
+        if _selected(self.gamma):
             blk = None if gt2 is None else (gt2 * n).sum(1)
             self.hess.add(self.gamma, tadd(blk, None if nt is None else (g2 * nt).sum(1)))
-        if _seeded(self.beta) and gt2 is not None:
+        if _selected(self.beta) and gt2 is not None:
             self.hess.add(self.beta, gt2.sum(1))
         return [(gx.view(self.shape), None if gxt is None else gxt.view(P, *self.shape))]
 
