@@ -12,3 +12,12 @@ LN_GROUPS = ("gamma1", "beta1", "gamma2", "beta2")
 ALL_GROUPS = GROUPS + LN_GROUPS
 
 # The names live here, free of torch, so that plotting code can use them without importing it.
+
+
+def __getattr__(name: str):
+    """``from transformer_hessian import exact_hessian`` without importing torch for the names above."""
+    if name in ("exact_hessian", "hessian_blocks", "split_heads"):
+        from . import encoder
+
+        return getattr(encoder, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -210,6 +210,11 @@ def cmd_registry(a) -> None:
 
 def cmd_bench(a) -> None:
     """The Hessian extraction benchmark (``bench hessian``) or training throughput (``bench train``)."""
+    if a.bench == "encoder":
+        from .encoder.bench import cmd_bench_encoder
+
+        cmd_bench_encoder(a)
+        return
     if a.bench == "train":
         from .bench.train import run_train_bench
 
@@ -486,6 +491,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--synthetic", action="store_true", help="random tensors of the data set's shape, not the files")
     b.add_argument("--device", default=None, help="auto, cpu or cuda[:N] (default: the config's device)")
     b.add_argument("--out-dir", default="results/bench", help="folder for train_bench.{json,md}")
+    b = bsub.add_parser("encoder", help="exact_hessian of torch encoder layers vs curvlinops and autograd")
+    b.add_argument("--shapes", nargs="+", default=["paper", "gpt", "stack2"], help="paper, gpt, stack2")
+    b.add_argument("--methods", nargs="+", default=["exact", "curvlinops", "autograd"], help="exact curvlinops autograd")
+    b.add_argument("--batch-size", type=int, default=None, help="override every shape's batch size")
+    b.add_argument("--repeats", type=int, default=3, help="timed runs of exact_hessian (the references run once)")
+    b.add_argument("--timeout", type=float, default=3600.0, help="seconds per method and shape")
+    b.add_argument("--out-dir", default="results/bench", help="folder for encoder_bench.{json,md}")
     s.set_defaults(func=cmd_bench)
 
     s = sub.add_parser("bounds", help="Hessian bounds (Theorems 1, 6, Lemma 4) vs measured curvature")

@@ -1,0 +1,305 @@
+"""Exact dense Hessians of losses of ``torch.nn.TransformerEncoderLayer`` / ``TransformerEncoder``.
+
+:func:`exact_hessian` checks the model and inputs, then runs curvature propagation
+(:mod:`.graph`) over chunks of samples with all selected parameters' tangents at once.
+:func:`hessian_blocks` gives the same matrix as named blocks; :func:`split_heads` splits the
+packed ``in_proj`` blocks into per-head W_Q, W_K, W_V blocks.
+"""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import torch
+from torch import nn
+
+from .graph import chunk_hessian
+from .ops import Hess, Slot
+
+#: bytes of tangent working memory per chunk of samples (the chunk size follows from it)
+DEFAULT_CHUNK_BYTES = 1 << 30
+#: tangents propagated together (rows of H per sweep); smaller blocks bound memory (the (tangents x T x T)
+#: attention tensors) but repeat the values sweep (paper shape, B 2: 64 took 199 s, one block of all 3104 51 s)
+DEFAULT_TANGENT_BLOCK = 4096
+
+
+def tangent_blocks(names: list[str], named: dict, cols: dict, limit: int) -> list[tuple[slice, list]]:
+    """Split the selected parameters, by whole rows (first index), into blocks of at most
+    ``limit`` tangents (a row longer than that is a block of its own): (rows of H, pieces
+    (name, local tangent range, a0, a1)) per block, blocks in the order of H's rows."""
+    blocks, cur, n = [], [], 0
+
+    def flush():
+        nonlocal cur, n
+        if cur:
+            start = cols[cur[0][0]].start + cur[0][2] * _row_size(named[cur[0][0]])
+            blocks.append((slice(start, start + n), cur))
+        cur, n = [], 0
+
+    for name in names:
+        p = named[name]
+        rs, R, a = _row_size(p), (p.shape[0] if p.dim() else 1), 0
+        while a < R:
+            room = (limit - n) // rs
+            if room <= 0 and cur:
+                flush()
+                continue
+            take = min(R - a, max(room, 1))
+            cur.append((name, slice(n, n + take * rs), a, a + take))
+            n += take * rs
+            a += take
+    flush()
+    return blocks
+
+
+def _row_size(p: torch.Tensor) -> int:
+    return p[0].numel() if p.dim() else 1
+
+
+def _available_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        return 1 << 62
+
+
+def _activation_kind(layer: nn.TransformerEncoderLayer, where: str) -> str:
+    act = layer.activation
+    if isinstance(act, nn.GELU) and act.approximate != "none":
+        raise ValueError(f"{where}.activation: GELU(approximate={act.approximate!r}) is not supported (only 'none')")
+    kind = {1: "relu", 2: "gelu"}.get(getattr(layer, "activation_relu_or_gelu", 0))
+    if kind is None:
+        raise ValueError(f"{where}.activation: {act!r} is not supported (only relu and gelu, exact erf)")
+    return kind
+
+
+def _check_layer(layer, where: str, training: bool) -> str:
+    if not isinstance(layer, nn.TransformerEncoderLayer):
+        raise TypeError(f"{where}: expected nn.TransformerEncoderLayer, got {type(layer).__name__}")
+    mha = layer.self_attn
+    if not mha.batch_first:
+        raise ValueError(f"{where}: batch_first=False is not supported (build the layer with batch_first=True)")
+    if mha.bias_k is not None or mha.add_zero_attn or not mha._qkv_same_embed_dim:
+        raise ValueError(f"{where}.self_attn: add_bias_kv, add_zero_attn and kdim/vdim != d_model are not supported")
+    if training:
+        rates = [layer.dropout.p, layer.dropout1.p, layer.dropout2.p, mha.dropout]
+        if any(r > 0 for r in rates):
+            raise ValueError(f"{where}: dropout {max(rates)} > 0 in training mode; call model.eval() or use dropout=0")
+    for nm in ("norm1", "norm2"):
+        if not isinstance(getattr(layer, nm), nn.LayerNorm):
+            raise TypeError(f"{where}.{nm}: only nn.LayerNorm is supported")
+    return _activation_kind(layer, where)
+
+
+def _layers(model) -> tuple[list, list, nn.LayerNorm | None]:
+    if isinstance(model, nn.TransformerEncoderLayer):
+        return [model], [_check_layer(model, "model", model.training)], None
+    if isinstance(model, nn.TransformerEncoder):
+        layers = list(model.layers)
+        kinds = [_check_layer(m, f"model.layers.{i}", m.training) for i, m in enumerate(layers)]
+        norm = model.norm
+        if norm is not None and not isinstance(norm, nn.LayerNorm):
+            raise TypeError(f"model.norm: only nn.LayerNorm is supported, got {type(norm).__name__}")
+        return layers, kinds, norm
+    raise TypeError(f"model: expected nn.TransformerEncoderLayer or nn.TransformerEncoder, got {type(model).__name__}")
+
+
+def _causal(T: int, dtype, device) -> torch.Tensor:
+    return torch.full((T, T), float("-inf"), dtype=dtype, device=device).triu(1)
+
+
+def _additive_mask(mask, is_causal: bool, T: int, dtype, device) -> torch.Tensor | None:
+    """torch's ``src_mask`` as an additive float (T, T) mask (bool: True = not allowed)."""
+    if mask is not None:
+        if not isinstance(mask, torch.Tensor) or mask.shape != (T, T):
+            shape = tuple(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__
+            raise ValueError(f"mask: expected a ({T}, {T}) tensor (T = inputs.shape[1]), got {shape}")
+        if mask.dtype == torch.bool:
+            add = torch.zeros(T, T, dtype=dtype, device=device).masked_fill(mask.to(device), float("-inf"))
+        elif mask.is_floating_point():
+            add = mask.to(device=device, dtype=dtype)
+        else:
+            raise ValueError(f"mask: dtype {mask.dtype} is not supported (bool or floating point)")
+        if torch.isinf(add).all(-1).any():
+            raise ValueError("mask: a row masks every key (its softmax is undefined)")
+        if is_causal and not torch.equal(torch.isinf(add), torch.isinf(_causal(T, dtype, device))):
+            raise ValueError("is_causal=True with a mask that is not causal (torch would ignore the mask)")
+        return add
+    return _causal(T, dtype, device) if is_causal else None
+
+
+def _named(model, head) -> dict[str, nn.Parameter]:
+    named = dict(model.named_parameters())
+    if head is not None:
+        named.update({f"head.{n}": p for n, p in head.named_parameters()})
+    return named
+
+
+def _select(model, head, params) -> tuple[list[str], dict]:
+    named = _named(model, head)
+    if params is None:
+        names = list(dict(model.named_parameters()))
+    else:
+        names = list(params)
+        unknown = [n for n in names if n not in named]
+        if unknown:
+            raise KeyError(f"params: unknown names {unknown}; known: {list(named)}")
+        if len(set(names)) != len(names):
+            raise ValueError(f"params: repeated names in {names}")
+    return names, named
+
+
+def _check_data(inputs, targets, loss, head, d: int) -> None:
+    if not isinstance(inputs, torch.Tensor) or inputs.dim() != 3 or inputs.shape[-1] != d:
+        shape = tuple(inputs.shape) if isinstance(inputs, torch.Tensor) else type(inputs).__name__
+        raise ValueError(f"inputs: expected (B, T, d_model={d}), got {shape}")
+    if not inputs.is_floating_point():
+        raise ValueError(f"inputs: floating point expected, got {inputs.dtype}")
+    if loss == "mse":
+        if head is not None:
+            raise ValueError("head: only used with loss='cross_entropy'")
+        if targets.shape != inputs.shape:
+            raise ValueError(
+                f"targets: loss='mse' needs the output's shape {tuple(inputs.shape)}, got {tuple(targets.shape)}"
+            )
+    elif loss == "cross_entropy":
+        if not isinstance(head, nn.Linear) or head.in_features != d:
+            raise ValueError(f"head: loss='cross_entropy' needs an nn.Linear({d}, C), got {head!r}")
+        if targets.shape != inputs.shape[:1] or targets.is_floating_point():
+            raise ValueError(
+                f"targets: loss='cross_entropy' needs ({inputs.shape[0]},) class indices, got "
+                f"{tuple(targets.shape)} {targets.dtype}"
+            )
+    else:
+        raise ValueError(f"loss: {loss!r} is not supported ('mse' or 'cross_entropy')")
+
+
+def _per_sample_bytes(P: int, T: int, d: int, d_ff: int, nhead: int, n_layers: int, itemsize: int) -> int:
+    """Tangent memory of one sample (P tangents), kept for the backward sweep, with a margin."""
+    per_layer = T * (14 * d + 3 * d_ff) + 4 * nhead * T * T
+    return 2 * P * itemsize * (per_layer * n_layers + 4 * T * d)
+
+
+def exact_hessian(
+    model,
+    inputs,
+    targets,
+    *,
+    loss="mse",
+    head=None,
+    params=None,
+    mask=None,
+    is_causal=False,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    tangent_block: int = DEFAULT_TANGENT_BLOCK,
+) -> torch.Tensor:
+    """Dense (P, P) Hessian of the loss of a torch Transformer encoder w.r.t. ``params``.
+
+    ``model``: ``nn.TransformerEncoderLayer`` or ``nn.TransformerEncoder`` (batch_first, dropout 0
+    or eval; relu or exact gelu; pre- or post-norm; any nhead, bias, layer_norm_eps, depth).
+    ``inputs`` (B, T, d_model); ``mask`` torch's ``src_mask`` ((T, T), float additive or bool
+    with True = masked); ``is_causal`` the causal mask. ``loss="mse"``: ``F.mse_loss(out,
+    targets)``; ``loss="cross_entropy"``: ``F.cross_entropy(head(out.mean(1)), targets)``.
+    ``params``: names from ``model.named_parameters()`` (default all, in that order) and
+    ``head.weight`` / ``head.bias``. Rows and columns in the order of ``torch.cat`` of the
+    flattened parameters; dtype and device of ``inputs``. Exact (no autograd): the second-order
+    chain rule carried through every operation (docs/theory.md, "Curvature propagation").
+    ``chunk_bytes`` bounds the tangent memory of one chunk of samples; ``tangent_block`` is the
+    number of tangents (rows of H) carried through one sweep.
+    """
+    layers, kinds, final_norm = _layers(model)
+    d = layers[0].self_attn.embed_dim
+    _check_data(inputs, targets, loss, head, d)
+    names, named = _select(model, head, params)
+    dtype, device = inputs.dtype, inputs.device
+    B, T, _ = inputs.shape
+    sizes = [named[n].numel() for n in names]
+    P = sum(sizes)
+    need = P * P * torch.finfo(dtype).bits // 8
+    avail = _available_bytes(device)
+    if need > avail:
+        raise MemoryError(
+            f"exact_hessian: the dense Hessian over P = {P} parameters needs {need} bytes "
+            f"({need / 2**30:.2f} GiB) of {dtype}; {avail} bytes are available on {device}"
+        )
+    cols, off = {}, 0
+    for n, s in zip(names, sizes, strict=True):
+        cols[n] = slice(off, off + s)
+        off += s
+    slots = {id(p): Slot(p.detach().to(device=device, dtype=dtype), cols.get(n)) for n, p in named.items()}
+    spec = SimpleNamespace(
+        layers=layers,
+        kinds=kinds,
+        final_norm=final_norm,
+        head=head,
+        loss=loss,
+        mask=_additive_mask(mask, is_causal, T, dtype, device),
+        count=inputs.numel() if loss == "mse" else B,
+    )
+    d_ff = max(m.linear1.out_features for m in layers)
+    blocks = tangent_blocks(names, named, cols, tangent_block)
+    Pb = max(r.stop - r.start for r, _ in blocks) if blocks else 0
+    per = _per_sample_bytes(Pb, T, d, d_ff, layers[0].self_attn.num_heads, len(layers), need // max(P * P, 1))
+    chunk = max(1, min(B, chunk_bytes // max(per, 1)))
+    hess = Hess(P, dtype, device)
+    by_name = {n: slots[id(named[n])] for n in names}
+    with torch.no_grad():
+        for rows, pieces in blocks:
+            for sl in slots.values():
+                sl.seed = None
+            for name, local, a0, a1 in pieces:
+                by_name[name].seed = (local, a0, a1)
+            hess.set_rows(rows)
+            for b0 in range(0, B, chunk):
+                x = inputs[b0 : b0 + chunk].detach()
+                chunk_hessian(spec, hess, slots, x, targets[b0 : b0 + chunk].to(device))
+    H = hess.H
+    return (H + H.T).mul_(0.5)
+
+
+def hessian_blocks(model, inputs, targets, **kwargs) -> dict[tuple[str, str], torch.Tensor]:
+    """:func:`exact_hessian` as named blocks: ``(name_i, name_j) -> (numel_i, numel_j)`` views."""
+    names, named = _select(model, kwargs.get("head"), kwargs.get("params"))
+    H = exact_hessian(model, inputs, targets, **kwargs)
+    off, sl = 0, {}
+    for n in names:
+        sl[n] = slice(off, off + named[n].numel())
+        off += named[n].numel()
+    return {(a, b): H[sl[a], sl[b]] for a in names for b in names}
+
+
+def _head_parts(name: str, numel: int, nhead: int) -> list[tuple[str, slice]]:
+    """(new name, flat range) of each head's Q, K, V part of a packed in_proj parameter."""
+    d = numel // 3 if name.endswith("in_proj_bias") else int(round((numel / 3) ** 0.5))
+    per_row = 1 if name.endswith("in_proj_bias") else d
+    dh = d // nhead
+    out = []
+    for w, kind in enumerate("QKV"):
+        for h in range(nhead):
+            r0 = w * d + h * dh
+            out.append((f"{name}.{kind}{h}", slice(r0 * per_row, (r0 + dh) * per_row)))
+    return out
+
+
+def split_heads(blocks: dict[tuple[str, str], torch.Tensor], nhead: int) -> dict[tuple[str, str], torch.Tensor]:
+    """Split every packed ``*.in_proj_weight`` / ``*.in_proj_bias`` block into per-head Q, K, V blocks.
+
+    The new names are ``<name>.Q0``, ..., ``<name>.V{nhead-1}``; the part of head h of kind Q is
+    rows ``h d_h : (h+1) d_h`` of torch's ``W_q`` (d_model x d_model, y = x W_q^T), entries in
+    row-major order, i.e. ``vec_r(W_Q^T)`` of the paper's W_Q = W_q^T restricted to that head.
+    """
+
+    def parts(name: str, n: int):
+        if name.endswith("in_proj_weight") or name.endswith("in_proj_bias"):
+            return _head_parts(name, n, nhead)
+        return [(name, slice(0, n))]
+
+    out = {}
+    for (a, b), t in blocks.items():
+        for na, sa in parts(a, t.shape[0]):
+            for nb, sb in parts(b, t.shape[1]):
+                out[(na, nb)] = t[sa, sb]
+    return out

@@ -1,0 +1,119 @@
+"""The graph of a torch encoder layer / stack as curvature-propagation operations, and the loss.
+
+:class:`Tape` records the operations of one chunk of samples with their values and forward
+tangents; :meth:`Tape.backward` runs the adjoints and their tangents back through them, each
+operation adding its parameters' Hessian columns. :func:`chunk_hessian` is one chunk's
+contribution to the Hessian of the (batch-mean) loss.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .attention import Attention
+from .ops import Activation, Add, Heads, Hess, LayerNorm, Linear, MeanTokens, Merge, Slot, tadd
+
+
+class Tape:
+    """Values and tangents of the nodes of one forward sweep, and the operations that made them."""
+
+    def __init__(self):
+        self.v: list = []
+        self.t: list = []
+        self.ops: list = []
+
+    def leaf(self, v: torch.Tensor, t: torch.Tensor | None = None) -> int:
+        """A new node; its id."""
+        self.v.append(v)
+        self.t.append(t)
+        return len(self.v) - 1
+
+    def apply(self, op, *ids: int) -> int:
+        """Run ``op`` forward on the nodes ``ids``; the id of its output node."""
+        args = [a for i in ids for a in (self.v[i], self.t[i])]
+        v, t = op.forward(*args)
+        out = self.leaf(v, t)
+        self.ops.append((op, ids, out))
+        return out
+
+    def backward(self, out: int, g: torch.Tensor, gt: torch.Tensor | None) -> None:
+        """Adjoints and their tangents from node ``out`` back to the leaves (the ops add H's columns)."""
+        self.v = self.t = None  # the ops keep what their backward needs
+        adj = {out: (g, gt)}
+        for op, ids, oid in reversed(self.ops):
+            if oid not in adj:
+                continue
+            g, gt = adj.pop(oid)
+            for i, (gi, gti) in zip(ids, op.backward(g, gt), strict=True):
+                if i in adj:
+                    g0, gt0 = adj[i]
+                    adj[i] = (g0 + gi, tadd(gt0, gti))
+                else:
+                    adj[i] = (gi, gti)
+        self.ops = []
+
+
+def _slot(slots: dict, t: torch.Tensor | None) -> Slot | None:
+    return None if t is None else slots[id(t)]
+
+
+def _self_attention(tape: Tape, hess: Hess, slots: dict, mha, x: int, mask) -> int:
+    qkv = tape.apply(Linear(hess, _slot(slots, mha.in_proj_weight), _slot(slots, mha.in_proj_bias)), x)
+    q, k, v = (tape.apply(Heads(i, mha.num_heads), qkv) for i in range(3))
+    o = tape.apply(Attention(mask), q, k, v)
+    m = tape.apply(Merge(), o)
+    out = mha.out_proj
+    return tape.apply(Linear(hess, _slot(slots, out.weight), _slot(slots, out.bias)), m)
+
+
+def _ffn(tape: Tape, hess: Hess, slots: dict, layer, kind: str, x: int) -> int:
+    lin1, lin2 = layer.linear1, layer.linear2
+    h = tape.apply(Linear(hess, _slot(slots, lin1.weight), _slot(slots, lin1.bias)), x)
+    a = tape.apply(Activation(kind), h)
+    return tape.apply(Linear(hess, _slot(slots, lin2.weight), _slot(slots, lin2.bias)), a)
+
+
+def _norm(hess: Hess, slots: dict, ln) -> LayerNorm:
+    return LayerNorm(hess, _slot(slots, ln.weight), _slot(slots, getattr(ln, "bias", None)), ln.eps)
+
+
+def encoder_layer(tape: Tape, hess: Hess, slots: dict, layer, kind: str, x: int, mask) -> int:
+    """One ``nn.TransformerEncoderLayer`` (dropout off) on node x; ``kind`` is "relu" or "gelu"."""
+    if layer.norm_first:
+        h = tape.apply(_norm(hess, slots, layer.norm1), x)
+        x = tape.apply(Add(), x, _self_attention(tape, hess, slots, layer.self_attn, h, mask))
+        h = tape.apply(_norm(hess, slots, layer.norm2), x)
+        return tape.apply(Add(), x, _ffn(tape, hess, slots, layer, kind, h))
+    x = tape.apply(
+        _norm(hess, slots, layer.norm1),
+        tape.apply(Add(), x, _self_attention(tape, hess, slots, layer.self_attn, x, mask)),
+    )
+    return tape.apply(_norm(hess, slots, layer.norm2), tape.apply(Add(), x, _ffn(tape, hess, slots, layer, kind, x)))
+
+
+def chunk_hessian(spec, hess: Hess, slots: dict, x: torch.Tensor, targets: torch.Tensor) -> None:
+    """Add the chunk's samples' share of the Hessian of the full batch's loss to ``hess``.
+
+    ``spec`` (see :mod:`.api`) names the layers, their activations, the final norm, the mask,
+    the loss and its normaliser (the full batch's, so chunks add up).
+    """
+    tape = Tape()
+    node = tape.leaf(x)
+    for layer, kind in zip(spec.layers, spec.kinds, strict=True):
+        node = encoder_layer(tape, hess, slots, layer, kind, node, spec.mask)
+    if spec.final_norm is not None:
+        node = tape.apply(_norm(hess, slots, spec.final_norm), node)
+    if spec.loss == "mse":
+        out, ot = tape.v[node], tape.t[node]
+        g = (out - targets) * (2.0 / spec.count)
+        gt = None if ot is None else ot * (2.0 / spec.count)
+    else:
+        pooled = tape.apply(MeanTokens(), node)
+        head = spec.head
+        node = tape.apply(Linear(hess, _slot(slots, head.weight), _slot(slots, head.bias)), pooled)
+        logits, lt = tape.v[node], tape.t[node]
+        p = torch.softmax(logits, -1)
+        g = (p - F.one_hot(targets.long(), logits.shape[-1]).to(p.dtype)) / spec.count
+        gt = None if lt is None else (p * lt - p * (p * lt).sum(-1, keepdim=True)) / spec.count
+    tape.backward(node, g, gt)

@@ -1,0 +1,303 @@
+"""Curvature-propagation rules of the operations inside a torch Transformer encoder layer.
+
+Every operation carries, besides its value v and the loss adjoint g = dL/dv, the tangents of
+both with respect to all P selected parameters at once: v' = dv/dtheta (shape (P, *v.shape)) on
+the forward sweep and g' = dg/dtheta on the backward sweep. Differentiating each adjoint rule
+g_in = (dop/din)^T g_out once more gives
+
+    g_in' = (dop/din)^T g_out' + <g_out, d^2 op / din^2> in'     (+ the cross terms of several inputs),
+
+the second-order chain rule: the first term carries the curvature of everything after the op
+back, the second adds the op's own curvature, contracted with its adjoint. For a parameter W of
+the op the same rule gives the Hessian column block H[:, W] = dg_W/dtheta. A parameter's own
+seed dW = e_p enters a linear layer as x (x) I (its Kronecker structure: one diagonal write).
+See docs/theory.md, "Curvature propagation through torch encoder layers".
+
+A tangent of ``None`` is identically zero (the inputs do not depend on the parameters).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Slot:
+    """One parameter: its (detached) value and its range in the selected parameters (None: not selected)."""
+
+    value: torch.Tensor
+    cols: slice | None
+    #: (tangent range in the current block, first row a0, end row a1) of the rows seeded in it
+    seed: tuple | None = None
+
+
+class Hess:
+    """The dense (P, P) Hessian being assembled: row p = tangent p, columns = the parameter's entries."""
+
+    def __init__(self, P: int, dtype: torch.dtype, device: torch.device):
+        self.H = torch.zeros(P, P, dtype=dtype, device=device)
+        self.set_rows(slice(0, P))
+
+    def set_rows(self, rows: slice) -> None:
+        """The block of tangents (rows of H) being propagated; P is its length."""
+        self.rows, self.P = rows, rows.stop - rows.start
+
+    def add(self, slot: Slot | None, block: torch.Tensor | None) -> None:
+        """H[rows, slot] += block (P, *param shape)."""
+        if slot is not None and slot.cols is not None and block is not None:
+            self.H[self.rows, slot.cols] += block.reshape(self.P, -1)
+
+
+def tadd(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
+    """Sum of two tangents, None being zero."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a + b
+
+
+def _zeros_tangent(P: int, like: torch.Tensor) -> torch.Tensor:
+    return like.new_zeros((P, *like.shape))
+
+
+def _seeded(slot: Slot | None) -> bool:
+    return slot is not None and slot.seed is not None
+
+
+def _selected(slot: Slot | None) -> bool:
+    return slot is not None and slot.cols is not None
+
+
+class Linear:
+    """y = x W^T + b on the last axis; W (o, i). Seeds: dy/dW_(a, c) = x_c e_a (the x (x) I structure)."""
+
+    def __init__(self, hess: Hess, w: Slot, b: Slot | None):
+        self.hess, self.w, self.b = hess, w, b if (b is not None and b.value is not None) else None
+
+    def forward(self, x, xt):
+        """The output's value and tangent (P, *shape), None when zero."""
+        W = self.w.value
+        o, i = W.shape
+        self.x2, self.xt2 = x.reshape(-1, i), None if xt is None else xt.reshape(self.hess.P, -1, i)
+        N = self.x2.shape[0]
+        y = self.x2 @ W.T
+        if self.b is not None:
+            y = y + self.b.value
+        yt = None if xt is None else self.xt2 @ W.T
+        if _seeded(self.w) or _seeded(self.b):
+            yt = _zeros_tangent(self.hess.P, y) if yt is None else yt
+        if _seeded(self.w):  # yt[(a, c), n, a] += x[n, c]
+            sl, a0, a1 = self.w.seed
+            yt[sl].view(a1 - a0, i, N, o)[..., a0:a1].diagonal(0, 0, 3).add_(self.x2.T.unsqueeze(-1))
+        if _seeded(self.b):  # yt[a, n, a] += 1
+            sl, a0, a1 = self.b.seed
+            yt[sl].view(a1 - a0, N, o)[..., a0:a1].diagonal(0, 0, 2).add_(1.0)
+        self.shape = x.shape
+        out_shape = (*x.shape[:-1], o)
+        return y.view(out_shape), None if yt is None else yt.view(self.hess.P, *out_shape)
+
+    def backward(self, g, gt):
+        """(adjoint, adjoint tangent) of each input, from the output's."""
+        W = self.w.value
+        o, i = W.shape
+        P = self.hess.P
+        g2 = g.reshape(-1, o)
+        N = g2.shape[0]
+        gt2 = None if gt is None else gt.reshape(P, N, o)
+        gx = g2 @ W
+        gxt = None if gt2 is None else gt2 @ W
+        if _seeded(self.w):  # gxt[(a, c), n, c] += g[n, a]
+            gxt = _zeros_tangent(P, gx) if gxt is None else gxt
+            sl, a0, a1 = self.w.seed
+            gxt[sl].view(a1 - a0, i, N, i).diagonal(0, 1, 3).add_(g2[:, a0:a1].T.unsqueeze(-1))
+        # H[:, W] = sum_n gt[n]^T x[n] + g[n]^T xt[n]
+        if _selected(self.w):
+            blk = None
+            if gt2 is not None:
+                blk = (gt2.transpose(1, 2).reshape(P * o, N) @ self.x2).view(P, o, i)
+            if self.xt2 is not None:
+                blk = tadd(blk, (self.xt2.transpose(1, 2).reshape(P * i, N) @ g2).view(P, i, o).transpose(1, 2))
+            self.hess.add(self.w, blk)
+        if _selected(self.b) and gt2 is not None:
+            self.hess.add(self.b, gt2.sum(1))
+        return [(gx.view(self.shape), None if gxt is None else gxt.view(P, *self.shape))]
+
+
+def _seed_diag(t: torch.Tensor, seed: tuple, N: int, vals: torch.Tensor) -> None:
+    """t[(a), n, a] += vals[n, a] for the seeded entries a0 <= a < a1 of an elementwise parameter."""
+    sl, a0, a1 = seed
+    t[sl].view(a1 - a0, N, vals.shape[-1])[..., a0:a1].diagonal(0, 0, 2).add_(vals[:, a0:a1])
+
+
+class LayerNorm:
+    """y = gamma * (x - mean) / sqrt(var + eps) + beta on the last axis (biased variance)."""
+
+    def __init__(self, hess: Hess, gamma: Slot | None, beta: Slot | None, eps: float):
+        self.hess, self.gamma, self.beta, self.eps = hess, gamma, beta, eps
+
+    def forward(self, x, xt):
+        """The output's value and tangent (P, *shape), None when zero."""
+        P = self.hess.P
+        d = x.shape[-1]
+        x2 = x.reshape(-1, d)
+        N = x2.shape[0]
+        xc = x2 - x2.mean(-1, keepdim=True)
+        self.sigma = ((xc * xc).mean(-1, keepdim=True) + self.eps).sqrt()
+        self.n = xc / self.sigma
+        self.nt = self.st = None
+        if xt is not None:
+            xt2 = xt.reshape(P, N, d)
+            self.st = (self.n * xt2).mean(-1, keepdim=True)  # sigma' (mean(n) = 0)
+            self.nt = (xt2 - xt2.mean(-1, keepdim=True) - self.n * self.st) / self.sigma
+        gam = self.gamma.value if self.gamma is not None else None
+        y = self.n * gam if gam is not None else self.n
+        if self.beta is not None:
+            y = y + self.beta.value
+        yt = None if self.nt is None else (self.nt * gam if gam is not None else self.nt)
+        if _seeded(self.gamma) or _seeded(self.beta):
+            yt = _zeros_tangent(P, y) if yt is None else yt
+        if _seeded(self.gamma):
+            _seed_diag(yt, self.gamma.seed, N, self.n)
+        if _seeded(self.beta):
+            _seed_diag(yt, self.beta.seed, N, torch.ones_like(self.n))
+        self.shape = x.shape
+        return y.view(x.shape), None if yt is None else yt.view(P, *x.shape)
+
+    def backward(self, g, gt):
+        """(adjoint, adjoint tangent) of each input, from the output's."""
+        P = self.hess.P
+        d = self.shape[-1]
+        g2 = g.reshape(-1, d)
+        N = g2.shape[0]
+        gt2 = None if gt is None else gt.reshape(P, N, d)
+        gam = self.gamma.value if self.gamma is not None else None
+        n, sigma, nt, st = self.n, self.sigma, self.nt, self.st
+        gn = g2 * gam if gam is not None else g2
+        gnt = None if gt2 is None else (gt2 * gam if gam is not None else gt2)
+        if _seeded(self.gamma):
+            gnt = _zeros_tangent(P, gn) if gnt is None else gnt
+            _seed_diag(gnt, self.gamma.seed, N, g2)
+        m = (gn * n).mean(-1, keepdim=True)
+        gx = (gn - gn.mean(-1, keepdim=True) - n * m) / sigma
+        gxt = None
+        if gnt is not None:
+            gxt = gnt - gnt.mean(-1, keepdim=True) - n * (gnt * n).mean(-1, keepdim=True)
+        if nt is not None:
+            extra = -nt * m - n * (gn * nt).mean(-1, keepdim=True)
+            gxt = extra if gxt is None else gxt + extra
+        if gxt is not None:
+            gxt = gxt / sigma
+        if st is not None:
+            gxt = gxt - gx * (st / sigma)
+        # H[:, gamma] = sum_n gt * n + g * nt,  H[:, beta] = sum_n gt
+        if _selected(self.gamma):
+            blk = None if gt2 is None else (gt2 * n).sum(1)
+            self.hess.add(self.gamma, tadd(blk, None if nt is None else (g2 * nt).sum(1)))
+        if _selected(self.beta) and gt2 is not None:
+            self.hess.add(self.beta, gt2.sum(1))
+        return [(gx.view(self.shape), None if gxt is None else gxt.view(P, *self.shape))]
+
+
+class Activation:
+    """ReLU or torch's exact (erf) GELU, elementwise: y' = s1 u', g_u' = s1 g_y' + s2 g_y u'."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+
+    def forward(self, u, ut):
+        """The output's value and tangent (P, *shape), None when zero."""
+        if self.kind == "relu":
+            self.s1, self.s2 = (u > 0).to(u.dtype), None
+            y = u * self.s1
+        else:
+            cdf = 0.5 * (1.0 + torch.erf(u / math.sqrt(2.0)))
+            pdf = torch.exp(-0.5 * u * u) / math.sqrt(2.0 * math.pi)
+            y = u * cdf
+            self.s1, self.s2 = cdf + u * pdf, (2.0 - u * u) * pdf
+        self.ut = ut
+        return y, None if ut is None else ut * self.s1
+
+    def backward(self, g, gt):
+        """(adjoint, adjoint tangent) of each input, from the output's."""
+        gu = g * self.s1
+        gut = None if gt is None else gt * self.s1
+        if self.s2 is not None and self.ut is not None:
+            gut = tadd(gut, self.ut * (self.s2 * g))
+        return [(gu, gut)]
+
+
+class Add:
+    """Residual sum a + b."""
+
+    def forward(self, a, at, b, bt):
+        """The output's value and tangent (P, *shape), None when zero."""
+        return a + b, tadd(at, bt)
+
+    def backward(self, g, gt):
+        """(adjoint, adjoint tangent) of each input, from the output's."""
+        return [(g, gt), (g, gt)]
+
+
+class Heads:
+    """Packed in_proj output (B, T, 3 d) -> one of q, k, v as (B, h, T, d_h)."""
+
+    def __init__(self, which: int, nhead: int):
+        self.which, self.h = which, nhead
+
+    def forward(self, x, xt):
+        """The output's value and tangent (P, *shape), None when zero."""
+        B, T, d3 = x.shape
+        d = d3 // 3
+        self.shape = x.shape
+        sl = slice(self.which * d, (self.which + 1) * d)
+        v = x[..., sl].reshape(B, T, self.h, d // self.h).transpose(1, 2)
+        vt = None if xt is None else xt[..., sl].reshape(xt.shape[0], B, T, self.h, d // self.h).transpose(2, 3)
+        return v, vt
+
+    def _place(self, t: torch.Tensor, lead: tuple) -> torch.Tensor:
+        B, T, d3 = self.shape
+        d = d3 // 3
+        out = t.new_zeros((*lead, B, T, d3))
+        out[..., self.which * d : (self.which + 1) * d] = t.transpose(-3, -2).reshape(*lead, B, T, d)
+        return out
+
+    def backward(self, g, gt):
+        """(adjoint, adjoint tangent) of each input, from the output's."""
+        return [(self._place(g, ()), None if gt is None else self._place(gt, (gt.shape[0],)))]
+
+
+class Merge:
+    """(B, h, T, d_h) -> (B, T, h d_h)."""
+
+    def forward(self, o, ot):
+        """The output's value and tangent (P, *shape), None when zero."""
+        self.shape = o.shape
+        B, h, T, dh = o.shape
+        v = o.transpose(1, 2).reshape(B, T, h * dh)
+        return v, None if ot is None else ot.transpose(2, 3).reshape(ot.shape[0], B, T, h * dh)
+
+    def backward(self, g, gt):
+        """(adjoint, adjoint tangent) of each input, from the output's."""
+        B, h, T, dh = self.shape
+        gv = g.view(B, T, h, dh).transpose(1, 2)
+        return [(gv, None if gt is None else gt.view(gt.shape[0], B, T, h, dh).transpose(2, 3))]
+
+
+class MeanTokens:
+    """(B, T, d) -> (B, d), the mean over tokens (the pooling before a classification head)."""
+
+    def forward(self, x, xt):
+        """The output's value and tangent (P, *shape), None when zero."""
+        self.T = x.shape[1]
+        return x.mean(1), None if xt is None else xt.mean(2)
+
+    def backward(self, g, gt):
+        """(adjoint, adjoint tangent) of each input, from the output's."""
+        T = self.T
+        gx = (g / T).unsqueeze(1).expand(g.shape[0], T, g.shape[1])
+        gxt = None if gt is None else (gt / T).unsqueeze(2).expand(gt.shape[0], gt.shape[1], T, gt.shape[2])
+        return [(gx, gxt)]

@@ -1,0 +1,308 @@
+"""exact_hessian of torch encoder layers / stacks against reverse-over-reverse autograd (float64).
+
+Reference: torch.autograd.functional.hessian over torch.func.functional_call of the torch
+module itself, inside sdpa_kernel(SDPBackend.MATH). Hypothesis draws every option of the
+layer (d_model, nhead, d_ff, T, B, norm_first, relu/gelu, bias, layer_norm_eps, 1-3 layers,
+final norm), the loss (mse, cross_entropy through a head), the mask (float, bool, causal) and
+parameter subsets; the tolerance is 1e-10 relative in the Frobenius norm.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import nn
+from torch.func import functional_call
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from transformer_hessian import exact_hessian
+from transformer_hessian.encoder import hessian_blocks, split_heads
+
+DT = torch.float64
+TOL = 1e-10
+
+
+def _named(model, head):
+    named = dict(model.named_parameters())
+    if head is not None:
+        named.update({f"head.{n}": p for n, p in head.named_parameters()})
+    return named
+
+
+def reference_hessian(model, x, t, *, loss="mse", head=None, params=None, mask=None, is_causal=False):
+    """Reverse-over-reverse autograd Hessian of the torch module's own loss."""
+    named = _named(model, head)
+    names = list(dict(model.named_parameters())) if params is None else list(params)
+    sizes = [named[n].numel() for n in names]
+    base = {n: p.detach() for n, p in named.items()}
+    M = mask
+    if is_causal and M is None:
+        M = nn.Transformer.generate_square_subsequent_mask(x.shape[1], dtype=x.dtype)
+    key = "src_mask" if isinstance(model, nn.TransformerEncoderLayer) else "mask"
+
+    def f(flat):
+        ps, o = dict(base), 0
+        for n, s in zip(names, sizes, strict=True):
+            ps[n] = flat[o : o + s].view(named[n].shape)
+            o += s
+        kw = {key: M}
+        if is_causal:
+            kw["is_causal"] = True
+        out = functional_call(model, {n: v for n, v in ps.items() if not n.startswith("head.")}, (x,), kw)
+        if loss == "mse":
+            return F.mse_loss(out, t)
+        hp = {n[5:]: v for n, v in ps.items() if n.startswith("head.")}
+        return F.cross_entropy(functional_call(head, hp, (out.mean(1),)), t)
+
+    flat = torch.cat([named[n].detach().reshape(-1) for n in names])
+    with sdpa_kernel(SDPBackend.MATH), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.autograd.functional.hessian(f, flat)
+
+
+def rel_err(H, R) -> float:
+    return float((H - R).norm() / R.norm())
+
+
+def build(seed, d, nhead, d_ff, n_layers, norm_first, act, bias, eps, final_norm):
+    torch.manual_seed(seed)
+    layer = nn.TransformerEncoderLayer(
+        d,
+        nhead,
+        d_ff,
+        dropout=0.0,
+        batch_first=True,
+        norm_first=norm_first,
+        activation=act,
+        bias=bias,
+        layer_norm_eps=eps,
+        dtype=DT,
+    )
+    if n_layers == 1 and not final_norm:
+        model = layer
+    else:
+        norm = nn.LayerNorm(d, eps=eps, bias=bias, dtype=DT) if final_norm else None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = nn.TransformerEncoder(layer, n_layers, norm=norm, enable_nested_tensor=False)
+    with torch.no_grad():
+        for p in model.parameters():  # away from the initial LN ones/zeros: every term matters
+            p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+@st.composite
+def configs(draw):
+    n_layers = draw(st.integers(1, 3))
+    dh = draw(st.integers(1, 2 if n_layers < 3 else 1))
+    nhead = draw(st.integers(1, 3))
+    cfg = dict(
+        seed=draw(st.integers(0, 10**6)),
+        d=dh * nhead,
+        nhead=nhead,
+        d_ff=draw(st.integers(1, 5)),
+        n_layers=n_layers,
+        norm_first=draw(st.booleans()),
+        act=draw(st.sampled_from(["relu", "gelu"])),
+        bias=draw(st.booleans()),
+        eps=draw(st.sampled_from([1e-5, 1e-3, 0.1])),
+        final_norm=draw(st.booleans()),
+    )
+    if cfg["d"] < 3:  # width 1: LN is constant; width 2: LN(x) = +-1 up to eps, its Hessian is O(eps)
+        cfg["d"], cfg["nhead"] = 3, 1  # cancellation, to which neither computation is accurate to 1e-10
+    return cfg
+
+
+@st.composite
+def problems(draw):
+    cfg = draw(configs())
+    T, B = draw(st.integers(1, 4)), draw(st.integers(1, 3))
+    mask_kind = draw(st.sampled_from(["none", "float", "bool", "causal"]))
+    loss = draw(st.sampled_from(["mse", "cross_entropy"]))
+    subset = draw(st.booleans())
+    return cfg, T, B, mask_kind, loss, subset, draw(st.randoms(use_true_random=False))
+
+
+def make_problem(cfg, T, B, mask_kind, loss, rnd):
+    model = build(**cfg)
+    g = torch.Generator().manual_seed(cfg["seed"] + 1)
+    x = torch.randn(B, T, cfg["d"], dtype=DT, generator=g)
+    head, mask, causal = None, None, False
+    if loss == "mse":
+        t = torch.randn(B, T, cfg["d"], dtype=DT, generator=g)
+    else:
+        C = 3
+        head = nn.Linear(cfg["d"], C, bias=rnd.random() < 0.7, dtype=DT)
+        t = torch.randint(0, C, (B,), generator=g)
+    if mask_kind == "float":
+        mask = torch.randn(T, T, dtype=DT, generator=g)
+        if T > 1:
+            mask[0, T - 1] = float("-inf")
+    elif mask_kind == "bool":
+        mask = torch.rand(T, T, generator=g) < 0.4
+        mask.fill_diagonal_(False)
+    elif mask_kind == "causal":
+        causal = True
+    return model, x, t, head, mask, causal
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems())
+def test_exact_hessian_matches_autograd(prob):
+    cfg, T, B, mask_kind, loss, subset, rnd = prob
+    model, x, t, head, mask, causal = make_problem(cfg, T, B, mask_kind, loss, rnd)
+    names = list(_named(model, head))
+    params = None
+    if subset or head is not None:
+        params = rnd.sample(names, rnd.randint(1, len(names))) if subset else names
+    kw = dict(loss=loss, head=head, params=params, mask=mask, is_causal=causal)
+    H = exact_hessian(model, x, t, **kw, tangent_block=rnd.choice([1, 5, 256]))  # rows of H per sweep
+    R = reference_hessian(model, x, t, **kw)
+    assert H.shape == R.shape and H.dtype == DT
+    assert R.norm() > 0
+    assert rel_err(H, R) <= TOL, (cfg, T, B, mask_kind, loss, params, rel_err(H, R))
+
+
+def test_small_chunks_equal_one_chunk():
+    model = build(3, 6, 2, 5, 2, True, "gelu", True, 1e-5, True)
+    x = torch.randn(5, 4, 6, dtype=DT)
+    t = torch.randn_like(x)
+    H1 = exact_hessian(model, x, t, is_causal=True)
+    H2 = exact_hessian(model, x, t, is_causal=True, chunk_bytes=1)  # one sample per chunk
+    assert rel_err(H2, H1) <= 1e-13
+    H3 = exact_hessian(model, x, t, is_causal=True, tangent_block=10**9)  # all tangents in one sweep
+    assert rel_err(H3, H1) <= 1e-13
+    assert rel_err(H1, reference_hessian(model, x, t, is_causal=True)) <= TOL
+
+
+def test_eval_mode_ignores_dropout():
+    torch.manual_seed(1)
+    layer = nn.TransformerEncoderLayer(4, 2, 6, dropout=0.3, batch_first=True, dtype=DT).eval()
+    x = torch.randn(2, 3, 4, dtype=DT)
+    t = torch.randn_like(x)
+    assert rel_err(exact_hessian(layer, x, t), reference_hessian(layer, x, t)) <= TOL
+
+
+def test_blocks_and_heads():
+    model = build(5, 6, 3, 4, 1, False, "relu", True, 1e-5, False)
+    x = torch.randn(2, 3, 6, dtype=DT)
+    t = torch.randn_like(x)
+    H = exact_hessian(model, x, t)
+    blocks = hessian_blocks(model, x, t)
+    names = list(dict(model.named_parameters()))
+    assert torch.equal(torch.cat([torch.cat([blocks[(a, b)] for b in names], 1) for a in names], 0), H)
+    heads = split_heads(blocks, nhead=3)
+    W = "self_attn.in_proj_weight"
+    # head 1 of K: rows 6 + 2 .. 6 + 4 of the packed (18, 6) weight, entries (row, column) row-major
+    idx = torch.arange(18 * 6).view(18, 6)[8:10].reshape(-1)
+    assert torch.equal(heads[(f"{W}.K1", f"{W}.K1")], H[idx][:, idx])
+    assert torch.equal(heads[(f"{W}.Q0", "linear1.weight")], blocks[(W, "linear1.weight")][:12])
+    assert len([k for k in heads if k[0] == k[1]]) == len(names) - 2 + 2 * 9
+
+
+def _layer(**kw):
+    base = dict(d_model=4, nhead=2, dim_feedforward=6, dropout=0.0, batch_first=True, dtype=DT)
+    base.update(kw)
+    return nn.TransformerEncoderLayer(**base)
+
+
+@pytest.mark.parametrize(
+    ("model", "kw", "match"),
+    [
+        (_layer(activation=torch.tanh), {}, "activation"),
+        (_layer(activation=nn.GELU(approximate="tanh")), {}, "approximate"),
+        (_layer(dropout=0.1), {}, "dropout"),
+        (_layer(batch_first=False), {}, "batch_first"),
+        (_layer(), {"mask": torch.zeros(2, 3, 3)}, "mask"),
+        (_layer(), {"mask": torch.zeros(3, 3, dtype=torch.long)}, "mask"),
+        (_layer(), {"loss": "huber"}, "loss"),
+        (_layer(), {"loss": "cross_entropy"}, "head"),
+        (_layer(), {"params": ["nope"]}, "params"),
+        (nn.Linear(4, 4), {}, "model"),
+    ],
+)
+def test_clear_errors(model, kw, match):
+    x = torch.randn(2, 3, 4, dtype=DT)
+    with pytest.raises((ValueError, TypeError, KeyError), match=match):
+        exact_hessian(model, x, torch.randn_like(x), **kw)
+
+
+def test_too_large_hessian_says_bytes(monkeypatch):
+    from transformer_hessian.encoder import api
+
+    monkeypatch.setattr(api, "_available_bytes", lambda device: 1000)
+    x = torch.randn(2, 3, 4, dtype=DT)
+    P = sum(p.numel() for p in _layer().parameters())
+    with pytest.raises(MemoryError, match=f"{P * P * 8} bytes"):
+        exact_hessian(_layer(), x, torch.randn_like(x))
+
+
+def encoder_layer_from_block(block) -> nn.TransformerEncoderLayer:
+    """The project's PostNormBlock (single head, no W_O, d_k = d) as a torch encoder layer with
+    out_proj = I: torch's W_q = W_Q^T, W_k = W_K^T, W_v = W_V^T, linear1 = W_1^T, linear2 = W_2^T."""
+    d, d_ff = block.d, block.d_ff
+    layer = nn.TransformerEncoderLayer(
+        d, 1, d_ff, dropout=0.0, batch_first=True, bias=False, layer_norm_eps=block.eps, dtype=DT
+    )
+    layer.norm1 = nn.LayerNorm(d, eps=block.eps, dtype=DT)  # the block's LayerNorms have a shift
+    layer.norm2 = nn.LayerNorm(d, eps=block.eps, dtype=DT)
+    with torch.no_grad():
+        layer.self_attn.in_proj_weight.copy_(torch.cat([block.W_Q.T, block.W_K.T, block.W_V.T]))
+        layer.self_attn.out_proj.weight.copy_(torch.eye(d, dtype=DT))
+        layer.linear1.weight.copy_(block.W_1.T)
+        layer.linear2.weight.copy_(block.W_2.T)
+        for i in (1, 2):
+            getattr(layer, f"norm{i}").weight.copy_(getattr(block, f"gamma{i}"))
+            getattr(layer, f"norm{i}").bias.copy_(getattr(block, f"beta{i}"))
+    return layer
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.integers(0, 10**6), st.integers(2, 5), st.integers(2, 9), st.integers(1, 5))
+def test_paper_block_is_the_special_case(seed, d, d_ff, B):
+    """The paper's block (Theorems 4-5; the project's closed form model_loss_hessian) is the
+    1-head, bias-free, post-norm, ReLU encoder layer with W_O = I: equal on the common groups."""
+    from transformer_hessian.model import ModelConfig, ViT
+    from transformer_hessian.theory import model_loss_hessian
+
+    torch.manual_seed(seed)
+    vit = ViT(ModelConfig(image_size=4, channels=1, num_classes=3, patch_size=2, width=d, depth=1, d_k=d, d_ff=d_ff))
+    vit = vit.to(DT)
+    blk = vit.blocks[0]
+    with torch.no_grad():
+        for p in (blk.gamma1, blk.beta1, blk.gamma2, blk.beta2):
+            p.add_(0.3 * torch.randn_like(p))
+    images = torch.randn(B, 1, 4, 4, dtype=DT)
+    labels = torch.randint(0, 3, (B,))
+    closed = model_loss_hessian(vit, images, labels).dense
+    layer = encoder_layer_from_block(blk)
+    with torch.no_grad():
+        X = vit.block_input(images, 0)
+        assert torch.allclose(layer(X), blk(X), atol=1e-12)
+    names = ["self_attn.in_proj_weight", "linear1.weight", "linear2.weight"]
+    H = exact_hessian(layer, X, labels, loss="cross_entropy", head=vit.head, params=names)
+    # torch's order: vec_r(W_Q^T), vec_r(W_K^T), vec_r(W_V^T), vec_r(W_1^T), vec_r(W_2^T)
+    perm, off = [], 0
+    for p, q in [(d, d), (d, d), (d, d), (d, d_ff), (d_ff, d)]:
+        perm.append(off + torch.arange(p * q).view(p, q).T.reshape(-1))  # torch entry (j, i) = W[i, j]
+        off += p * q
+    perm = torch.cat(perm)
+    assert rel_err(H, closed[perm][:, perm]) <= TOL
+
+
+def test_readme_example_runs(root):
+    """The README's "Use it on your own Transformer" example runs as written and is exact."""
+    text = (root / "README.md").read_text()
+    sec = text[text.index("## Use it on your own Transformer") :]
+    code = sec[sec.index("```python\n") + 10 : sec.index("```\n", sec.index("```python"))]
+    ns: dict = {}
+    exec(compile(code, "README example", "exec"), ns)  # noqa: S102 - the README's own code
+    H, layer, head, x, y = ns["H"], ns["layer"], ns["head"], ns["x"], ns["y"]
+    assert H.shape == (sum(p.numel() for p in layer.parameters()),) * 2
+    R = reference_hessian(layer, x, y, loss="cross_entropy", head=head, is_causal=True)
+    assert rel_err(H, R) <= TOL
