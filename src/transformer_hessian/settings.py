@@ -253,7 +253,7 @@ class Bounds(Section):
 
     SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "bounds")
 
-    n_samples: int
+    n_samples: int | None
     delta: float
 
 

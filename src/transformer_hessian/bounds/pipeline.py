@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -153,8 +154,12 @@ def _counterexample(X: torch.Tensor, params: dict, delta_min: float) -> dict:
     the printed M does not grow while ||H(K,K)|| ~ delta^-2), for delta = 1, 1/10, ... down to
     ``delta_min``. Returns the scan and, per form, the largest delta where M fails."""
     scan = []
-    delta = 1.0
-    while delta >= delta_min * (1 - 1e-9):
+    deltas = []
+    e = 0
+    while 10.0**-e >= delta_min * (1 - 1e-9):  # exact powers of ten, not repeated division
+        deltas.append(10.0**-e)
+        e += 1
+    for delta in deltas:
         p = {"W_Q": params["W_Q"] / delta, "W_K": params["W_K"] * delta, "W_V": params["W_V"]}
         target = attention_forward(X, p["W_Q"], p["W_K"], p["W_V"])["F"]
         true = spectral_norm(_dense(attention_loss_hessian(X, p, target), ATTENTION_GROUPS), symmetric=True)
@@ -163,7 +168,6 @@ def _counterexample(X: torch.Tensor, params: dict, delta_min: float) -> dict:
             rec[f"M_{form}"] = attention_bound_paper(X, p, target, form)
             rec[f"ratio_{form}"] = true / rec[f"M_{form}"]
         scan.append(rec)
-        delta /= 10
     out = {"delta": scan[-1]["delta"], "scan": scan}
     for form in ("statement", "appendix"):
         out[f"ratio_{form}"] = scan[-1][f"ratio_{form}"]
@@ -191,12 +195,18 @@ def single_threaded() -> Iterator[None]:
 
 
 def evaluate_bounds(
-    model, images: torch.Tensor, labels: torch.Tensor, ce_norms: dict | None, n_samples: int = 2, delta: float = 1e-6
+    model,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    ce_norms: dict | None,
+    n_samples: int | None = None,
+    delta: float = 1e-6,
 ) -> dict:
     """All bound evaluations for one stage (module docstring). ``model`` must be a single-block
     float64 ViT; ``images, labels`` the Hessian experiment's fixed batch; ``ce_norms`` the hessian
     rule's ``<stage>_norms.json`` (or None to skip the experiment setting); the theory setting
-    uses the first ``n_samples`` samples of the batch. Returns a JSON-ready dict.
+    uses the first ``n_samples`` samples of the batch (None: all of them, the default of
+    ``bounds.n_samples``). Returns a JSON-ready dict.
 
     Runs :func:`single_threaded`: bit-identical run to run and for any thread count."""
     with single_threaded():
@@ -205,7 +215,7 @@ def evaluate_bounds(
 
 @torch.no_grad()
 def _evaluate_bounds(
-    model, images: torch.Tensor, labels: torch.Tensor, ce_norms: dict | None, n_samples: int, delta: float
+    model, images: torch.Tensor, labels: torch.Tensor, ce_norms: dict | None, n_samples: int | None, delta: float
 ) -> dict:
     if len(model.blocks) != 1:
         raise ValueError(f"bounds: the model has {len(model.blocks)} blocks; the bounds cover a single block")
@@ -215,12 +225,21 @@ def _evaluate_bounds(
     pa = {n: p[n] for n in ATTENTION_GROUPS}
     X = model.block_input(images, 0).detach()
     Bn, L, d = X.shape
-    n = min(n_samples, Bn)
+    n = Bn if n_samples is None else min(int(n_samples), Bn)
     Z = block_forward(X, p, eps)
     F = attention_forward(X, p["W_Q"], p["W_K"], p["W_V"])["F"]
     rows, lemma4 = [], []
     paper_block_median = {}
+    t_loop = time.perf_counter()
+    next_report = t_loop + 10.0  # a progress line about every 10 s
     for b in range(n):
+        now = time.perf_counter()
+        if b and now >= next_report:
+            done = now - t_loop
+            log.info(
+                "bounds: theory setting, sample %d of %d, %.0f s, about %.0f s left", b, n, done, done / b * (n - b)
+            )
+            next_report = now + 10.0
         nb = (b + 1) % Bn
         # attention layer alone, target = F on the next sample
         Ha = attention_loss_hessian(X[b], pa, F[nb])
