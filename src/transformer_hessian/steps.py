@@ -380,11 +380,15 @@ def probe_step(
     save_probe(out, result)
     s = result["theorem7_summary"]
     log.info(
-        "probe: Theorem 7 off w* held in %.4f%% of %d comparisons (M = %.3g); Assumption 1 slope %.3f "
-        "[%.3f, %.3f]; %.1f s",
+        "probe: Theorem 7 off w* held in %.4f%% of %d comparisons (M = %.3g); Assumption 1: "
+        "||grad L_n(w*)|| = %.3g against the noise-only level %.3g, sign-flip p = %.3g (mean-norm slope %.3f "
+        "[%.3f, %.3f]); %.1f s",
         100 * s["held_fraction"],
         s["n_comparisons"],
         result["M"],
+        result["assumption1"]["zero_gradient_test"]["floor"],
+        result["assumption1"]["zero_gradient_test"]["noise_at_n"],
+        result["assumption1"]["zero_gradient_test"]["p_value"],
         result["assumption1"]["slope"],
         *result["assumption1"]["slope_ci95"],
         result["timings"]["total"],
