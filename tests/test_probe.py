@@ -422,7 +422,7 @@ def test_claim_rows_and_table(small_run):
     zt = a1["zero_gradient_test"]
     assert rows[2]["verdict"] == ("reproduced" if zt["p_value"] >= 0.05 else "not reproduced")
     assert f"sign-flip p = {fmt(zt['p_value'])}" in rows[2]["measured"]
-    assert "breaks (relative error above 10.0%, interpolated on the t grid) at " in rows[1]["measured"]
+    assert "first exceeds 10.0% relative error (interpolated on the t grid): top eigenvector u: " in rows[1]["measured"]
     assert "first grid point" not in rows[1]["measured"]
     assert "slope" not in small_run["minimiser_shift"]  # no power law from three k
     df = probe.assumption1_table(small_run)

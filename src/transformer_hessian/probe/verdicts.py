@@ -66,9 +66,9 @@ def claim_rows(
                 f"held in {fmt_pct(s['held_fraction'])} of {s['n_comparisons']} (direction, t, k, ordering); "
                 f"M = {fmt(probe_result['M'])}; worst lhs/rhs = {fmt(worst['ratio'])} at {worst['direction']}, "
                 f"t = {fmt(worst['t'])}, k = {worst['k']}; without the curvature term "
-                f"{fmt_pct(s['held_fraction_no_curvature'])}; the second-order Taylor model of L_n (k = n) breaks "
-                f"(relative error above {fmt_pct(_tolerance(probe_result))}, interpolated on the t grid) at "
-                + ", ".join(f"{_break_text(b)} ({d})" for d, b in probe_result["taylor_breaks"].items())
+                f"{fmt_pct(s['held_fraction_no_curvature'])}; where the second-order Taylor model of L_n (k = n) first "
+                f"exceeds {fmt_pct(_tolerance(probe_result))} relative error (interpolated on the t grid): "
+                + ", ".join(f"{d}: {_break_text(b)}" for d, b in probe_result["taylor_breaks"].items())
             ),
             "verdict": verdict(s["n_violations"] == 0),
             "rule": "the printed right-hand side holds at every (direction, t, k, ordering) probed, M = max(M_star, M_path)",
