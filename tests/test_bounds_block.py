@@ -244,3 +244,31 @@ def test_evaluate_bounds_table_and_claims_on_a_tiny_model():
     th1 = next(r for r in rows if r["id"] == "theorem1_bound")
     fails = not (res["counterexample"]["holds_statement"] and res["counterexample"]["holds_appendix"])
     assert th1["verdict"] == ("not reproduced" if fails else "reproduced")
+
+
+def test_evaluate_bounds_uses_the_whole_batch_by_default():
+    """bounds.n_samples defaults to null: the theory setting (Theorems 1 and 6, Lemma 4) runs on
+    every sample of the fixed batch, and the claim rows say how many; the delta scan holds exact
+    powers of ten (printed as 1.00e-06, not 1.0000000000000002e-06)."""
+    from transformer_hessian.bounds.pipeline import evaluate_bounds
+    from transformer_hessian.bounds.table import claim_rows
+    from transformer_hessian.model import ModelConfig, ViT
+    from transformer_hessian.settings import Bounds
+
+    assert Bounds.with_defaults({}).n_samples is None
+    torch.manual_seed(4)
+    cfg = ModelConfig(image_size=8, channels=1, num_classes=4, patch_size=4, width=4, depth=1, d_k=3, d_ff=6)
+    model = ViT(cfg).double()
+    images = torch.randn(5, 1, 8, 8, dtype=torch.float64)
+    labels = torch.randint(0, 4, (5,))
+    res = evaluate_bounds(model, images, labels, None, delta=1e-6)
+    assert res["n_samples"] == res["batch_size"] == 5
+    assert sorted({r["sample"] for r in res["records"] if r["setting"] == "theory"}) == [0, 1, 2, 3, 4]
+    assert len(res["lemma4"]) == 5
+    assert [r["delta"] for r in res["counterexample"]["scan"]] == [10.0**-k for k in range(7)]
+    res["stage"], res["experiment"] = "trained", "tiny"
+    rows = {r["id"]: r for r in claim_rows({"trained": res})}
+    assert "of the 5 theory-setting samples" in rows["theorem1_bound"]["measured"]
+    assert "of the 5 theory-setting samples" in rows["theorem6_bound"]["measured"]
+    assert "000000" not in rows["theorem1_bound"]["measured"]
+    assert evaluate_bounds(model, images, labels, None, n_samples=2, delta=1e-2)["n_samples"] == 2

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from transformer_hessian import GROUPS, claims
 from transformer_hessian.landscape import analyse_landscape
+from transformer_hessian.numfmt import fmt, fmt_interval
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = {"width": 3, "d_k": 2, "d_ff": 5}
@@ -79,9 +80,10 @@ def test_hessian_rows_reproduced_when_structure_as_in_paper():
         assert rows[key]["verdict"] == claims.REPRODUCED, rows[key]
     # the measured block-row RMS entry is sqrt(mean(H_row^2)), computed here directly
     v = slice(OFF[2], OFF[3])
-    assert f"V {np.sqrt(np.mean(init[v, :] ** 2)):.2e}" in rows["values_larger_at_init"]["measured"]
+    assert f"V {fmt(np.sqrt(np.mean(init[v, :] ** 2)))}" in rows["values_larger_at_init"]["measured"]
     vv = trained[v, v]
-    assert f"V-V {np.sqrt(np.mean(vv**2)):.2e}" in rows["vv_largest_trained"]["measured"]
+    assert f"by RMS entry V-V {fmt(np.sqrt(np.mean(vv**2)))}" in rows["vv_largest_trained"]["measured"]
+    assert f"by Frobenius norm V-V {fmt(np.linalg.norm(vv))}" in rows["vv_largest_trained"]["measured"]
     # entries span less than 2 decades here: heterogeneity not reproduced
     assert rows["hessian_heterogeneity"]["verdict"] == claims.NOT_REPRODUCED
     for r in rows.values():
@@ -141,11 +143,16 @@ def test_landscape_rows_follow_the_result(granularity):
     cur = res["batch"] if granularity == "batch" else res
     rows = by_id(claims.landscape_claim_rows(res, metrics(), "landscape.json"))
     lo, hi = cur["slope_ci95"]
+    fig6 = rows["fig6_slope"]["measured"]
     assert rows["fig6_slope"]["verdict"] == claims.verdict(lo <= -1 <= hi)
-    assert f"slope {cur['slope']:.3f} [{lo:.3f}, {hi:.3f}]" in rows["fig6_slope"]["measured"]
+    # both curves with slope and interval; the verdict's curve and the paper's definition named
+    for name, c in (("batch-by-batch (b = 10)", res["batch"]), ("sample-by-sample", res)):
+        part = next(p for p in fig6.split("; ") if p.startswith(name))
+        assert f"slope {fmt(c['slope'], avoid=-1)} {fmt_interval(*c['slope_ci95'], reference=-1)}" in part
+        assert ("the paper's definition" in part) == (name.startswith("batch"))
+        assert ("decides the verdict" in part) == (c is cur)
+    assert ("landscape.granularity = sample" in fig6) == (granularity == "sample")
     assert rows["theorem7_bound_at_wstar"]["verdict"] == claims.REPRODUCED  # losses >= 0
-    drawn = rows["fig6_slope"]["measured"].split(":")[0]
-    assert drawn.endswith("batch-by-batch (b = 10)" if granularity == "batch" else "sample-by-sample")
     # a CI that excludes -1 and a violated bound give "not reproduced"
     broken = json.loads(json.dumps(res))
     target = broken["batch"] if granularity == "batch" else broken
@@ -154,6 +161,45 @@ def test_landscape_rows_follow_the_result(granularity):
     rows = by_id(claims.landscape_claim_rows(broken, metrics(), "landscape.json"))
     assert rows["fig6_slope"]["verdict"] == claims.NOT_REPRODUCED
     assert rows["theorem7_bound_at_wstar"]["verdict"] == claims.NOT_REPRODUCED
+
+
+def test_fig6_row_on_the_real_mnist_numbers():
+    """Issue 18's real-MNIST run: batch curve -0.987 [-0.998, -0.975], sample curve -1.000
+    [-1.003, -0.995]. With the paper's (batch) curve drawn the verdict is "not reproduced" and no
+    printed end of the interval reads as -1; with the sample curve drawn it is "reproduced"."""
+    res = analyse_landscape(
+        np.random.default_rng(2).exponential(size=300), n_orderings=4, n_bootstrap=10, batch_size=10
+    )
+    res["batch"].update(slope=-0.98712, slope_ci95=[-0.99812, -0.97462])
+    res.update(slope=-1.00021, slope_ci95=[-1.00312, -0.99512])
+    for granularity, expected in (("batch", claims.NOT_REPRODUCED), ("sample", claims.REPRODUCED)):
+        res["granularity"] = granularity
+        row = by_id(claims.landscape_claim_rows(res, metrics(dataset="mnist"), "l.json"))["fig6_slope"]
+        assert row["verdict"] == expected
+        assert "slope -0.987 [-0.998, -0.975]" in row["measured"]
+        assert "slope -1.0002 [-1.003, -0.995]" in row["measured"]
+        assert "-1.00]" not in row["measured"] and "[-1.00," not in row["measured"]
+
+
+def test_rms_fro_spectral_all_reported():
+    """vv_largest_trained and keys_values_highest print the three measures and name the one the
+    verdict uses; a matrix where V-V leads by RMS entry but W2-W2 by spectral norm (issue 18's
+    MNIST case) keeps vv_largest_trained reproduced, with the spectral leader shown."""
+    init = dense(5, {})
+    trained_scales = {("W_V", "W_V"): 10.0, ("W_2", "W_2"): 6.0, ("W_K", "W_K"): 1.0}
+    trained = dense(6, trained_scales)
+    rows = by_id(claims.hessian_claim_rows(norms_of(init, "init"), norms_of(trained, "trained"), metrics(), "f"))
+    vv, kv = rows["vv_largest_trained"], rows["keys_values_highest"]
+    for measure in ("RMS entry", "Frobenius norm", "spectral norm"):
+        assert f"by {measure} " in vv["measured"] and f"by {measure} " in kv["measured"]
+    assert vv["measured"].endswith("verdict by RMS entry") and kv["measured"].endswith("verdict by spectral norm")
+    blk = {g: trained[OFF[i] : OFF[i + 1], OFF[i] : OFF[i + 1]] for i, g in enumerate(GROUPS)}
+    spec = {g: np.linalg.norm(b, 2) for g, b in blk.items()}
+    assert spec["W_2"] > spec["W_V"]  # W2 is 15x15 with entries 6, V-V 9x9 with entries 10
+    assert f"by spectral norm W2-W2 {fmt(spec['W_2'])}" in vv["measured"]
+    assert vv["verdict"] == claims.REPRODUCED
+    assert kv["verdict"] == claims.NOT_REPRODUCED
+    assert f"V {fmt(spec['W_V'])}" in kv["measured"].split("by spectral norm ")[1]
 
 
 def _dummy_provider(result):

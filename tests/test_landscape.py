@@ -432,3 +432,53 @@ def test_batch_entry_is_skipped_when_two_batches_do_not_fit():
     assert res["batch"] is None and res["granularity"] == "sample"
     with pytest.raises(ValueError, match="2 full batches"):
         analyse_landscape(losses, n_orderings=3, n_bootstrap=10, k_min=2, batch_size=16, granularity="batch")
+
+
+def test_rate_reference_slope_and_verdict_curve():
+    """rate_reference_slope is the least-squares log-log slope of 1/(k+1) (per sample) and of
+    1/(j+1) against k = j b (per batch) over the fit points, computed here with np.polyfit; the
+    verdict curve follows the granularity; the batch curve's rate is further from -1 than the
+    per-sample one (b/(k+b) bends away from k^-1 where k is not >> b)."""
+    from transformer_hessian.landscape import PAPER_GRANULARITY, verdict_curve
+
+    losses = np.random.default_rng(3).exponential(size=400)
+    res = analyse_landscape(losses, n_orderings=4, n_bootstrap=10, k_min=10, batch_size=20, granularity="batch")
+    k = np.arange(10, 400, dtype=float)
+    assert res["rate_reference_slope"] == pytest.approx(np.polyfit(np.log(k), -np.log(k + 1), 1)[0], rel=1e-10)
+    b = res["batch"]
+    kb = np.asarray(b["k"], dtype=float)
+    sel = kb >= b["fit_k_min"]
+    jb = kb[sel] / 20
+    assert b["rate_reference_slope"] == pytest.approx(np.polyfit(np.log(kb[sel]), -np.log(jb + 1), 1)[0], rel=1e-10)
+    assert -1 < res["rate_reference_slope"] < b["rate_reference_slope"] < 0
+    assert PAPER_GRANULARITY == "batch"
+    assert verdict_curve(res) == ("batch", res["batch"])
+    res["granularity"] = "sample"
+    assert verdict_curve(res) == ("sample", res)
+    res["granularity"], res["batch"] = "batch", None
+    with pytest.raises(KeyError, match="batch"):
+        verdict_curve(res)
+
+
+def test_landscape_log_names_the_verdict_curve(caplog):
+    """The landscape rule's log gives both curves' slopes and intervals and says which curve the
+    fig6_slope verdict uses."""
+    import logging
+
+    from transformer_hessian.steps import _log_landscape
+
+    losses = np.random.default_rng(5).exponential(size=300)
+    for granularity in ("sample", "batch"):
+        res = analyse_landscape(losses, n_orderings=4, n_bootstrap=10, batch_size=10, granularity=granularity)
+        res["batch"]["slope_ci95"] = [-0.998, -0.975]
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="transformer_hessian"):
+            _log_landscape(res)
+        lines = [r.getMessage() for r in caplog.records]
+        verdict_line = next(m for m in lines if "verdict uses this curve" in m)
+        assert ("batch-by-batch" in verdict_line) == (granularity == "batch")
+        batch_line = next(m for m in lines if "batch-by-batch (b = 10) curve (the paper's definition)" in m)
+        assert "95% CI [-0.998, -0.975]" in batch_line
+        assert any("excludes -1" in m for m in lines) == (
+            granularity == "batch" or not (res["slope_ci95"][0] <= -1 <= res["slope_ci95"][1])
+        )

@@ -15,6 +15,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import nbformat  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 from transformer_hessian import GROUPS, plotting, registry  # noqa: E402
 from transformer_hessian.landscape import analyse_landscape  # noqa: E402
@@ -346,6 +348,18 @@ def test_slope_label_format():
     assert plotting.slope_label(res) == "fitted slope = -0.98 [-1.02, -0.95] (95% CI)"
     narrow = {"slope": -1.0001, "slope_ci95": [-1.003, -0.998]}
     assert plotting.slope_label(narrow) == "fitted slope = -1.000 [-1.003, -0.998] (95% CI)"
+    # issue 18's MNIST batch curve: at two decimals it read [-1.00, -0.97], as if it held -1
+    mnist = {"slope": -0.98712, "slope_ci95": [-0.99812, -0.97462]}
+    assert plotting.slope_label(mnist) == "fitted slope = -0.987 [-0.998, -0.975] (95% CI)"
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=st.floats(-1.2, -0.8), b=st.floats(-1.2, -0.8))
+def test_slope_label_interval_contains_minus_one_only_when_it_does(a, b):
+    lo, hi = min(a, b), max(a, b)
+    text = plotting.slope_label({"slope": 0.5 * (lo + hi), "slope_ci95": [lo, hi]})
+    plo, phi = (float(v) for v in text.split("[")[1].split("]")[0].split(", "))
+    assert (plo <= -1.0 <= phi) == (lo <= -1.0 <= hi)
 
 
 # ----------------------------------------------------------------------------- notebooks

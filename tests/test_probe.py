@@ -19,6 +19,7 @@ from torch.autograd.functional import hessian as _ag_hessian
 
 from transformer_hessian import probe
 from transformer_hessian.model import ModelConfig, ViT
+from transformer_hessian.numfmt import fmt
 from transformer_hessian.probe import FlatModel
 from transformer_hessian.settings import Probe
 
@@ -242,7 +243,109 @@ def test_taylor_check_is_exact_on_quadratics_and_breaks_on_cubics():
     cubic = quad + e * ts[:, None] ** 3
     res = probe.taylor_check(cubic, ts, l0, a, c, perms, np.array([n]), 0.1)
     assert res["full"]["rel_error_median"][5][0] == pytest.approx(2 * e * 1.0 / C, rel=1e-9)
-    assert res["full"]["t_break"][0] == pytest.approx(1.0)
+    # the error 2 e |t| / C is a power of |t|: the interpolated break is exact, |t| = 0.1 C / (2 e)
+    assert res["full"]["break_status"] == ["crossing"]
+    assert res["full"]["t_break"][0] == pytest.approx(0.1 * C / (2 * e), rel=1e-9)
+
+
+def test_taylor_break_known_crossings():
+    ts = np.array([-1.0, -0.1, -0.01, 0.0, 0.01, 0.1, 1.0])
+    # error = 3 |t| on both sides: exceeds 0.1 from |t| = 1/30 (between the grid points 0.01 and 0.1)
+    err = np.where(ts != 0, 3 * np.abs(ts), np.nan)
+    b = probe.taylor_break(ts, err, 0.1)
+    assert b["status"] == b["final_status"] == "crossing"
+    assert b["t_break"] == pytest.approx(1 / 30, rel=1e-12) and b["t_break_final"] == b["t_break"]
+    assert probe.describe_break(b) == "|t| = 0.0333"
+    # asymmetric: error 30 t^2 for t > 0 (break at sqrt(1/300)), 3 |t| for t < 0: the side closer to 0 wins
+    err2 = np.where(ts > 0, 30 * ts**2, err)
+    b2 = probe.taylor_break(ts, err2, 0.1)
+    assert b2["t_break"] == pytest.approx(1 / 30, rel=1e-12)
+    assert b2["sides"]["+"]["first"]["t"] == pytest.approx(np.sqrt(1 / 300), rel=1e-12)
+    # above the tolerance at the smallest |t| only (as a ReLU kink can do), within it further out:
+    # the first break is below the probed range, the final one interpolated between 0.1 and 1
+    err3 = np.array([5.0, 0.05, 0.5, np.nan, 0.5, 0.05, 5.0])
+    b3 = probe.taylor_break(ts, err3, 0.1)
+    assert b3["status"] == "below" and b3["t_break"] is None and b3["t_min"] == 0.01
+    final = 10 ** (-1 + np.log10(0.1 / 0.05) / np.log10(5.0 / 0.05))
+    assert b3["final_status"] == "crossing" and b3["t_break_final"] == pytest.approx(final, rel=1e-12)
+    assert probe.describe_break(b3) == "below the probed range (|t| < 0.0100) (for good from |t| = 0.141)"
+    # above the tolerance everywhere: no number invented
+    b4 = probe.taylor_break(ts, np.where(ts != 0, 0.5, np.nan), 0.1)
+    assert b4["status"] == b4["final_status"] == "below"
+    assert probe.describe_break(b4) == "below the probed range (|t| < 0.0100)"
+    # within everywhere: not within the probed range
+    b5 = probe.taylor_break(ts, np.where(ts != 0, 0.01, np.nan), 0.1)
+    assert b5["status"] == b5["final_status"] == "none" and b5["t_break"] is None
+    assert probe.describe_break(b5) == "not within the probed range (|t| <= 1.00)"
+    with pytest.raises(ValueError, match="same length"):
+        probe.taylor_break(ts, err[:3], 0.1)
+
+
+def test_taylor_break_on_a_function_with_a_known_break():
+    """l(t) = exact quadratic + s max(0, |t| - t0)^3: the second-order model at 0 is exact up to
+    |t| = t0 and its relative error 2 s (|t| - t0)^3 / (C t^2) reaches the tolerance at a |t*|
+    found by bisection; the interpolated break lies in the grid cell around t* and, on a fine
+    grid, within 0.2% of it."""
+    n, C, s_, t0, tol = 4, 2.0, 50.0, 0.05, 0.1
+    rng = np.random.default_rng(3)
+    l0, a, c = rng.uniform(0, 1, n), rng.normal(size=n), np.full(n, C)
+    lo, hi = t0, 10.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if 2 * s_ * (mid - t0) ** 3 / (C * mid**2) < tol else (lo, mid)
+    t_star = 0.5 * (lo + hi)
+    for n_t, rtol in ((9, 0.2), (400, 2e-3)):
+        half = np.geomspace(1e-3, 1.0, n_t)
+        ts = np.concatenate([-half[::-1], [0.0], half])
+        kink = s_ * np.maximum(0.0, np.abs(ts) - t0) ** 3
+        losses = l0 + ts[:, None] * a + 0.5 * ts[:, None] ** 2 * c + kink[:, None]
+        res = probe.taylor_check(losses, ts, l0, a, c, probe.orderings(n, 2, 0), np.array([n]), tol)
+        b = res["full"]["breaks"][0]
+        assert b["status"] == b["final_status"] == "crossing" and b["t_break_final"] == b["t_break"]
+        cell = np.searchsorted(half, t_star)
+        assert half[cell - 1] < b["t_break"] <= half[cell]
+        assert b["t_break"] == pytest.approx(t_star, rel=rtol)
+
+
+def test_zero_gradient_test_against_direct_numbers():
+    rng = np.random.default_rng(4)
+    n, P = 40, 7
+    G = rng.normal(size=(n, P))
+    # mean exactly zero and symmetric: every sign flip gives a statistic >= 0 = T, p = 1
+    Gz = np.concatenate([G[:20], -G[:20]])
+    z = probe.zero_gradient_test(Gz @ Gz.T, n_flips=300, seed=0)
+    assert z["p_value"] == 1.0 and z["vanishes"] and z["floor"] == pytest.approx(0.0, abs=1e-12)
+    # a mean far above the noise: rejected at the smallest attainable p, floor estimates close to ||g||
+    g = np.full(P, 2.0)
+    Gs = G + g
+    s = probe.zero_gradient_test(Gs @ Gs.T, n_flips=300, seed=0)
+    assert s["p_value"] == pytest.approx(1 / 301) and not s["vanishes"]
+    gbar = Gs.mean(axis=0)
+    s2 = ((Gs - gbar) ** 2).sum() / (n - 1)  # unbiased tr(Cov)
+    assert s["floor"] == pytest.approx(np.linalg.norm(gbar), rel=1e-12)
+    assert s["noise_at_n"] == pytest.approx(np.sqrt(s2 / n), rel=1e-10)
+    assert s["floor_unbiased"] == pytest.approx(np.sqrt(np.linalg.norm(gbar) ** 2 - s2 / n), rel=1e-10)
+    assert s["ratio"] == pytest.approx(n * np.linalg.norm(gbar) ** 2 / np.mean((Gs**2).sum(axis=1)), rel=1e-12)
+    assert abs(s["floor_unbiased"] - np.linalg.norm(g)) < 0.3 * np.linalg.norm(g)
+
+
+def test_zero_gradient_test_is_calibrated_under_the_null():
+    """With zero-mean Gaussian per-sample gradients the p-values are uniform: the rejection rate
+    at 5% over 300 data sets lies within a 99.9% binomial band; with a mean of 1.5 noise
+    standard deviations of a sample mean it rejects most of the time."""
+    from scipy.stats import binom
+
+    rng = np.random.default_rng(11)
+    n, P, trials = 25, 5, 300
+    rejected = rejected_alt = 0
+    for i in range(trials):
+        G = rng.normal(size=(n, P))
+        rejected += not probe.zero_gradient_test(G @ G.T, n_flips=199, seed=i)["vanishes"]
+        Ga = G + 1.5 * np.sqrt(P / n) * np.eye(P)[0] * np.sqrt(P)
+        rejected_alt += not probe.zero_gradient_test(Ga @ Ga.T, n_flips=199, seed=i)["vanishes"]
+    lo, hi = binom.ppf([0.0005, 0.9995], trials, 0.05)
+    assert lo <= rejected <= hi
+    assert rejected_alt > 0.5 * trials
 
 
 def test_minimiser_shift_matches_manual_gradient_descent():
@@ -316,8 +419,12 @@ def test_claim_rows_and_table(small_run):
         assert r["verdict"] in {"reproduced", "not reproduced", "not testable on this data set"}
     assert rows[0]["verdict"] == "reproduced"
     a1 = small_run["assumption1"]
-    expected = "reproduced" if a1["slope_ci95"][1] < 0 and a1["slope_median"] < 0 else "not reproduced"
-    assert rows[2]["verdict"] == expected
+    zt = a1["zero_gradient_test"]
+    assert rows[2]["verdict"] == ("reproduced" if zt["p_value"] >= 0.05 else "not reproduced")
+    assert f"sign-flip p = {fmt(zt['p_value'])}" in rows[2]["measured"]
+    assert "first exceeds 10.0% relative error (interpolated on the t grid): top eigenvector u: " in rows[1]["measured"]
+    assert "first grid point" not in rows[1]["measured"]
+    assert "slope" not in small_run["minimiser_shift"]  # no power law from three k
     df = probe.assumption1_table(small_run)
     assert list(df["k"]) == small_run["assumption1"]["k"]
     assert (df["minimiser_shift"] != "").sum() == 2

@@ -493,7 +493,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out-dir", default="results/bench", help="folder for train_bench.{json,md}")
     b = bsub.add_parser("encoder", help="exact_hessian of torch encoder layers vs curvlinops and autograd")
     b.add_argument("--shapes", nargs="+", default=["paper", "gpt", "stack2"], help="paper, gpt, stack2")
-    b.add_argument("--methods", nargs="+", default=["exact", "curvlinops", "autograd"], help="exact curvlinops autograd")
+    b.add_argument(
+        "--methods", nargs="+", default=["exact", "curvlinops", "autograd"], help="exact curvlinops autograd"
+    )
     b.add_argument("--batch-size", type=int, default=None, help="override every shape's batch size")
     b.add_argument("--repeats", type=int, default=3, help="timed runs of exact_hessian (the references run once)")
     b.add_argument("--timeout", type=float, default=3600.0, help="seconds per method and shape")

@@ -302,10 +302,8 @@ def fig12_figure(result: Mapping[str, Any], label: str = "", size=(11.5, 5.0)) -
     ax.set_xticks(ks, [str(int(v)) for v in ks])
     ax.set_xlabel("number of samples k")
     ax.set_ylabel(r"parameter distance $\|\cdot\|_2$")
-    slope = sh.get("slope")
     ax.set_title(
-        f"(b) minimiser shift: {sh['steps']} GD steps, lr = {sh['lr']:.2g} = "
-        f"{result['settings']['shift_lr_scale']:g}/M" + (f"; slope {slope:.2f}" if slope is not None else ""),
+        f"(b) minimiser shift: {sh['steps']} GD steps, lr = {sh['lr']:.2g} = {result['settings']['shift_lr_scale']:g}/M",
         fontsize=8.5,
     )
     ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.14))

@@ -254,7 +254,7 @@ class Bounds(Section):
 
     SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "bounds")
 
-    n_samples: int
+    n_samples: int | None
     delta: float
 
 

@@ -154,8 +154,12 @@ def _counterexample(X: torch.Tensor, params: dict, delta_min: float) -> dict:
     the printed M does not grow while ||H(K,K)|| ~ delta^-2), for delta = 1, 1/10, ... down to
     ``delta_min``. Returns the scan and, per form, the largest delta where M fails."""
     scan = []
-    delta = 1.0
-    while delta >= delta_min * (1 - 1e-9):
+    deltas = []
+    e = 0
+    while 10.0**-e >= delta_min * (1 - 1e-9):  # exact powers of ten, not repeated division
+        deltas.append(10.0**-e)
+        e += 1
+    for delta in deltas:
         p = {"W_Q": params["W_Q"] / delta, "W_K": params["W_K"] * delta, "W_V": params["W_V"]}
         target = attention_forward(X, p["W_Q"], p["W_K"], p["W_V"])["F"]
         true = spectral_norm(_dense(attention_loss_hessian(X, p, target), ATTENTION_GROUPS), symmetric=True)
@@ -164,7 +168,6 @@ def _counterexample(X: torch.Tensor, params: dict, delta_min: float) -> dict:
             rec[f"M_{form}"] = attention_bound_paper(X, p, target, form)
             rec[f"ratio_{form}"] = true / rec[f"M_{form}"]
         scan.append(rec)
-        delta /= 10
     out = {"delta": scan[-1]["delta"], "scan": scan}
     for form in ("statement", "appendix"):
         out[f"ratio_{form}"] = scan[-1][f"ratio_{form}"]
@@ -196,24 +199,26 @@ def evaluate_bounds(
     images: torch.Tensor,
     labels: torch.Tensor,
     ce_norms: dict | None,
-    n_samples: int = 2,
+    n_samples: int | None = None,
     delta: float = 1e-6,
     label: str = "bounds",
 ) -> dict:
     """All bound evaluations for one stage (module docstring). ``model`` must be a single-block
     float64 ViT; ``images, labels`` the Hessian experiment's fixed batch; ``ce_norms`` the hessian
     rule's ``<stage>_norms.json`` (or None to skip the experiment setting); the theory setting
-    uses the first ``n_samples`` samples of the batch; ``label`` names the progress lines. Returns a JSON-ready dict.
+    uses the first ``n_samples`` samples of the batch (None: all of them, the default of
+    ``bounds.n_samples``); ``label`` names the progress lines. Returns a JSON-ready dict.
 
     Runs :func:`single_threaded`: bit-identical run to run and for any thread count."""
-    total = min(n_samples, len(images)) + (ce_norms is not None) + 1  # samples, experiment setting, counterexample
+    n = len(images) if n_samples is None else min(n_samples, len(images))
+    total = n + (ce_norms is not None) + 1  # samples, experiment setting, counterexample
     with single_threaded(), Progress(label, total=total, unit="evaluation") as prog:
         return _evaluate_bounds(model, images, labels, ce_norms, n_samples, delta, prog)
 
 
 @torch.no_grad()
 def _evaluate_bounds(
-    model, images: torch.Tensor, labels: torch.Tensor, ce_norms: dict | None, n_samples: int, delta: float, prog
+    model, images: torch.Tensor, labels: torch.Tensor, ce_norms: dict | None, n_samples: int | None, delta: float, prog
 ) -> dict:
     if len(model.blocks) != 1:
         raise ValueError(f"bounds: the model has {len(model.blocks)} blocks; the bounds cover a single block")
@@ -223,7 +228,7 @@ def _evaluate_bounds(
     pa = {n: p[n] for n in ATTENTION_GROUPS}
     X = model.block_input(images, 0).detach()
     Bn, L, d = X.shape
-    n = min(n_samples, Bn)
+    n = Bn if n_samples is None else min(int(n_samples), Bn)
     Z = block_forward(X, p, eps)
     F = attention_forward(X, p["W_Q"], p["W_K"], p["W_V"])["F"]
     rows, lemma4 = [], []

@@ -8,6 +8,7 @@ import statistics
 
 import pandas as pd
 
+from ..numfmt import fmt, fmt_pct
 from .pipeline import PAPER_FORMS, lemma4_counterexample
 
 __all__ = ["COMPARISON", "bounds_table", "claim_rows"]
@@ -70,11 +71,16 @@ def claim_rows(results: dict) -> list[dict]:
     ce = {s: r["counterexample"] for s, r in results.items()}
     holds1 = all(v[f"theorem1_{f}"] == 1.0 for v in th1.values() for f in ("statement", "appendix"))
     fails_ce = [s for s, c in ce.items() if not (c["holds_statement"] and c["holds_appendix"])]
+
+    def delta_text(v):
+        return "no delta" if v is None else f"delta = {fmt(v)}"
+
     meas = "; ".join(
-        f"{s}: holds on {th1[s]['theorem1_statement']:.0%} (statement) / {th1[s]['theorem1_appendix']:.0%} "
-        f"(appendix) of the theory-setting evaluations; with W_Q/delta, W_K*delta and target F(X) it fails from "
-        f"delta = {ce[s]['fails_from_delta_statement']} (statement) / {ce[s]['fails_from_delta_appendix']} (appendix); "
-        f"at delta = {ce[s]['delta']:g} ||H||/M = {ce[s]['ratio_statement']:.3g} / {ce[s]['ratio_appendix']:.3g}"
+        f"{s}: holds on {fmt_pct(th1[s]['theorem1_statement'])} (statement) / {fmt_pct(th1[s]['theorem1_appendix'])} "
+        f"(appendix) of the {results[s]['n_samples']} theory-setting samples; with W_Q/delta, W_K*delta and target F(X) "
+        f"it fails from {delta_text(ce[s]['fails_from_delta_statement'])} (statement) / "
+        f"{delta_text(ce[s]['fails_from_delta_appendix'])} (appendix); "
+        f"at delta = {fmt(ce[s]['delta'])} ||H||/M = {fmt(ce[s]['ratio_statement'])} / {fmt(ce[s]['ratio_appendix'])}"
         for s in results
     )
     rows.append(
@@ -99,9 +105,10 @@ def claim_rows(results: dict) -> list[dict]:
             r"\mathbf{W}_j}\|_2 + \|\mathbf{R}^{\text{tr}}_m\|_2 \|\mathbf{H}_{\text{tr}}^{(i,j)}\|_2 \right)$",
             "source": "Sec. 4.2, Theorem 6 (explicit terms: App. C.6, Lemma 4)",
             "measured": "; ".join(
-                f"{s}: holds on {th6[s]['theorem6_statement']:.0%} (Lemma 4 sigma_min as stated) / "
-                f"{th6[s]['theorem6_proof']:.0%} (as in the proof) of the theory-setting evaluations, median "
-                f"bound/measured of the block pairs {statistics.median(x['paper_statement'] / x['measured'] for x in results[s]['records'] if x['setting'] == 'theory' and x['layer'] == 'block'):.3g}"
+                f"{s}: holds on {fmt_pct(th6[s]['theorem6_statement'])} (Lemma 4 sigma_min as stated) / "
+                f"{fmt_pct(th6[s]['theorem6_proof'])} (as in the proof) of the {results[s]['n_samples']} theory-setting "
+                f"samples, median bound/measured of the block pairs "
+                f"{fmt(statistics.median(x['paper_statement'] / x['measured'] for x in results[s]['records'] if x['setting'] == 'theory' and x['layer'] == 'block'))}"
                 for s in results
             ),
             "verdict": "reproduced" if holds6 else "not reproduced",
@@ -123,13 +130,14 @@ def claim_rows(results: dict) -> list[dict]:
             r"$\min \limits_i \|\mathbf{M}_i \|_2$",
             "source": "App. C.6, Lemma 4",
             "measured": "; ".join(
-                f"{s}: J bound holds on {v['lemma4_statement_J_holds_fraction']:.0%} (sigma_min = min row norm, as "
-                f"stated) / {v['lemma4_proof_J_holds_fraction']:.0%} (min row std); H bound "
-                f"{v['lemma4_statement_H_holds_fraction']:.0%} / {v['lemma4_proof_H_holds_fraction']:.0%} of the LN_1 inputs"
+                f"{s}: J bound holds on {fmt_pct(v['lemma4_statement_J_holds_fraction'])} (sigma_min = min row norm, as "
+                f"stated) / {fmt_pct(v['lemma4_proof_J_holds_fraction'])} (min row std); H bound "
+                f"{fmt_pct(v['lemma4_statement_H_holds_fraction'])} / {fmt_pct(v['lemma4_proof_H_holds_fraction'])} of the "
+                f"{v['n_samples']} LN_1 inputs"
                 for s, v in l4.items()
             )
-            + f"; on {l4c['input']}: ||J_LN|| = {l4c['true_J']:.3f} vs bound {l4c['J_statement']:.3f} as stated "
-            f"(ratio {l4c['ratio_J_statement']:.3f}), {l4c['J_proof']:.3f} with the row std",
+            + f"; on {l4c['input']}: ||J_LN|| = {fmt(l4c['true_J'])} vs bound {fmt(l4c['J_statement'])} as stated "
+            f"(ratio {fmt(l4c['ratio_J_statement'])}), {fmt(l4c['J_proof'])} with the row std",
             "verdict": "reproduced" if holds4 else "not reproduced",
             "rule": "Lemma 4's J and H estimates with sigma_min as stated hold on every LN_1 input and on a zero-mean row",
             "evidence": "results/<exp>/bounds/{init,trained}.json",

@@ -62,13 +62,15 @@ re-exported here.
 
 from __future__ import annotations
 
-from .analyse import analyse_landscape
+from .analyse import PAPER_GRANULARITY, analyse_landscape, verdict_curve
 from .curves import MAX_JSON_POINTS, ema, log_binned_median, thin_indices
 from .differences import batch_loss_differences, loss_differences, orderings
 from .fit import bootstrap_slope_ci, fit_loglog_slope
 
 __all__ = [
+    "PAPER_GRANULARITY",
     "analyse_landscape",
+    "verdict_curve",
     "batch_loss_differences",
     "bootstrap_slope_ci",
     "log_binned_median",

@@ -24,7 +24,31 @@ from .curves import ema, log_binned_median, thin_indices
 from .differences import batch_loss_differences, loss_differences
 from .fit import _fit_mask, bootstrap_slope_ci, fit_loglog_slope
 
-__all__ = ["analyse_landscape"]
+__all__ = ["PAPER_GRANULARITY", "analyse_landscape", "verdict_curve"]
+
+#: How the paper builds Figure 6 (Sec. 5, steps 1-3 and the caption): data added batch by batch,
+#: ``|L_(k+1) - L_k|`` plotted against the number of training samples, i.e. the batch-wise curve
+#: ``D^b_j`` against ``k = j b`` (``granularity: batch``).
+PAPER_GRANULARITY = "batch"
+
+
+def verdict_curve(result: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``(granularity, curve)``: the curve of a landscape ``result`` that Figure 6 draws and the
+    ``fig6_slope`` verdict uses, as its ``granularity`` says: the result itself (``"sample"``)
+    or its ``"batch"`` entry. ``KeyError`` when the batch curve is asked for but absent."""
+    granularity = result.get("granularity", "sample")
+    if granularity == "batch":
+        if not result.get("batch"):
+            raise KeyError("landscape result has granularity 'batch' but no 'batch' entry; rerun the landscape rule")
+        return granularity, result["batch"]
+    return granularity, result
+
+
+def _rate_reference_slope(k: np.ndarray, steps: np.ndarray, k_lo: float, k_hi: float | None) -> float:
+    """Log-log least-squares slope, against ``k`` over ``k_lo <= k <= k_hi``, of Theorem 7's own
+    rate ``1/(steps + 1)`` (``steps`` = k for the per-sample curve, j for the batch curve): the
+    slope the bound's shape has over the same fit points (-1 only asymptotically)."""
+    return fit_loglog_slope(k, 1.0 / (steps + 1.0), k_min=k_lo, k_max=k_hi)[0]
 
 
 def analyse_landscape(
@@ -47,7 +71,8 @@ def analyse_landscape(
     limits), ``D_mean`` (mean of D_k over orderings), ``D_ema`` (EMA of the full ``D_mean``,
     sampled at ``k``), ``slope``, ``intercept`` (natural logs, fitted on the full curve),
     ``slope_ci95`` ([lo, hi], bootstrap over orderings), ``n_bootstrap``, ``fit_k_min``,
-    ``fit_k_max``, ``fit_n_points``, ``loss_mean``, ``loss_min``, ``loss_max``,
+    ``fit_k_max``, ``fit_n_points``, ``rate_reference_slope`` (the log-log slope of Theorem 7's
+    rate ``1/(k+1)`` over the same fit points; ``1/(j+1)`` for the batch curve), ``loss_mean``, ``loss_min``, ``loss_max``,
     ``theorem7_bound_2L`` (``2 max(l)/(k+1)`` at ``k``), ``bound_holds`` (``D_k <= 2L/(k+1)``
     for every ordering and every k, to a relative tolerance of 1e-12) and
     ``bound_max_ratio`` (largest ``D_k (k+1)/(2L)``; None when ``L = 0``),
@@ -58,7 +83,7 @@ def analyse_landscape(
     full batches fit and the per-sample curve is the one drawn), with ``batch_size``,
     ``n_batches``, ``j`` (batches seen), ``k`` (= ``j b`` samples), ``D_mean``, ``D_binned_k``,
     ``D_binned``, ``slope``, ``intercept`` (fitted against ``k`` over ``k >= k_min``),
-    ``slope_ci95``, ``ci95_contains_minus_one``, ``fit_n_points``, ``theorem7_bound_2L``
+    ``slope_ci95``, ``ci95_contains_minus_one``, ``fit_n_points``, ``rate_reference_slope``, ``theorem7_bound_2L``
     (``2L/(j+1)``), ``bound_holds`` and ``bound_max_ratio``.
     """
     if granularity not in ("sample", "batch"):
@@ -94,6 +119,7 @@ def analyse_landscape(
     else:
         bound_max_ratio = None
     fit_n_points = int(np.count_nonzero(_fit_mask(k, d_mean, k_min, fit_k_max)))
+    rate_slope = _rate_reference_slope(k, k, k_min, fit_k_max)
 
     keep = thin_indices(n - 1, include=(k_min - 1, fit_k_max - 1))
     binned_k, binned = log_binned_median(k, d_mean, bins_per_decade)
@@ -123,6 +149,7 @@ def analyse_landscape(
         "fit_k_min": k_min,
         "fit_k_max": int(fit_k_max),
         "fit_n_points": fit_n_points,
+        "rate_reference_slope": rate_slope,
         "loss_mean": float(x.mean()),
         "loss_min": float(x.min()),
         "loss_max": loss_max,
@@ -170,6 +197,7 @@ def _analyse_batches(
         "fit_k_min": k_lo,
         "fit_k_max": float(k[-1]),
         "fit_n_points": int(np.count_nonzero(_fit_mask(k, d_mean, k_lo, None))),
+        "rate_reference_slope": _rate_reference_slope(k, j, k_lo, None),
         "theorem7_bound_2L": bound.tolist(),
         "bound_holds": bool(np.all(diffs <= bound * (1.0 + 1e-12))),
         "bound_max_ratio": float(np.max(diffs.max(axis=0) / bound)) if loss_max > 0 else None,

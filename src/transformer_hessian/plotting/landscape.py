@@ -24,7 +24,10 @@ def _positive(values: Any) -> np.ndarray:
 def slope_label(result: Mapping[str, Any]) -> str:
     """``"fitted slope = -0.98 [-1.02, -0.95] (95% CI)"`` for a landscape result.
 
-    Two decimals, or more (up to 4) when the interval is too narrow to show at two.
+    Two decimals, or more (up to 4) when the interval is too narrow to show at two, and more
+    while an end of the interval that is not -1 would print as -1: the printed
+    interval contains -1 exactly when the interval does (``[-0.998, -0.975]``, not
+    ``[-1.00, -0.97]``).
     """
     slope = float(result["slope"])
     ci = result.get("slope_ci95")
@@ -34,6 +37,9 @@ def slope_label(result: Mapping[str, Any]) -> str:
         width = abs(float(ci[1]) - float(ci[0]))
         if width > 0:
             decimals = int(min(4, max(2, np.ceil(-np.log10(width)))))
+        ends = [float(c) for c in ci]
+        while decimals < 17 and any(c != -1.0 and float(f"{c:.{decimals}f}") == -1.0 for c in ends):
+            decimals += 1
     text = f"fitted slope = {slope:.{decimals}f}"
     if have_ci:
         text += f" [{float(ci[0]):.{decimals}f}, {float(ci[1]):.{decimals}f}] (95% CI)"

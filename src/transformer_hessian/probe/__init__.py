@@ -17,9 +17,11 @@ Pieces (modules :mod:`.operators`, :mod:`.theorem7`, :mod:`.assumption1`, :mod:`
 * :func:`directional_derivatives` - ``l_i``, ``d/dt l_i(w + t d)`` and ``d^2/dt^2 l_i(w + t d)``
   at ``t = 0`` for every sample at once (vmapped forward-over-reverse).
 * :func:`theorem7_check` - ``|L_{k+1}(w) - L_k(w)|`` on ``w = w* + t d`` against Theorem 7.
-* :func:`taylor_check` - where the second-order Taylor model of ``L_k`` breaks.
+* :func:`taylor_check` / :func:`taylor_break` - where the second-order Taylor model of ``L_k``
+  breaks.
 * :func:`gradient_norms` / :func:`assumption1_analysis` - ``||grad L_k(w*)||`` against ``k``
-  (Figure 12), from the Gram matrix of per-sample gradients.
+  (Figure 12), from the Gram matrix of per-sample gradients; :func:`zero_gradient_test` - is
+  the floor ``||grad L_n(w*)||`` distinguishable from 0 against sampling noise (the verdict).
 * :func:`minimiser_shift` - ``||w*_k - w*_{k+1}||`` from short gradient-descent fine-tunes.
 * :func:`run_probe` - the whole protocol on a trained model; :func:`claim_rows` its verdicts.
 """
@@ -31,15 +33,18 @@ from .assumption1 import (
     gradient_norms,
     minimiser_shift,
     per_sample_gradients,
+    zero_gradient_test,
 )
 from .operators import FlatModel, hvp_operator, lanczos, per_sample_spectral_norms, top_eigenpair
 from .run import run_probe
 from .theorem7 import (
     BOUND_RTOL,
+    describe_break,
     directional_derivatives,
     log_grid,
     path_losses,
     prefix_means,
+    taylor_break,
     taylor_check,
     theorem7_check,
 )
@@ -53,6 +58,7 @@ __all__ = [
     "assumption1_analysis",
     "assumption1_table",
     "claim_rows",
+    "describe_break",
     "directional_derivatives",
     "expected_sq_grad_norm",
     "gradient_norms",
@@ -69,4 +75,6 @@ __all__ = [
     "taylor_check",
     "theorem7_check",
     "top_eigenpair",
+    "taylor_break",
+    "zero_gradient_test",
 ]

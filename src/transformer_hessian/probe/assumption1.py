@@ -60,6 +60,59 @@ def expected_sq_grad_norm(gram: np.ndarray, k: Any) -> np.ndarray:
     return gbar2 + s2 / k * fpc
 
 
+#: Sign flips of :func:`zero_gradient_test` (its smallest p-value is 1/(N_FLIPS + 1)).
+N_FLIPS = 4000
+#: Level of the test of Assumption 1 (``grad L(w*) = 0``) in :func:`zero_gradient_test`.
+ALPHA = 0.05
+
+
+def zero_gradient_test(gram: np.ndarray, n_flips: int = N_FLIPS, seed: int = 0) -> dict[str, Any]:
+    """Is the mean gradient at ``w*`` distinguishable from 0 against sampling noise?
+
+    Assumption 1 says ``grad L(w*) = 0`` for every sample set; with per-sample gradients ``g_i``
+    (i.i.d. with mean ``g`` and covariance ``Sigma``), ``E ||mean of k||^2 = ||g||^2 + tr(Sigma)/k``,
+    so a mean gradient norm that falls with ``k`` only shows the noise term fading; the
+    assumption is about the floor ``||g||``. Null hypothesis ``g = 0``; statistic
+    ``T = ||sum_i g_i||^2 = 1^T K 1`` (``K = gram``); reference distribution: ``e^T K e`` over
+    ``n_flips`` random sign vectors ``e`` (the sign-flip test: exact when the ``g_i`` are
+    symmetric about 0, and with the same mean ``tr K`` as ``T`` under the null for any
+    distribution). Returns ``p_value`` (``(1 + #{e^T K e >= T}) / (n_flips + 1)``),
+    ``ratio`` (``T / tr K = n ||gbar||^2 / mean ||g_i||^2``, about 1 under the null, ``n`` times
+    the squared signal-to-noise ratio otherwise), ``floor`` (``||gbar||``, the curve's value
+    at ``k = n``), ``noise_at_n`` (``sqrt(s^2 / n)``, the noise-only level at ``k = n`` with ``s^2``
+    the unbiased ``tr Sigma`` estimate), ``floor_unbiased`` (``sqrt(max(0, ||gbar||^2 -
+    s^2/n))``, the estimate of ``||g||``), ``n_flips``, ``alpha`` and ``vanishes``
+    (``p_value >= alpha``: no evidence against ``g = 0``)."""
+    K = np.asarray(gram, dtype=np.float64)
+    n = K.shape[0]
+    if n < 2:
+        raise ValueError(f"zero_gradient_test needs at least 2 samples, got {n}")
+    T = float(K.sum())
+    trace = float(np.trace(K))
+    gbar2 = T / n**2
+    s2 = max(0.0, (trace - n * gbar2) / (n - 1))  # unbiased estimate of tr(Sigma)
+    rng = np.random.default_rng([int(seed), 0x5F1B])
+    exceed = 0
+    chunk = max(1, min(int(n_flips), int(4e6 // max(n, 1))))
+    done = 0
+    while done < n_flips:
+        b = min(chunk, n_flips - done)
+        e = rng.choice(np.array([-1.0, 1.0]), size=(b, n))
+        exceed += int(np.count_nonzero(np.einsum("bi,ij,bj->b", e, K, e, optimize=True) >= T * (1 - 1e-12)))
+        done += b
+    p = (1 + exceed) / (n_flips + 1)
+    return {
+        "p_value": p,
+        "ratio": T / trace if trace > 0 else float("nan"),
+        "floor": float(np.sqrt(max(gbar2, 0.0))),
+        "noise_at_n": float(np.sqrt(s2 / n)),
+        "floor_unbiased": float(np.sqrt(max(0.0, gbar2 - s2 / n))),
+        "n_flips": int(n_flips),
+        "alpha": ALPHA,
+        "vanishes": bool(p >= ALPHA),
+    }
+
+
 def assumption1_analysis(
     norms: np.ndarray, gram: np.ndarray, k_grid: np.ndarray, n_bootstrap: int, seed: int
 ) -> dict[str, Any]:
@@ -69,7 +122,9 @@ def assumption1_analysis(
     ``||grad L_k||`` and ``||grad L_{k-1}||``, the sampling reference
     ``sqrt(E ||grad L_k||^2)`` (:func:`expected_sq_grad_norm`), the least-squares log-log
     slope of the mean ``||grad L_k||`` over ``k_grid`` and its percentile-bootstrap 95%
-    interval over orderings (:func:`transformer_hessian.landscape.bootstrap_slope_ci`).
+    interval over orderings (:func:`transformer_hessian.landscape.bootstrap_slope_ci`) and
+    ``zero_gradient_test`` (:func:`zero_gradient_test`: is the floor ``||grad L_n(w*)||``
+    distinguishable from 0 against sampling noise).
     """
     k_grid = np.asarray(k_grid, dtype=np.int64)
     cur = norms[:, k_grid - 1]
@@ -99,6 +154,7 @@ def assumption1_analysis(
         "intercept": intercept,
         "slope_ci95": [lo, hi],
         "n_orderings": int(norms.shape[0]),
+        "zero_gradient_test": zero_gradient_test(gram, seed=seed),
     }
 
 

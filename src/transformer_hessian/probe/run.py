@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from ..bounds.landscape import landscape_bound, landscape_bound_tight
-from ..landscape import fit_loglog_slope, loss_differences, orderings
+from ..landscape import loss_differences, orderings
 from .assumption1 import assumption1_analysis, gradient_norms, minimiser_shift, per_sample_gradients
 from .operators import FlatModel, per_sample_spectral_norms, top_eigenpair
 from .theorem7 import (
@@ -183,11 +183,11 @@ def run_probe(
         d: {
             "full": taylor[d]["full"]["t_break"][-1],
             "paper": taylor[d]["paper"]["t_break"][-1],
+            "full_break": taylor[d]["full"]["breaks"][-1],
+            "paper_break": taylor[d]["paper"]["breaks"][-1],
             "paper_within": taylor[d]["paper"]["t_within"][-1],
             "t_max": per_dir[d]["t_max"],
             "t_min": float(np.min(np.abs(per_dir[d]["ts"][per_dir[d]["ts"] != 0]))),
-            "full_breaks_at_first_point": taylor[d]["full"]["t_break"][-1] is not None
-            and taylor[d]["full"]["t_break"][-1] <= float(np.min(np.abs(per_dir[d]["ts"][per_dir[d]["ts"] != 0]))),
         }
         for d in taylor
     }
@@ -224,10 +224,6 @@ def run_probe(
                 "grad_norm_after": float(np.mean([p["grad_norm_after"] for p in per])),
             }
         )
-    if len(ks) >= 2:
-        sv = np.array([r["shift"] for r in shift["rows"]])
-        if np.all(sv > 0):
-            shift["slope"] = fit_loglog_slope(np.array(ks, dtype=float), sv, k_min=ks[0])[0]
     lap("minimiser_shift", t0)
     timings["total"] = time.perf_counter() - t_start
 

@@ -4,6 +4,7 @@ over orderings."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -158,6 +159,114 @@ def theorem7_check(
     return out
 
 
+def _crossing(t_a: float, t_b: float, e_a: float, e_b: float, tolerance: float) -> float:
+    """``|t|`` in ``[t_a, t_b]`` where the log-log line through ``(t_a, e_a)``, ``(t_b, e_b)``
+    reaches ``tolerance`` (``e_a <= tolerance < e_b``); ``t_b`` when ``e_b`` is not finite."""
+    if not (np.isfinite(e_b) and e_a > 0 and e_b > e_a):
+        return t_b
+    frac = (math.log(tolerance) - math.log(e_a)) / (math.log(e_b) - math.log(e_a))
+    return math.exp(math.log(t_a) + frac * (math.log(t_b) - math.log(t_a)))
+
+
+def _side_break(abs_t: np.ndarray, err: np.ndarray, tolerance: float) -> dict[str, Any]:
+    """One side of 0 (``abs_t`` ascending): the first and the final break (see :func:`taylor_break`)."""
+    bad = ~(err <= tolerance)  # NaN (0/0) counts as above the tolerance
+    out: dict[str, Any] = {}
+    if not bad.any():
+        out["first"] = out["final"] = {"status": "none", "t": None}
+        return out
+    j = int(np.argmax(bad))
+    if j == 0:
+        out["first"] = {"status": "below", "t": None}
+    else:
+        out["first"] = {"status": "crossing", "t": _crossing(abs_t[j - 1], abs_t[j], err[j - 1], err[j], tolerance)}
+    ok = np.flatnonzero(~bad)
+    if ok.size == 0:
+        out["final"] = {"status": "below", "t": None}
+    elif ok[-1] == abs_t.size - 1:
+        out["final"] = {"status": "none", "t": None}
+    else:
+        i = int(ok[-1])
+        out["final"] = {"status": "crossing", "t": _crossing(abs_t[i], abs_t[i + 1], err[i], err[i + 1], tolerance)}
+    return out
+
+
+def _combine(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The break of both sides together: the one closest to 0 (``below`` before any crossing)."""
+    if any(p["status"] == "below" for p in parts):
+        return {"status": "below", "t": None}
+    crossings = [p["t"] for p in parts if p["status"] == "crossing"]
+    return {"status": "crossing", "t": min(crossings)} if crossings else {"status": "none", "t": None}
+
+
+def taylor_break(ts: Any, rel_error: Any, tolerance: float) -> dict[str, Any]:
+    """Where a second-order model stops describing ``L_k`` along one direction.
+
+    ``rel_error[i]`` is the model's relative error at ``ts[i]`` (NaN or None at ``t = 0``). On
+    each side of 0, with the grid sorted by ``|t|``:
+
+    * the *first* break is the smallest ``|t|`` where the error exceeds ``tolerance``:
+      ``"crossing"`` at the ``|t|`` where the log-log interpolation between that grid point and
+      the one before (within tolerance) reaches ``tolerance`` (exact for an error that is a power
+      of ``|t|``, e.g. ``2 |e t| / C`` from a cubic ``e t^3``); ``"below"`` the probed range when
+      the smallest ``|t|`` probed already exceeds it; ``"none"`` when no grid point does (not
+      within the probed range);
+    * the *final* break is where the error exceeds ``tolerance`` for good (at every larger grid
+      ``|t|``), interpolated the same way from the last grid point within tolerance. On a smooth
+      loss the two agree; on a ReLU network the kinks the Hessian at ``w*`` does not see can
+      push single small-``|t|`` points over the tolerance, and then they differ.
+
+    The two sides combine into the break closer to 0. Returns ``status`` / ``t_break`` (first
+    break), ``final_status`` / ``t_break_final``, ``t_min``, ``t_max`` (smallest and largest
+    ``|t|`` probed), ``tolerance`` and ``sides`` (``"+"``, ``"-"``: the same per side)."""
+    t = np.asarray(ts, dtype=np.float64)
+    err = np.asarray([np.nan if v is None else v for v in rel_error], dtype=np.float64)
+    if t.shape != err.shape:
+        raise ValueError(f"ts and rel_error must have the same length, got {t.shape} and {err.shape}")
+    if not tolerance > 0:
+        raise ValueError(f"tolerance must be > 0, got {tolerance!r}")
+    nz = t != 0
+    if not nz.any():
+        raise ValueError("taylor_break needs at least one t != 0")
+    sides = {}
+    for name, sel in (("+", t > 0), ("-", t < 0)):
+        if sel.any():
+            order = np.argsort(np.abs(t[sel]))
+            sides[name] = _side_break(np.abs(t[sel])[order], err[sel][order], tolerance)
+    first = _combine([v["first"] for v in sides.values()])
+    final = _combine([v["final"] for v in sides.values()])
+    return {
+        "status": first["status"],
+        "t_break": first["t"],
+        "final_status": final["status"],
+        "t_break_final": final["t"],
+        "t_min": float(np.min(np.abs(t[nz]))),
+        "t_max": float(np.max(np.abs(t[nz]))),
+        "tolerance": float(tolerance),
+        "sides": sides,
+    }
+
+
+def describe_break(b: dict[str, Any]) -> str:
+    """Text for a :func:`taylor_break` result: ``"|t| = 0.00880"``, ``"below the probed range
+    (|t| < 0.0350)"`` or ``"not within the probed range (|t| <= 17.5)"``, followed by
+    ``"(for good from |t| = 0.300)"`` when the final break is elsewhere."""
+    from ..numfmt import fmt
+
+    def one(status: str, t: float | None) -> str:
+        if status == "crossing":
+            return f"|t| = {fmt(t)}"
+        if status == "below":
+            return f"below the probed range (|t| < {fmt(b['t_min'])})"
+        return f"not within the probed range (|t| <= {fmt(b['t_max'])})"
+
+    text = one(b["status"], b["t_break"])
+    if (b["final_status"], b["t_break_final"]) != (b["status"], b["t_break"]):
+        final = one(b["final_status"], b["t_break_final"])
+        text += f" (for good from {final})" if b["final_status"] == "crossing" else f" (final: {final})"
+    return text
+
+
 def taylor_check(
     losses: np.ndarray,
     ts: np.ndarray,
@@ -180,9 +289,11 @@ def taylor_check(
     The relative error is ``|L_k(t) - Q_k(t)| / (t^2 |C_k| / 2)``: the model's error against
     its own curvature term (a remainder small next to the quadratic term means the quadratic
     model describes ``L_k``; for the paper's model the neglected ``t A_k`` counts as error). The
-    median over orderings is reported at ``k_report`` for each ``t``. The model *breaks* at the smallest
-    ``|t|`` of the grid whose relative error exceeds ``tolerance`` (on either side of 0); for
-    the paper's model the grid points where it is within ``tolerance`` are also reported.
+    median over orderings is reported at ``k_report`` for each ``t``. Where the model breaks, per
+    ``k``: :func:`taylor_break` of the median error (``breaks``; ``t_break`` is its ``t_break``:
+    the interpolated smallest ``|t|`` where the error exceeds ``tolerance``, None when it does so
+    already at the smallest ``|t|`` probed or nowhere, ``break_status`` says which); for the
+    paper's model the grid points where it is within ``tolerance`` are also reported.
     """
     ts = np.asarray(ts, dtype=np.float64)
     Lk = prefix_means(losses, perms)  # (T, R, n)
@@ -202,13 +313,14 @@ def taylor_check(
         med[nz] = np.median(sub[nz], axis=1)  # (T, K); t = 0 has no relative error
         breaks, within = [], []
         for j in range(len(kidx)):
-            bad = nz & ~(med[:, j] <= tolerance)
-            breaks.append(float(np.min(np.abs(ts[bad]))) if bad.any() else None)
+            breaks.append(taylor_break(ts, med[:, j], tolerance))
             ok = nz & (med[:, j] <= tolerance)
             within.append([float(v) for v in ts[ok]])
         out[name] = {
             "rel_error_median": [[None if not np.isfinite(v) else float(v) for v in row] for row in med],
-            "t_break": breaks,
+            "t_break": [b["t_break"] for b in breaks],
+            "break_status": [b["status"] for b in breaks],
+            "breaks": breaks,
             "t_within": within,
         }
     return out

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..claims.schema import verdict
+from ..numfmt import fmt, fmt_interval, fmt_pct
+from .theorem7 import describe_break
+
 # ----------------------------------------------------------------------------- reporting
 
 
@@ -27,10 +31,11 @@ def claim_rows(
       ordering and ``k``.
     * ``theorem7_off_w_star``: reproduced iff the printed bound held on every
       (direction, t, k, ordering) probed.
-    * ``assumption1_trend`` (claim 14): reproduced iff the bootstrap 95% interval of the
-      log-log slope of the mean ``||grad L_k(w*)||`` against ``k`` lies below 0 AND the slope of
-      the median over orderings is negative too (a trend that only the mean shows is carried by
-      a few orderings, not by the typical one).
+    * ``assumption1_trend`` (claim 14): reproduced iff the mean gradient over all ``n`` probe
+      samples at ``w*`` is not distinguishable from 0 against sampling noise
+      (:func:`.assumption1.zero_gradient_test`, ``p >= 0.05``): then ``||grad L_k(w*)||`` tends
+      to 0 as ``k`` grows, which is what Assumption 1 needs; a mean norm that falls with ``k``
+      towards a nonzero floor is sampling noise fading, not the assumption becoming valid.
     """
     s = probe_result["theorem7_summary"]
     w0 = s["at_w_star"]
@@ -42,10 +47,11 @@ def claim_rows(
             "source": "Sec. 4.3, Theorem 7 (w = w*)",
             "measured": (
                 f"max over {w0['n_comparisons']} (k, ordering) of |L_(k+1)-L_k| (k+1)/(2L) = "
-                f"{w0['max_ratio_printed']:.3g} (L = {probe_result['loss_max']:.3g}); the tight L/(k+1) "
+                f"{fmt(w0['max_ratio_printed']) if w0['max_ratio_printed'] is not None else 'n/a (L = 0)'} "
+                f"(L = {fmt(probe_result['loss_max'])}); the tight L/(k+1) "
                 f"{'also holds' if w0['holds_tight'] else 'fails'}"
             ),
-            "verdict": "reproduced" if w0["holds_printed"] else "not reproduced",
+            "verdict": verdict(bool(w0["holds_printed"])),
             "rule": "D_k <= 2L/(k+1) at w* on every ordering and k of the probe subset, L = max per-sample loss",
             "evidence": evidence,
         }
@@ -57,38 +63,64 @@ def claim_rows(
             "claim": THEOREM7_QUOTE,
             "source": "Sec. 4.3, Theorem 7 (w = w* + t d)",
             "measured": (
-                f"held in {s['held_fraction']:.4%} of {s['n_comparisons']} (direction, t, k, ordering); "
-                f"M = {probe_result['M']:.3g}; worst lhs/rhs = {worst['ratio']:.3g} at {worst['direction']}, "
-                f"t = {worst['t']:.3g}, k = {worst['k']}; without the curvature term "
-                f"{s['held_fraction_no_curvature']:.4%}; second-order Taylor model of L_n breaks at |t| = "
-                + ", ".join(
-                    f"{b['full']:.3g} ({d})" if b["full"] is not None else f"none ({d})"
-                    for d, b in probe_result["taylor_breaks"].items()
-                )
+                f"held in {fmt_pct(s['held_fraction'])} of {s['n_comparisons']} (direction, t, k, ordering); "
+                f"M = {fmt(probe_result['M'])}; worst lhs/rhs = {fmt(worst['ratio'])} at {worst['direction']}, "
+                f"t = {fmt(worst['t'])}, k = {worst['k']}; without the curvature term "
+                f"{fmt_pct(s['held_fraction_no_curvature'])}; where the second-order Taylor model of L_n (k = n) first "
+                f"exceeds {fmt_pct(_tolerance(probe_result))} relative error (interpolated on the t grid): "
+                + ", ".join(f"{d}: {_break_text(b)}" for d, b in probe_result["taylor_breaks"].items())
             ),
-            "verdict": "reproduced" if s["n_violations"] == 0 else "not reproduced",
+            "verdict": verdict(s["n_violations"] == 0),
             "rule": "the printed right-hand side holds at every (direction, t, k, ordering) probed, M = max(M_star, M_path)",
             "evidence": evidence,
         }
     )
-    lo, hi = a1["slope_ci95"]
+    zt = a1.get("zero_gradient_test")
+    k_first, k_last = a1["k"][0], a1["k"][-1]
+    trend = (
+        f"mean ||grad L_k(w*)|| over orderings falls from {fmt(a1['grad_norm_k_mean'][0])} (k = {k_first}) to "
+        f"{fmt(a1['grad_norm_k_mean'][-1])} (k = {k_last}), log-log slope {fmt(a1['slope'])} "
+        f"{fmt_interval(*a1['slope_ci95'], reference=0)} (95% CI), median's slope {fmt(a1['slope_median'])}"
+    )
+    if zt is None:
+        measured_a1 = f"{trend}; the probe result has no zero-gradient test: rerun the probe rule"
+        holds_a1 = None
+    else:
+        measured_a1 = (
+            f"{trend}; floor ||grad L_n(w*)|| = {fmt(zt['floor'])} against the noise-only level sqrt(tr Cov/n) = "
+            f"{fmt(zt['noise_at_n'])} (n ||gbar||^2 / mean ||g_i||^2 = {fmt(zt['ratio'])}; sign-flip p = "
+            f"{fmt(zt['p_value'])}, {zt['n_flips']} flips): the gradient at w* "
+            + ("is not distinguishable from 0" if zt["vanishes"] else "does not vanish")
+            + f"; estimated ||E g_i|| = {fmt(zt['floor_unbiased'])} vs mean per-sample "
+            f"{fmt(a1['mean_per_sample_grad_norm'])}"
+        )
+        holds_a1 = bool(zt["vanishes"])
     rows.append(
         {
             "id": "assumption1_trend",
             "claim": ASSUMPTION1_QUOTE,
             "source": "App. A.2, Fig. 12",
-            "measured": (
-                f"log-log slope of ||grad L_k(w*)|| vs k = {a1['slope']:.3f} [{lo:.3f}, {hi:.3f}] (95% CI, "
-                f"k = {a1['k'][0]}..{a1['k'][-1]}); median over orderings: slope {a1['slope_median']:.3f}; "
-                f"||grad L_n(w*)|| = {a1['full_grad_norm']:.3g} vs mean per-sample "
-                f"{a1['mean_per_sample_grad_norm']:.3g}"
-            ),
-            "verdict": "reproduced" if hi < 0 and a1["slope_median"] < 0 else "not reproduced",
-            "rule": "the 95% interval of the log-log slope of the mean ||grad L_k(w*)|| lies below 0 and the median's slope is negative",
+            "measured": measured_a1,
+            "verdict": verdict(holds_a1),
+            "rule": "Assumption 1 says grad L_k(w*) = 0; with E||grad L_k||^2 = ||g||^2 + tr(Cov)/k a falling curve "
+            "only shows sampling noise fading, so the verdict tests the floor: reproduced iff the mean gradient "
+            "over all n probe samples is not distinguishable from 0 (sign-flip test of g = 0, p >= 0.05), i.e. "
+            "||grad L_k(w*)|| -> 0 as k grows",
             "evidence": evidence,
         }
     )
     return rows
+
+
+def _tolerance(probe_result: dict[str, Any]) -> float:
+    return float(next(iter(probe_result["taylor"].values()))["tolerance"])
+
+
+def _break_text(b: dict[str, Any]) -> str:
+    """One direction's entry of ``taylor_breaks`` as text (:func:`.theorem7.describe_break`)."""
+    if "full_break" not in b:  # a result written before the break was interpolated
+        return f"|t| <= {fmt(b['full'])} (first grid point above tolerance)" if b["full"] is not None else "none"
+    return describe_break(b["full_break"])
 
 
 def assumption1_table(probe_result: dict[str, Any]):

@@ -226,7 +226,8 @@ def attention_hessian_from_loss_derivatives(
     k = WQ.shape[1]
     dt, dev = X.dtype, X.device
     B = attention_jacobians(X, params)
-    outer = {(i, j): B[i].T @ G @ B[j] for i in ATTENTION_GROUPS for j in ATTENTION_GROUPS}
+    BtG = {i: B[i].T @ G for i in ATTENTION_GROUPS}  # (B_i^T G) B_j, the order `B[i].T @ G @ B[j]` evaluates in
+    outer = {(i, j): BtG[i] @ B[j] for i in ATTENTION_GROUPS for j in ATTENTION_GROUPS}
     A = attention_forward(X, WQ, WK, WV)["A"]
     R = g.reshape(L, d)
     Gam = R @ WV.T @ X.T

@@ -45,7 +45,8 @@ def block_hessian_from_loss_derivatives(
         G = G.detach().reshape(L * d, L * d)
         f = _token_factors(X.unsqueeze(0), p, eps)
         Bm = {n: _dense_jacobian(f, n)[0] for n in GROUPS}
-        outer = {(i, j): Bm[i].T @ G @ Bm[j] for i in GROUPS for j in GROUPS}
+        BtG = {i: Bm[i].T @ G for i in GROUPS}  # (B_i^T G) B_j, the order `Bm[i].T @ G @ Bm[j]` evaluates in
+        outer = {(i, j): BtG[i] @ Bm[j] for i in GROUPS for j in GROUPS}
         if materialise:
             d2Z = block_output_hessian(X, p, eps)
             fun = {(i, j): contract_stacked(g, d2Z[(i, j)], Bm[i].shape[1]) for i in GROUPS for j in GROUPS}
