@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 import yaml
 
+pytestmark = pytest.mark.workflow  # make test-fast leaves these out
+
 TINY = {
     "data": {"root": "results/data"},
     "device": "cpu",
