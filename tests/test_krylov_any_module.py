@@ -40,11 +40,11 @@ def _setup(seed, d_model, nhead, tokens, norm_first):
     return fm, loss, H, x, y
 
 
-@settings(max_examples=4, deadline=None)
+@settings(max_examples=3, deadline=None)
 @given(
     seed=st.integers(0, 10_000),
-    d_model=st.sampled_from([2, 4]),
-    tokens=st.integers(2, 5),
+    d_model=st.just(2),  # about 80 parameters: a dense reference Hessian in seconds
+    tokens=st.integers(2, 4),
     norm_first=st.booleans(),
 )
 def test_hvp_and_lanczos_on_torch_transformer_layer_match_the_dense_hessian(seed, d_model, tokens, norm_first):
