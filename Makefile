@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 UV_VERSION := 0.13.9
 
-.PHONY: setup reproduce reproduce-mnist test test-explore test-slurm lint report clean lock gpu-check gpu-carry
+.PHONY: setup reproduce reproduce-mnist test test-fast test-explore test-slurm lint report clean lock gpu-check gpu-carry
 
 setup: $(STAMP)
 
@@ -43,13 +43,21 @@ reproduce-mnist: setup
 		$(SNAKEMAKE_ARGS) --workflow-profile $(CURDIR)/workflow/profiles/default --rerun-incomplete \
 		--configfile config/paper_mnist.yaml --config "data={local: '$(DATA)'}"
 
+
+# ARGS (or PYTEST_ARGS): extra pytest arguments, e.g. make test ARGS='-k spectrum'.
+ARGS ?=
+PYTEST_ARGS ?=
 test: setup
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest $(ARGS) $(PYTEST_ARGS)
+
+# Unit and property tests only: no snakemake jobs, no workflow or SLURM runs (marker `workflow`).
+test-fast: setup
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -m "not workflow and not slow" $(ARGS) $(PYTEST_ARGS)
 
 # The same tests with fresh random draws in every property test (`make test` fixes each test's
 # seed, so that it gives the same verdict on the same commit; see tests/conftest.py).
 test-explore: setup
-	HYPOTHESIS_PROFILE=explore PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest
+	HYPOTHESIS_PROFILE=explore PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest $(ARGS) $(PYTEST_ARGS)
 
 # Only the SLURM integration test (part of `make test`): as root, installs slurm-wlm + munge with
 # apt-get where missing, runs the tiny workflow on a private one-node cluster, stops it by PID.

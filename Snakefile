@@ -5,6 +5,15 @@
 import json
 import os
 import sys
+import time
+
+RUN_START = time.time()  # the recap at the end (onsuccess) reports the run's wall time
+# The rules call the project's commands (transformer-hessian, papermill) by name: put the bin
+# folder of the Python that runs snakemake (the venv's) first on the jobs' PATH, so that
+# `.venv/bin/snakemake` works without activating the venv.
+_BIN = os.path.dirname(sys.executable)
+if os.environ.get("PATH", "").split(os.pathsep)[0] != _BIN:
+    os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
 
 from snakemake.utils import min_version, validate
 
@@ -73,6 +82,11 @@ if config["scaling"]["enabled"]:
 # Consumers of every rule above (each input is a `rules.<producer>.output`): included last.
 include: "workflow/rules/claims.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/report.smk"
+
+
+# The first page of `snakemake --report`: what this is and the claims verdicts (rule report_pages).
+report: "workflow/report/workflow.rst"
 
 
 # A checkpoint damaged after its job finished (see docs/reliability.md) is set aside, so that
@@ -93,10 +107,15 @@ rule all:
         table_files(ALL_TABLES),
         rules.summary.output,
         rules.claims.output.md,
+        rules.report_pages.output,
 
 
-# The verdict table on the terminal after every successful run, so a failed claim is seen.
+# A recap of at most 20 lines, printed last: where the outputs are, the claim counts (the claims
+# that were not reproduced named), the figure to open first, the wall time. The full verdict table
+# is paper/claims.md.
 onsuccess:
-    if os.path.exists(rules.claims.output.md):
-        with open(rules.claims.output.md) as handle:
-            print(f"\n{handle.read()}")
+    if os.path.exists(rules.claims.output.json):
+        from transformer_hessian.recap import recap_lines  # noqa: E402
+
+        pngs = {fig: FIGURE_FILES[fig]["png"] for fig in FIGURES}
+        print("\n" + "\n".join(recap_lines(rules.claims.output.json, pngs, time.time() - RUN_START)))

@@ -519,6 +519,7 @@ def test_hostile_strings_in_every_string_key_never_reach_a_shell(tmp_path, env):
     assert len(accepted) >= 10  # paths with spaces, quotes and $(...) are legal data roots and mirrors
 
 
+@pytest.mark.workflow
 def test_hostile_root_and_mirror_real_download_job(tmp_path, env):
     """The real download rule (no stubs) with a hostile data root and mirror: no marker, job succeeds."""
     marker = tmp_path / "MARKER"
@@ -1009,6 +1010,7 @@ def _finished_count(logtext: str) -> int:
 
 @pytest.mark.timeout(1800)  # about 2 minutes on 2 idle cores; generous for shared CI machines
 @pytest.mark.skipif(shutil.which("make") is None or not Path("/proc").exists(), reason="needs make and /proc")
+@pytest.mark.workflow
 def test_kill_at_random_moment_of_each_rule_then_make_reproduce(tmp_path, env):
     work = tmp_path / "w"
     work.mkdir()

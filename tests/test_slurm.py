@@ -39,7 +39,7 @@ SKIP = 77
 LOCAL_RULES = {"download", "all"}
 # Bounds, not expectations: from nothing (apt-get install included) the run takes about 5-8 min
 # on a loaded 2-core machine; the first test's limit also covers the cluster and workflow setup.
-pytestmark = pytest.mark.timeout(1800)
+pytestmark = [pytest.mark.timeout(1800), pytest.mark.workflow]
 WORKFLOW_TIMEOUT_S = 1200
 TINY_SLURM = copy.deepcopy(test_workflow.TINY)
 TINY_SLURM["resources"] = {"gpu": 1, "mem_mb": 2000, "runtime": 15}

@@ -3,6 +3,7 @@
 import csv
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -10,6 +11,8 @@ import matplotlib.image as mpimg
 import numpy as np
 import pytest
 import yaml
+
+pytestmark = pytest.mark.workflow  # make test-fast leaves these out
 
 TINY = {
     "data": {"root": "results/data"},
@@ -122,6 +125,7 @@ def run(root, env, tmp_path_factory):
     proc = _snakemake(root, work, env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     (work / "run_output.txt").write_text(proc.stdout + proc.stderr)
+    (work / "run_stdout.txt").write_text(proc.stdout)
     return work
 
 
@@ -279,11 +283,30 @@ def test_claims_verdicts_printed_and_in_summary(run):
     assert rows["fig6_slope"]["verdict"] == ("reproduced" if lo <= -1 <= hi else "not reproduced")
     assert "batch-by-batch (b = 20)" in rows["fig6_slope"]["measured"]
     assert rows["theorem7_bound_at_wstar"]["verdict"] == "reproduced"
-    # onsuccess printed the table at the end of the run
+    # onsuccess printed the recap last (at most 20 lines), not the table (that is paper/claims.md)
     out = (run / "run_output.txt").read_text()
-    table = (run / "paper/claims.md").read_text()
-    assert "| claim | paper | verdict | measured | rule |" in out
-    assert all(f"`{key}`" in out for key in rows) and table.splitlines()[0] in out
+    assert "| claim | paper | verdict | measured | rule |" not in out
+    stdout = (run / "run_stdout.txt").read_text().rstrip("\n").splitlines()
+    start = max(i for i, line in enumerate(stdout) if line.startswith("Finished in "))
+    recap = stdout[start:]
+    assert 4 <= len(recap) <= 20, recap
+    text = "\n".join(recap)
+    failed = [key for key, r in rows.items() if r["verdict"] == "not reproduced"]
+    n_ok = sum(r["verdict"] == "reproduced" for r in rows.values())
+    assert f"Claims: {n_ok} reproduced, {len(failed)} not reproduced" in text
+    assert all(key in text for key in failed) and "paper/claims.md" in text and "paper/" in text
+    assert "Open first: paper/figures/fig3.png" in text
+
+
+def test_command_lines_stay_short(run):
+    """Settings travel as files (@results/settings/...), not as inlined config sections."""
+    out = (run / "run_output.txt").read_text()
+    commands = [line for line in out.splitlines() if "transformer-hessian " in line and "--out" in line]
+    assert commands, "the run printed no shell commands (printshellcmds in profiles/default)"
+    assert "@results/settings/" in out and '{"' not in "".join(commands)
+    # what is left of their length is file paths (the summary rule lists every figure and table);
+    # on the embedded default the longest went from 3,851 characters (inlined config) to 1,368
+    assert max(len(line) for line in commands) < 1500
 
 
 def test_figure_provenance_hashes_the_inputs(run):
@@ -377,6 +400,13 @@ def test_scaling_outputs(run):
     assert "scaling" in s["figure_provenance"]
 
 
+def _report_results(html: str) -> dict:
+    """The report's ``results`` object: path -> {mime_type, data_uri, category, ...}."""
+    m = re.search(r'<script id="results">\s*var results = (.*?);\s*</script>', html, re.S)
+    assert m, "no results object in the report"
+    return json.loads(m.group(1))
+
+
 def test_rerun_does_nothing_and_report_builds(run, root, env):
     proc = _snakemake(root, run, env, "-n")
     assert proc.returncode == 0
@@ -388,6 +418,98 @@ def test_rerun_does_nothing_and_report_builds(run, root, env):
     assert len(html) > 10_000
     for fig in ("Figure 3", "Figure 6"):
         assert fig in html
+    # what the report holds: PNG figures (PDF as a download), every table, claims, config, provenance
+    results = _report_results(html)
+    mimes = {path: r["mime_type"] for path, r in results.items()}
+    from transformer_hessian.registry import figure_ids
+
+    for fig in figure_ids(yaml.safe_load((run / "tiny.yaml").read_text())):
+        png = next(p for p in mimes if p.endswith(f"/{fig}.png") or p.endswith(f"{fig}.png"))
+        assert mimes[png] == "image/png" and any(p.endswith(f"{fig}.pdf") for p in mimes), fig
+    stems = {p.stem for p in (run / "paper/tables").glob("*.csv")}
+    assert stems and all(f"results/report/tables/{t}.html" in mimes for t in stems), stems
+    for page in ("claims", "config", "provenance"):
+        assert mimes[f"results/report/{page}.html"] == "text/html"
+    (run / "report_for_browser.html").write_text(html)
+
+
+# Appended to a copy of the report: once the page has loaded, decode every PNG of the report in
+# the browser and write the sizes into <pre id="report-check">. The first page's claims table is
+# looked up in the DOM that Chromium dumps after rendering the report's own viewer.
+CHECK_SCRIPT = """
+<script>
+window.addEventListener("load", function () {
+  var out = document.createElement("pre"); out.id = "report-check"; document.body.appendChild(out);
+  var found = {images: {}};
+  Object.keys(results).filter(function (p) { return results[p].mime_type === "image/png"; }).forEach(function (p) {
+    var img = new Image();
+    img.onload = function () { found.images[p] = [img.naturalWidth, img.naturalHeight]; out.textContent = JSON.stringify(found); };
+    img.onerror = function () { found.images[p] = "error"; out.textContent = JSON.stringify(found); };
+    img.src = results[p].data_uri;
+  });
+});
+</script>
+"""
+
+
+def _chromium() -> str:
+    """The chromium command; installed with apt-get where missing and permitted, else skip."""
+    import os
+    import shutil
+
+    for name in ("chromium", "chromium-browser"):
+        if shutil.which(name):
+            return shutil.which(name)
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        pytest.skip("no chromium, and no apt-get as root to install Debian's chromium")
+    proc = subprocess.run(
+        ["apt-get", "install", "-y", "-q", "-o", "DPkg::Lock::Timeout=300", "chromium"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+    )
+    if proc.returncode != 0 or not shutil.which("chromium"):
+        pytest.skip(f"could not install chromium with apt-get: {proc.stderr.strip()[-300:]}")
+    return shutil.which("chromium")
+
+
+def test_report_renders_in_chromium_with_claims_and_images(run, root, env):
+    """The report as a browser shows it (headless Chromium): its first page holds the claims
+    table and every PNG in it decodes."""
+    report = run / "report_for_browser.html"
+    if not report.exists():
+        pytest.skip("the report was not built (test_rerun_does_nothing_and_report_builds failed or was not run)")
+    chromium = _chromium()
+    page = run / "report_check.html"
+    page.write_text(report.read_text().replace("</body>", CHECK_SCRIPT + "</body>"))
+
+    def dump(path):  # the DOM after Chromium has run the page's scripts
+        return subprocess.run(
+            [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+            + ["--virtual-time-budget=30000", "--dump-dom", path.as_uri()],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+
+    shown = dump(report)  # the report as it opens
+    proc = dump(page)  # the copy that decodes every image
+    m = re.search(r'<pre id="report-check">(.*?)</pre>', proc.stdout, re.S)
+    assert m, f"chromium rendered no check result (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    import html as html_lib
+
+    found = json.loads(html_lib.unescape(m.group(1)))
+    claims = json.loads((run / "paper/claims.json").read_text())["claims"]
+    # the viewer rendered the first page (workflow/report/workflow.rst) with the claims table
+    table = re.search(r'<table id="claims-summary">(.*?)</table>', shown.stdout, re.S)
+    assert table, f"the report's first page shows no claims table (exit {shown.returncode}): {shown.stderr[-1000:]}"
+    assert table.group(1).count("<tr>") == len(claims) + 1
+    assert all(f"<code>{c['id']}</code>" in table.group(1) for c in claims)
+    assert f"of {len(claims)} claims" in shown.stdout
+    bad = {p: v for p, v in found["images"].items() if v == "error" or min(v) < 100}
+    assert found["images"] and not bad, bad
+    assert len(found["images"]) >= len(list((run / "paper/figures").glob("*.png")))
 
 
 def test_lint_is_clean(root, env):

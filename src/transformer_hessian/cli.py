@@ -1,7 +1,7 @@
 """Command line of the reproduction pipeline; one command per Snakemake rule (see each command's --help).
 
 Each Snakemake rule calls exactly one of these commands. Settings arrive as JSON (the
-validated config section of the rule), so the rule's ``params`` are the single source of truth;
+validated config section of the rule; inline, or ``@FILE`` for a JSON file, as the rules pass them), so the rule's ``params`` are the single source of truth;
 each command parses a section once into its frozen dataclass (:mod:`.settings`, e.g.
 ``Experiment.from_dict``) and passes the typed object on.
 """
@@ -24,10 +24,20 @@ DATA_ROOT_HELP = "data root (data.root); the data set lies in DATA_ROOT/DATASET/
 
 
 def _json_arg(text: str) -> dict:
+    """A settings argument: inline JSON, or ``@FILE`` for a JSON file (what the rules pass, so that
+    their command lines stay short; see ``settings_file`` in workflow/rules/common.smk)."""
+    source = "inline JSON"
+    if text.startswith("@"):
+        source = text[1:]
+        try:
+            with open(source, encoding="utf-8") as handle:
+                text = handle.read()
+        except OSError as err:
+            raise argparse.ArgumentTypeError(f"cannot read the settings file {source!r}: {err.strerror}") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
-        raise argparse.ArgumentTypeError(f"not valid JSON: {err}") from None
+        raise argparse.ArgumentTypeError(f"not valid JSON ({source}): {err}") from None
 
 
 def cmd_download(a) -> None:
@@ -144,6 +154,13 @@ def cmd_tables(a) -> None:
     from .steps import tables_step
 
     tables_step(a.norms_init, a.norms_trained, a.metrics, a.theory, a.out_dir)
+
+
+def cmd_report_pages(a) -> None:
+    """Rule report_pages: the HTML pages of the review report (claims, tables, config, provenance)."""
+    from .report_pages import write_report_pages
+
+    write_report_pages(a.claims, a.summary, a.tables, a.config, a.out_dir)
 
 
 def cmd_summary(a) -> None:
@@ -280,7 +297,11 @@ def cmd_spectrum(a) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every command (imports nothing heavy, so --help is instant)."""
-    p = argparse.ArgumentParser(prog="transformer-hessian", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="transformer-hessian",
+        description=__doc__.splitlines()[0],
+        epilog="Options that take a config section as JSON also take @FILE, a JSON file holding it.",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     sub = p.add_subparsers(dest="command", required=True)
@@ -404,6 +425,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--spectrum", default=None, help="results/spectrum/<exp>.json (spectrum_compute rule)")
     s.add_argument("--out", required=True, help="output JSON (paper/summary.json)")
     s.set_defaults(func=cmd_summary)
+
+    s = sub.add_parser("report-pages", help="HTML pages of the review report (snakemake --report)")
+    s.add_argument("--claims", required=True, help="paper/claims.json (claims rule)")
+    s.add_argument("--summary", required=True, help="paper/summary.json (summary rule): provenance")
+    s.add_argument("--tables", nargs="*", default=[], help="paper/tables/*.csv: one page each")
+    s.add_argument("--config", type=_json_arg, required=True, help="the validated config as JSON (or @FILE)")
+    s.add_argument("--out-dir", required=True, help="folder of the pages (results/report)")
+    s.set_defaults(func=cmd_report_pages)
 
     s = sub.add_parser("claims", help="a verdict on each empirical claim of the paper -> claims.{md,json}")
     s.add_argument("--norms-init", required=True, help="block norms at initialisation (hessian rule)")

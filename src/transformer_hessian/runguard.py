@@ -40,6 +40,13 @@ def _option(argv: list[str], *names: str) -> str | None:
     return None
 
 
+def missing_configfiles(argv: list[str]) -> list[str]:
+    """The words after ``--configfile``/``--configfiles`` (up to the next option or ``--``) that
+    name no file: snakemake reads every such word as a config file, so a target written after
+    ``--configfile X`` ends in a bare FileNotFoundError from snakemake itself."""
+    return [a for a in configfiles(argv) if not os.path.exists(a)]
+
+
 def _is_snakemake(cmdline: list[str]) -> bool:
     for i, a in enumerate(cmdline[:4]):
         if os.path.basename(a) == "snakemake" or (a == "-m" and i + 1 < len(cmdline) and cmdline[i + 1] == "snakemake"):
@@ -90,6 +97,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
         print("usage: python -m transformer_hessian.runguard SNAKEMAKE_COMMAND [ARGS...]", file=sys.stderr)
+        return 2
+    missing = missing_configfiles(argv)
+    if missing:
+        print(
+            f"runguard: no config file {', '.join(map(repr, missing))}: snakemake reads every word after "
+            "--configfile as a config file; put targets before --configfile, or end its files with -- "
+            "(--configfile config/paper.yaml -- TARGET)",
+            file=sys.stderr,
+        )
         return 2
     # snakemake reads (and expands the aliases of) every --configfile before the Snakefile's own
     # checks run: a missing, binary or non-UTF-8 file would end in its traceback, an alias bomb would

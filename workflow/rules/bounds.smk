@@ -11,7 +11,7 @@ rule bounds:
         json="results/{exp}/bounds/{stage}.json",
     params:
         **STAGE_PARAMS,
-        bounds=json.dumps(config["bounds"]),
+        bounds=settings_file("bounds", config["bounds"]),
     conda:
         "../../environment.yml"
     log:

@@ -1,5 +1,5 @@
 # A verdict on each empirical claim of the paper (transformer_hessian.claims), computed from the
-# results; paper/claims.md is printed at the end of every successful run (onsuccess, Snakefile).
+# results; paper/claims.md holds the table, the recap printed last (onsuccess, Snakefile) the counts.
 
 # Results of other modules with a claims.PROVIDERS entry: name -> path (passed as --extra).
 CLAIM_EXTRA_INPUTS = {"probe": rules.probe.output.json}

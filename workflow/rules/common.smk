@@ -54,6 +54,31 @@ MODEL_RESOURCES = dict(
 )
 
 
+import hashlib  # noqa: E402
 import shlex  # noqa: E402
+
+SETTINGS_DIR = "results/settings"
+
+
+def settings_file(name, section):
+    """Write a config section as JSON to results/settings/<name>-<sha256[:12]>.json; returns
+    "@<path>", the form in which the commands take a settings file (transformer_hessian.cli), so
+    that no command line carries a whole config section. The name holds the content's hash: a
+    changed section is a new file name, so snakemake's params trigger reruns the jobs that use it,
+    and an unchanged one keeps its name, so nothing reruns. Written once, atomically."""
+    text = json.dumps(section, indent=1) + "\n"
+    path = f"{SETTINGS_DIR}/{name}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
+    if not os.path.exists(path):
+        os.makedirs(SETTINGS_DIR, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    return f"@{path}"
+
+
+def spec_file(wildcards):
+    """Params function: the settings file of experiment ``{exp}``'s config section."""
+    return settings_file(f"spec_{wildcards.exp}", experiment(wildcards.exp))
 
 from transformer_hessian.registry import rule_specs as registry_rule_specs  # noqa: E402

@@ -12,9 +12,9 @@ rule dynamics:
         json=f"results/{HEXP}/dynamics/dynamics.json",
     params:
         data_root=data_root_of,
-        spec=json.dumps(experiment(HEXP)),
-        hessian=json.dumps(config["hessian"]),
-        dynamics=json.dumps(config["dynamics"]),
+        spec=settings_file(f"spec_{HEXP}", experiment(HEXP)),
+        hessian=settings_file("hessian", config["hessian"]),
+        dynamics=settings_file("dynamics", config["dynamics"]),
         device=config["device"],
         tolerance=config["theory"]["tolerance"],
     conda:
@@ -41,11 +41,10 @@ rule table1:
     input:
         metrics=expand(rules.train.output.metrics, exp=sorted({HEXP, LEXP})),
     output:
-        report(table_files("table1", ["md"])[0], caption="../report/table_table1.rst", category="Tables"),
-        *table_files("table1", ["csv", "tex"]),
+        table_files("table1"),  # in the report as an HTML page (rule report_pages)
     params:
         out_dir=out_dir_of,
-        config=json.dumps({k: config[k] for k in ("experiments", "hessian", "landscape")}),
+        config=settings_file("table1", {k: config[k] for k in ("experiments", "hessian", "landscape")}),
     conda:
         "../../environment.yml"
     log:

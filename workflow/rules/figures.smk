@@ -15,8 +15,9 @@ for _spec in FIGURE_SPECS:
             gate=_spec["gate"],
             **_spec["inputs"],
         output:
-            pdf=[report(p, caption="../report/figure.rst", category="Figures") for p in _spec["pdf"]],
-            png=_spec["png"],
+            # the report shows the PNGs (browsers show no PDF in a frame reliably) and offers the PDFs
+            pdf=[report(p, caption="../report/figure.rst", category="Figures (PDF)") for p in _spec["pdf"]],
+            png=[report(p, caption="../report/figure.rst", category="2 Figures") for p in _spec["png"]],
             tables=table_files(_spec["tables"]),
             executed=_spec["executed"],
         params:
@@ -58,11 +59,7 @@ rule tables:
         metrics=expand(rules.train.output.metrics, exp=sorted({HEXP, LEXP})),
         theory=expand(rules.theory.output.json, exp=HEXP, stage=STAGES),
     output:
-        [
-            report(path, caption=f"../report/table_{t}.rst", category="Tables") if path.endswith(".md") else path
-            for t in TABLES
-            for path in table_files(t)
-        ],
+        table_files(TABLES),  # in the report as HTML pages (rule report_pages)
     params:
         out_dir=out_dir_of,
     conda:
@@ -96,7 +93,7 @@ rule summary:
         "paper/summary.json",
     params:
         config_hash=CONFIG_HASH,
-        registry_config=lambda wildcards: json.dumps(config),  # a function: braces in values are no wildcards
+        registry_config=settings_file("config", config),
         notebook_dir=NB,
         scaling_args=lambda w, input: " ".join(f"--scaling {shlex.quote(p)}" for p in input.scaling),
     conda:

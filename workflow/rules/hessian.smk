@@ -6,8 +6,8 @@
 STAGE_INPUTS = dict(checkpoint=checkpoint_of, manifest=manifest_of)
 STAGE_PARAMS = dict(
     data_root=data_root_of,
-    spec=lambda w: json.dumps(experiment(w.exp)),
-    hessian=json.dumps(config["hessian"]),
+    spec=spec_file,
+    hessian=settings_file("hessian", config["hessian"]),
     device=config["device"],
 )
 

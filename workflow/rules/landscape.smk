@@ -9,8 +9,8 @@ rule landscape:
         json="results/{exp}/landscape/landscape.json",
     params:
         data_root=data_root_of,
-        spec=lambda w: json.dumps(config["experiments"][w.exp]),
-        landscape=json.dumps(config["landscape"]),
+        spec=spec_file,
+        landscape=settings_file("landscape", config["landscape"]),
         device=config["device"],
     conda:
         "../../environment.yml"

@@ -14,8 +14,8 @@ rule probe:
     params:
         experiment=LEXP,
         data_root=data_root_of,
-        spec=json.dumps(experiment(LEXP)),
-        probe=json.dumps(config["probe"]),
+        spec=settings_file(f"spec_{LEXP}", experiment(LEXP)),
+        probe=settings_file("probe", config["probe"]),
         device=config["device"],
     conda:
         "../../environment.yml"

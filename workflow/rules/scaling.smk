@@ -18,7 +18,7 @@ rule scaling_models:
         jobs="[0-9]+",
     params:
         data_root=data_root_of,
-        scaling=lambda w: json.dumps(SCALING),  # a function: braces in values are no wildcards
+        scaling=settings_file("scaling", SCALING),
         device=config["device"],
     conda:
         "../../environment.yml"
@@ -41,7 +41,7 @@ rule scaling:
     output:
         json="results/scaling/scaling.json",
     params:
-        scaling=lambda w: json.dumps(SCALING),
+        scaling=settings_file("scaling", SCALING),
     conda:
         "../../environment.yml"
     log:

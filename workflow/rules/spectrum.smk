@@ -14,8 +14,8 @@ rule spectrum_compute:
         json=f"results/spectrum/{SEXP}.json",
     params:
         data_root=data_root_of,
-        spec=json.dumps(experiment(SEXP)),
-        spectrum=json.dumps({**config.get("spectrum", {}), "experiment": SEXP}),
+        spec=settings_file(f"spec_{SEXP}", experiment(SEXP)),
+        spectrum=settings_file("spectrum", {**config.get("spectrum", {}), "experiment": SEXP}),
         device=config["device"],
     conda:
         "../../environment.yml"

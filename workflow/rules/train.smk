@@ -10,7 +10,7 @@ rule train:
         metrics="results/{exp}/metrics.json",
     params:
         data_root=data_root_of,
-        spec=lambda w: json.dumps(experiment(w.exp)),
+        spec=spec_file,
         out=lambda w, output: os.path.dirname(output.metrics),
         device=config["device"],
     conda:

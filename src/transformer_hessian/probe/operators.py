@@ -64,12 +64,34 @@ class FlatModel:
         return self.mean_loss(w, xi.unsqueeze(0), yi.unsqueeze(0))
 
 
+def forward_over_reverse(fn: Callable, primals: tuple, tangents: tuple):
+    """``torch.func.jvp(fn, primals, tangents)[1]`` for any ``nn.Module`` inside ``fn``: torch's
+    ``scaled_dot_product_attention`` (``nn.MultiheadAttention``, ``nn.TransformerEncoderLayer``)
+    runs with its MATH backend, the one with forward-mode derivatives (the fused CPU and CUDA
+    kernels have none). An operation still without them ends in a ValueError that names it."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    try:
+        with sdpa_kernel(SDPBackend.MATH):
+            return jvp(fn, primals, tangents)[1]
+    except NotImplementedError as err:
+        if "forward AD" not in str(err):
+            raise
+        raise ValueError(
+            "Hessian-vector products here are forward-over-reverse (torch.func.jvp of grad), and the "
+            f"model calls an operation without forward-mode derivatives: {str(err).splitlines()[0]} "
+            "Attention through torch.nn.functional.scaled_dot_product_attention is handled (MATH backend); "
+            "replace other fused kernels by their plain torch form."
+        ) from err
+
+
 def hvp_operator(loss: Callable[[torch.Tensor], torch.Tensor], w: torch.Tensor):
-    """``v -> H v`` with ``H`` the Hessian of scalar ``loss`` at ``w`` (forward-over-reverse)."""
+    """``v -> H v`` with ``H`` the Hessian of scalar ``loss`` at ``w`` (forward-over-reverse);
+    works for any ``nn.Module`` behind ``loss`` (see :func:`forward_over_reverse`)."""
     g = grad(loss)
 
     def matvec(v: torch.Tensor) -> torch.Tensor:
-        return jvp(g, (w,), (v,))[1]
+        return forward_over_reverse(g, (w,), (v,))
 
     return matvec
 
@@ -196,7 +218,7 @@ def per_sample_spectral_norms(
     g1 = grad(fm.sample_loss)
 
     def hv1(v, xi, yi):
-        return jvp(lambda p: g1(p, xi, yi), (w,), (v,))[1]
+        return forward_over_reverse(lambda p: g1(p, xi, yi), (w,), (v,))
 
     gen = torch.Generator().manual_seed(int(seed) + 1)
     out = []
