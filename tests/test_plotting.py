@@ -204,12 +204,12 @@ def test_hessian_heatmap_zeros_ticks_separators(tmp_path):
     plotting.save_figure(fig, tmp_path / "fig3")
     check_saved(tmp_path / "fig3")
 
-    # the trained figure uses the same range; without zeros there is no zero legend
+    # the trained figure uses the same range; without zeros the legend says so
     fig4 = plotting.hessian_figure(
         {"H": h_trained + (h_trained == 0), "offsets": OFFSETS, "names": np.array(GROUPS)}, vmin, vmax
     )
     assert fig4.axes[0].images[0].get_clim() == (vmin, vmax)
-    assert fig4.axes[0].get_legend() is None
+    assert [t.get_text() for t in fig4.axes[0].get_legend().get_texts()] == [f"no exact zeros (0 of {P * P:,} entries)"]
 
 
 def test_dataset_model_label_names_data_and_sizes():

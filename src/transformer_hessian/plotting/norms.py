@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from .. import GROUPS
 from .hessian_maps import _log_abs, shared_log_range
 from .inputs import as_mapping as _as_mapping
-from .style import GROUP_LABELS, HEATMAP_CMAP, STAGE_COLOURS
+from .style import COMPACT_RC, GROUP_LABELS, HEATMAP_CMAP, STAGE_COLOURS
 
 __all__ = ["norms_figure"]
 
@@ -80,11 +80,17 @@ def norms_figure(
     trained = _as_mapping(norms_trained)
     _check_norms(init, "init")
     _check_norms(trained, "trained")
-    stages = {"init": init, "trained": trained}
 
-    fig = plt.figure(figsize=(10.0, 8.0), layout="constrained")
+    with plt.rc_context(COMPACT_RC):
+        return _norms_figure(init, trained, title)
+
+
+def _norms_figure(init, trained, title) -> Figure:
+    stages = {"init": init, "trained": trained}
+    # 6 in wide: printed at the paper's text width no text falls below 6 pt (plotting.print_check).
+    fig = plt.figure(figsize=(6.0, 5.6), layout="constrained")
     if title:
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(title, fontsize=8)
     axd = fig.subplot_mosaic([["legend", "legend"], ["a", "b"], ["c", "d"]], height_ratios=[0.07, 1.0, 1.0])
     colours, hatches, weight_series, block_series = {}, {}, {}, {}
     for norm, hatch in (("spectral", ""), ("fro", "//")):
