@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
 from .diagrams import draw_block_stack
-from .plotting.style import COMPACT_RC
+from .plotting.style import COMPACT_RC, wrap_lines
 
 __all__ = ["fig1_figure", "fig12_figure", "run_label", "theorem7_figure"]
 
@@ -65,7 +65,7 @@ def _fig1_figure(result: Mapping[str, Any], label: str, size) -> Figure:
     ][:1]
     ks = [str(f1["k_small"]), str(f1["k_large"])]
     fig = plt.figure(figsize=size, layout="constrained")
-    gs = fig.add_gridspec(len(dirs), 4, width_ratios=[1, 1, 1.1, 0.8])
+    gs = fig.add_gridspec(len(dirs), 4, width_ratios=[1, 1, 1.1, 0.9])
     pal = sns.color_palette("deep")
     for r, d in enumerate(dirs):
         data = f1["directions"][d]
@@ -118,7 +118,7 @@ def _fig1_figure(result: Mapping[str, Any], label: str, size) -> Figure:
         for handle, text in zip(*ax.get_legend_handles_labels()):
             uniq.setdefault(text, handle)
     fig.legend(uniq.values(), uniq.keys(), loc="outside lower center", ncols=3, frameon=False)
-    fig.suptitle(f"Figure 1: measured loss landscapes around $w^*$\n{label}")
+    fig.suptitle(wrap_lines(f"Figure 1: measured loss landscapes around $w^*$\n{label}"))
     return fig
 
 
@@ -246,7 +246,7 @@ def _theorem7_figure(result: Mapping[str, Any], label: str, size) -> Figure:
     ax.set_ylabel(r"$|L_n - Q_n| / (t^2 |C_n| / 2)$")
     ax.set_title(f"(c) Taylor model of $L_k$, k = n = {result['n_samples']} (dotted: break)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    fig.suptitle(f"Theorem 7 off $w^*$\n{label}")
+    fig.suptitle(wrap_lines(f"Theorem 7 off $w^*$\n{label}"))
     return fig
 
 
@@ -337,5 +337,5 @@ def fig12_figure(result: Mapping[str, Any], label: str = "", size=(5.8, 8.6)) ->
         fontsize=8.5,
     )
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=2)
-    fig.suptitle(f"Figure 12 (Assumption 1) - {label}", fontsize=9.5)
+    fig.suptitle(wrap_lines(f"Figure 12 (Assumption 1)\n{label}", 95), fontsize=9)
     return fig

@@ -79,7 +79,7 @@ def _plain_ticks(ax) -> None:
     for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
         axis.set_major_formatter(fmt)
         short = lo > 0 and hi / lo < 100
-        axis.set_minor_locator(LogLocator(subs=(2, 5) if hi / max(lo, 1e-300) > 5 else (2, 3, 4, 5, 6, 7, 8, 9)))
+        axis.set_minor_locator(LogLocator(subs=(2, 5) if hi / max(lo, 1e-300) > 5 else (2, 3, 5, 7)))
         axis.set_minor_formatter(fmt if short else NullFormatter())
 
 

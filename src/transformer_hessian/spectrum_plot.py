@@ -17,7 +17,7 @@ import numpy as np
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from .plotting.style import COMPACT_RC
+from .plotting.style import COMPACT_RC, wrap_lines
 
 __all__ = ["spectrum_figure", "spectrum_table"]
 
@@ -152,6 +152,8 @@ def _spectrum_figure(result: Mapping[str, Any], label: str, size) -> Figure:
     sub_bot.colorbar(im, ax=list(axes[:nb]), label=r"$\log_{10}\|H_{ab}\|_2$", shrink=0.9)
     sub_bot.suptitle(r"(d) block-pair spectral norms $\|H_{ab}\|_2$ (rows a, columns b)", fontsize=8)
     fig.suptitle(
-        f"Matrix-free Hessian spectrum, cross-entropy on one batch of {result['batch_size']} training samples\n{label}",
+        wrap_lines(
+            f"Matrix-free Hessian spectrum, cross-entropy on one batch of {result['batch_size']} training samples\n{label}"
+        ),
     )
     return fig

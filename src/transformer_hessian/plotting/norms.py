@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from .. import GROUPS
 from .hessian_maps import _log_abs, shared_log_range
 from .inputs import as_mapping as _as_mapping
-from .style import COMPACT_RC, GROUP_LABELS, HEATMAP_CMAP, STAGE_COLOURS
+from .style import COMPACT_RC, GROUP_LABELS, HEATMAP_CMAP, STAGE_COLOURS, wrap_lines
 
 __all__ = ["norms_figure"]
 
@@ -89,8 +89,8 @@ def _norms_figure(init, trained, title) -> Figure:
     stages = {"init": init, "trained": trained}
     # 6 in wide: printed at the paper's text width no text falls below 6 pt (plotting.print_check).
     fig = plt.figure(figsize=(6.0, 5.6), layout="constrained")
-    if title:
-        fig.suptitle(title, fontsize=8)
+    if title:  # wrapped: a line wider than the figure would widen the saved file and shrink every font
+        fig.suptitle(wrap_lines(title, 105), fontsize=8)
     axd = fig.subplot_mosaic([["legend", "legend"], ["a", "b"], ["c", "d"]], height_ratios=[0.07, 1.0, 1.0])
     colours, hatches, weight_series, block_series = {}, {}, {}, {}
     for norm, hatch in (("spectral", ""), ("fro", "//")):
@@ -130,7 +130,7 @@ def _norms_figure(init, trained, title) -> Figure:
             cmap=HEATMAP_CMAP,
             annot=annot,
             fmt="",
-            annot_kws={"fontsize": 6.5},
+            annot_kws={"fontsize": 7},
             square=True,
             xticklabels=labels,
             yticklabels=labels,

@@ -94,8 +94,8 @@ def printed_texts(fig: Figure, renderer=None) -> list[PrintedText]:
         for axis in (ax.xaxis, ax.yaxis):
             for tick in (*axis.majorTicks, *axis.minorTicks):
                 tick_texts.update((id(tick.label1), id(tick.label2)))
-            if not axis.get_visible():
-                continue
+            if not (ax.axison and ax.get_visible() and axis.get_visible()):
+                continue  # ``ax.axis("off")`` hides the tick labels
             for tick in (*axis._update_ticks(),):  # the ticks drawn: inside the view interval
                 for label in (tick.label1, tick.label2):
                     if label.get_visible() and tick.get_visible():

@@ -22,6 +22,7 @@ __all__ = [
     "contrast_ratio",
     "dataset_model_label",
     "set_theme",
+    "wrap_lines",
 ]
 
 GROUP_LABELS = {"W_Q": "$W_Q$", "W_K": "$W_K$", "W_V": "$W_V$", "W_1": "$W_1$", "W_2": "$W_2$"}
@@ -128,3 +129,11 @@ def dataset_model_label(metrics: Mapping[str, Any], stands_in_for: str | None = 
     tokens = (int(m["image_size"]) // int(m["patch_size"])) ** 2
     blocks = f"{m['depth']} block" + ("s" if int(m["depth"]) != 1 else "")
     return f"{name}{sep}ViT, {blocks}, {tokens} tokens, d={m['width']}, d_K={m['d_k']}, d_ff={m['d_ff']}"
+
+
+def wrap_lines(text: str, width: int = 100) -> str:
+    """``text`` with every line wrapped at ``width`` characters: a title line wider than its figure
+    widens the saved file, so printing it at the text width would shrink every font."""
+    import textwrap
+
+    return "\n".join(textwrap.fill(line, width) for line in text.splitlines())
