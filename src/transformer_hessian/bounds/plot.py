@@ -62,7 +62,18 @@ def _counterexample_panel(ax, c: Mapping[str, Any], stage: str) -> None:
     """Theorem 1 under W_Q -> W_Q/delta, W_K -> delta W_K with target F(X): ||H|| vs M."""
     scan = pd.DataFrame(c["scan"])
     ax.plot(scan.delta, scan.true_total, "o-", color="black", ms=4, label="measured $\\|H\\|_2$", zorder=5)
-    ax.plot(scan.delta, scan.project_total, "s--", color="#4C72B0", ms=4, label="project bound")
+    # open squares above the measured points: the project bound lies close to the measured norm
+    ax.plot(
+        scan.delta,
+        scan.project_total,
+        "s--",
+        color="#4C72B0",
+        ms=6,
+        mfc="none",
+        mew=1.2,
+        zorder=6,
+        label="project bound",
+    )
     for form, st in (("statement", STYLE["paper_statement"]), ("appendix", STYLE["paper_appendix"])):
         ax.plot(
             scan.delta,
@@ -112,7 +123,7 @@ def _bounds_figure(results: Mapping[str, Mapping[str, Any]]) -> Figure:
     fig, axes = plt.subplots(
         4,
         len(stages),
-        figsize=(6.0, 12.0),
+        figsize=(5.7, 12.5),
         layout="constrained",
         gridspec_kw={"height_ratios": [1, 1.1, 1.1, 1]},
         squeeze=False,
@@ -159,9 +170,9 @@ def _bounds_figure(results: Mapping[str, Mapping[str, Any]]) -> Figure:
             for k, name in paper_cols.items():
                 txt.append(f"{name.replace('paper ', '')}: {(sel[k] / sel['measured']).median():.2g}")
             # The summary is the x label: it sits under the tick labels and cannot cover a marker.
-            ax.set_xlabel("median bound / measured:\n" + "\n".join(txt), fontsize=6.5)
+            ax.set_xlabel("median bound / measured:\n" + "\n".join(txt), fontsize=7)
             labels = ["all" if p[0] == "total" else f"{GROUP_LABELS[p[0]]}{GROUP_LABELS[p[1]]}" for p in pairs]
-            ax.set_xticks(x, labels, rotation=90 if len(pairs) > 4 else 0, fontsize=6.5)
+            ax.set_xticks(x, labels, rotation=90 if len(pairs) > 4 else 0, fontsize=7)
             ax.set_yscale("log")
             if c == 0:
                 ax.set_ylabel("spectral norm")

@@ -85,10 +85,16 @@ def norms_figure(
         return _norms_figure(init, trained, title)
 
 
+def _short_sci(v: float) -> str:
+    """``9.7e-1``: two significant digits, no ``+`` or leading zero in the exponent (fits a cell)."""
+    mantissa, exponent = f"{v:.1e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
 def _norms_figure(init, trained, title) -> Figure:
     stages = {"init": init, "trained": trained}
     # 6 in wide: printed at the paper's text width no text falls below 6 pt (plotting.print_check).
-    fig = plt.figure(figsize=(6.0, 5.6), layout="constrained")
+    fig = plt.figure(figsize=(6.0, 6.8), layout="constrained")
     if title:  # wrapped: a line wider than the figure would widen the saved file and shrink every font
         fig.suptitle(wrap_lines(title, 105), fontsize=8)
     axd = fig.subplot_mosaic([["legend", "legend"], ["a", "b"], ["c", "d"]], height_ratios=[0.07, 1.0, 1.0])
@@ -121,7 +127,7 @@ def _norms_figure(init, trained, title) -> Figure:
     for key, stage in (("c", "init"), ("d", "trained")):
         ax = axd[key]
         mat = spec[stage]
-        annot = np.array([[f"{v:.1e}" for v in row] for row in mat])
+        annot = np.array([[_short_sci(v) for v in row] for row in mat])
         sns.heatmap(
             np.clip(_log_abs(np.nan_to_num(mat)), vmin, vmax),
             ax=ax,
@@ -130,7 +136,7 @@ def _norms_figure(init, trained, title) -> Figure:
             cmap=HEATMAP_CMAP,
             annot=annot,
             fmt="",
-            annot_kws={"fontsize": 7},
+            annot_kws={"fontsize": 6.6},
             square=True,
             xticklabels=labels,
             yticklabels=labels,
