@@ -498,7 +498,12 @@ def test_architecture_diagram_shows_the_model_sizes(tmp_path):
         draw_architecture(plt.subplots()[1], {k: v for k, v in model.items() if k != "d_ff"})
     with pytest.raises(ValueError, match="divide"):
         draw_architecture(plt.subplots()[1], {**model, "image_size": 9, "patch_size": 2})
-    fig = architecture_figure([("a", model), ("b", model)])
+    other = {**model, "depth": model["depth"] + 1}
+    fig = architecture_figure([("a", model), ("b", other)])
     assert len(fig.axes) == 2 and [a.get_title() for a in fig.axes] == ["a", "b"]
+    # one model used by both experiments: drawn once, titled with both (each line once)
+    same = architecture_figure([("a\ndata", model), ("b\ndata", dict(model))])
+    assert len(same.axes) == 1 and same.axes[0].get_title() == "a\ndata\nb"
+    plt.close(same)
     plotting.save_figure(fig, tmp_path / "fig2")
     check_saved(tmp_path / "fig2")
