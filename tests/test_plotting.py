@@ -206,12 +206,12 @@ def test_hessian_heatmap_zeros_ticks_separators(tmp_path):
     plotting.save_figure(fig, tmp_path / "fig3")
     check_saved(tmp_path / "fig3")
 
-    # the trained figure uses the same range; without zeros there is no zero legend
+    # the trained figure uses the same range; without zeros the legend says so
     fig4 = plotting.hessian_figure(
         {"H": h_trained + (h_trained == 0), "offsets": OFFSETS, "names": np.array(GROUPS)}, vmin, vmax
     )
     assert fig4.axes[0].images[0].get_clim() == (vmin, vmax)
-    assert fig4.axes[0].get_legend() is None
+    assert [t.get_text() for t in fig4.axes[0].get_legend().get_texts()] == [f"no exact zeros (0 of {P * P:,} entries)"]
 
 
 def test_dataset_model_label_names_data_and_sizes():
@@ -512,7 +512,12 @@ def test_architecture_diagram_shows_the_model_sizes(tmp_path):
         draw_architecture(plt.subplots()[1], {k: v for k, v in model.items() if k != "d_ff"})
     with pytest.raises(ValueError, match="divide"):
         draw_architecture(plt.subplots()[1], {**model, "image_size": 9, "patch_size": 2})
-    fig = architecture_figure([("a", model), ("b", model)])
+    other = {**model, "depth": model["depth"] + 1}
+    fig = architecture_figure([("a", model), ("b", other)])
     assert len(fig.axes) == 2 and [a.get_title() for a in fig.axes] == ["a", "b"]
+    # one model used by both experiments: drawn once, titled with both (each line once)
+    same = architecture_figure([("a\ndata", model), ("b\ndata", dict(model))])
+    assert len(same.axes) == 1 and same.axes[0].get_title() == "a\ndata\nb"
+    plt.close(same)
     plotting.save_figure(fig, tmp_path / "fig2")
     check_saved(tmp_path / "fig2")

@@ -23,7 +23,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-__all__ = ["BOX_COLOURS", "architecture_figure", "draw_architecture", "model_sizes"]
+__all__ = ["BOX_COLOURS", "architecture_figure", "draw_architecture", "merge_panels", "model_sizes"]
 
 #: Fill colour of each kind of box.
 BOX_COLOURS = {
@@ -80,7 +80,7 @@ def _arrow(ax: Axes, start: tuple[float, float], end: tuple[float, float], **kw)
 
 
 def draw_architecture(
-    ax: Axes, model: Mapping[str, Any], title: str | None = None, fontsize: float = 7.0
+    ax: Axes, model: Mapping[str, Any], title: str | None = None, fontsize: float = 6.6
 ) -> dict[str, Any]:
     """Draw the post-norm ViT with the sizes of ``model`` on ``ax`` (bottom to top).
 
@@ -93,11 +93,11 @@ def draw_architecture(
     """
     s = model_sizes(model)
     L, d = s["tokens"], s["width"]
-    ax.set_xlim(0, 10)
+    ax.set_xlim(0, 10.5)
     ax.set_ylim(0.2, 19.2)
     ax.set_aspect("auto")
     ax.axis("off")
-    x, w = 4.6, 6.4
+    x, w = 4.9, 7.2
     rows = [
         ("input", 1.0, f"image {s['channels']}x{s['image_size']}x{s['image_size']}", "input"),
         (
@@ -153,7 +153,7 @@ def draw_architecture(
         "post-norm\nblock",
         ha="right",
         va="top",
-        fontsize=fontsize - 0.5,
+        fontsize=fontsize,
         style="italic",
         color="0.3",
     )
@@ -163,12 +163,28 @@ def draw_architecture(
     return {"boxes": boxes, "residuals": residuals, "sizes": s, "texts": texts, "frame": frame}
 
 
+def merge_panels(panels: Sequence[tuple[str, Mapping[str, Any]]]) -> list[tuple[str, Mapping[str, Any]]]:
+    """One panel per distinct model: panels whose models are equal are drawn once, their titles
+    joined line by line (each distinct line once, in order), e.g. both experiments' names."""
+    merged: list[tuple[list[str], Mapping[str, Any]]] = []
+    for title, model in panels:
+        for lines, seen in merged:
+            if dict(seen) == dict(model):
+                lines += [line for line in title.splitlines() if line not in lines]
+                break
+        else:
+            merged.append((title.splitlines(), model))
+    return [("\n".join(lines), model) for lines, model in merged]
+
+
 def architecture_figure(
-    panels: Sequence[tuple[str, Mapping[str, Any]]], panel_size: tuple[float, float] = (3.4, 6.4)
+    panels: Sequence[tuple[str, Mapping[str, Any]]], panel_size: tuple[float, float] = (2.75, 5.2)
 ) -> Figure:
-    """Figure 2: one :func:`draw_architecture` panel per ``(title, model)`` pair, side by side."""
+    """Figure 2: one :func:`draw_architecture` panel per ``(title, model)`` pair, side by side; a
+    model that several experiments use is drawn once with all their titles (:func:`merge_panels`)."""
     if not panels:
         raise ValueError("architecture_figure needs at least one (title, model) panel")
+    panels = merge_panels(panels)
     fig, axes = plt.subplots(
         1, len(panels), figsize=(panel_size[0] * len(panels), panel_size[1]), layout="constrained", squeeze=False
     )

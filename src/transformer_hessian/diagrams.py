@@ -46,7 +46,7 @@ def draw_block_stack(
     ax.set_ylim(0, 1)
     ax.set_axis_off()
     boxes, arrows, texts = [], [], []
-    x0, width, height = 0.22, 0.46, 0.1
+    x0, width, height = 0.27, 0.66, 0.1
     y_bottom, y_top = 0.14, 0.80
     step = (y_top - y_bottom - height) / (len(BLOCK_STACK) - 1)
     centres = []
@@ -63,15 +63,15 @@ def draw_block_stack(
         )
         ax.add_patch(box)
         boxes.append(box)
-        texts.append(ax.text(x0 + width / 2, y + height / 2, label, ha="center", va="center", fontsize=8))
+        texts.append(ax.text(x0 + width / 2, y + height / 2, label, ha="center", va="center", fontsize=7))
         centres.append(y)
     xc = x0 + width / 2
-    texts.append(ax.text(xc, 0.02, "input X", ha="center", va="bottom", fontsize=8))
+    texts.append(ax.text(xc, 0.02, "input X", ha="center", va="bottom", fontsize=7))
     arrows.append(_arrow(ax, (xc, 0.07), (xc, centres[0])))
     for i in range(len(centres) - 1):
         arrows.append(_arrow(ax, (xc, centres[i] + height), (xc, centres[i + 1])))
     arrows.append(_arrow(ax, (xc, centres[-1] + height), (xc, 0.95)))
-    texts.append(ax.text(xc + 0.03, 0.93, "output Z", ha="left", va="center", fontsize=8))
+    texts.append(ax.text(xc + 0.04, 0.93, "output Z", ha="left", va="center", fontsize=7))
     # residuals: from below a sub-layer to the LayerNorm after it, drawn on the left
     for src_box, dst_box, label in ((0, 1, "X"), (2, 3, "Y")):
         y_from = centres[src_box] - 0.035

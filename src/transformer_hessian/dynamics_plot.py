@@ -22,10 +22,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib import colors
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from . import ALL_GROUPS, LN_GROUPS
 from .io import load_dynamics  # noqa: F401 (re-exported: the format lives in io.py)
+from .plotting.style import COMPACT_RC, GROUP_COLOURS
 
 #: The five figure families of Appendix A.1: figure number -> (title word, groups).
 FAMILIES = {
@@ -48,9 +50,13 @@ LABELS = {
     "gamma2": "γ2",
     "beta2": "β2",
 }
-#: One colour per partner group h in panel (d), the same in every figure.
-PARTNER_COLOURS = dict(zip(ALL_GROUPS, plt.get_cmap("tab10").colors))
+#: One colour per partner group h in panel (d), the same in every figure (colour-blind safe).
+PARTNER_COLOURS = GROUP_COLOURS
+#: Matrix groups solid, LayerNorm groups dashed: a second cue besides the colour.
+_LINESTYLE = {g: (0, (4, 1.5)) if g in LN_GROUPS else "-" for g in ALL_GROUPS}
 DATASETS = {"digits": "8x8 digits (stand-in for MNIST)", "mnist": "MNIST", "cifar100": "CIFAR-100"}
+#: Width of Figures 7-11 (inches): printed at the paper's 5.5-in text width, 7-pt text stays >= 6.5 pt.
+FIGURE_WIDTH_IN = 5.9
 FIGURE_NUMBERS = {"fig7": 7, "fig8": 8, "fig9": 9, "fig10": 10, "fig11": 11}
 
 
@@ -85,7 +91,7 @@ def _title(fig_id: str, summary: Mapping[str, Any]) -> str:
     m = summary["model"]
     ds = DATASETS.get(summary["dataset"], summary["dataset"])
     return (
-        f"Figure {FIGURE_NUMBERS[fig_id]} ({family}): first {summary['steps'][-1]} training steps, {ds}; "
+        f"Figure {FIGURE_NUMBERS[fig_id]} ({family}): first {summary['steps'][-1]} training steps, {ds}\n"
         f"{m['depth']}-block post-norm ViT (d={m['width']}, d_ff={m['d_ff']}, patch {m['patch_size']}); "
         f"Hessian on a fixed batch of {summary['batch_size']}"
     )
@@ -174,9 +180,9 @@ def _hessian_row(sub, data, groups, summary):
                 ticks = [d * (k + 0.5) - 0.5 for k in range(4)]
                 ax.set_xticks(ticks, [LABELS[g] for g in LN_GROUPS])
                 ax.set_yticks(ticks, [LABELS[g] for g in LN_GROUPS])
-                ax.set_title(f"H (LayerNorm block), step {s}")
+                ax.set_title(f"step {s}")
             else:
-                ax.set_title(f"H[{LABELS[key]}, {LABELS[key]}], step {s}")
+                ax.set_title(f"H[{LABELS[key]}, {LABELS[key]}], step {s}" if len(keys) > 1 else f"step {s}")
                 ax.set_xlabel("parameter index")
                 if c == 0:
                     ax.set_ylabel("parameter index")
@@ -186,25 +192,43 @@ def _hessian_row(sub, data, groups, summary):
         cb.set_label("log10 |H entry|" + (f"\n({'; '.join(notes)})" if notes else ""))
 
 
+def linear_or_log(ax, values, axis: str = "y") -> str:
+    """Log scale when the positive ``values`` span a decade or more, else a linear scale (a log axis
+    over less than a decade shows one or no labelled tick). Returns the scale set."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v) & (v > 0)]
+    scale = "log" if v.size and v.max() / v.min() >= 10.0 else "linear"
+    (ax.set_yscale if axis == "y" else ax.set_xscale)(scale)
+    return scale
+
+
 def _norms_row(sub, data, groups):
-    """Row (c)+(d): weight norms and Hessian block spectral norms against the step."""
+    """Row (c)+(d): weight norms and Hessian block spectral norms against the step; the last
+    slot of the grid holds the legends (outside the data)."""
     steps = data["steps"]
     idx = {g: ALL_GROUPS.index(g) for g in ALL_GROUPS}
-    axes = sub.subplots(1, 1 + len(groups), sharex=True)
+    n_slots = 2 + len(groups)  # weight norms, one Hessian-norm panel per group, legends
+    ncols = n_slots if n_slots <= 4 else 3
+    nrows = -(-n_slots // ncols)
+    grid = sub.subplots(nrows, ncols, squeeze=False).ravel()
+    axes, spare = grid[: n_slots - 1], grid[n_slots - 1 :]
     ax = axes[0]
+    weight_values = []
     for g in groups:
-        col = PARTNER_COLOURS[g]
+        col = GROUP_COLOURS[g]
         wn = data["weight_norms"][:, :, idx[g]]
         if g in LN_GROUPS:
-            ax.plot(steps, np.where(wn[:, 0] > 0, wn[:, 0], np.nan), color=col, marker=".", label=LABELS[g])
+            y = np.where(wn[:, 0] > 0, wn[:, 0], np.nan)
+            ax.plot(steps, y, color=col, marker=".", ms=3, ls=_LINESTYLE[g], label=LABELS[g])
+            weight_values.append(y)
         else:
-            ax.plot(steps, wn[:, 0], color=col, marker=".", label=f"{LABELS[g]} spectral")
-            ax.plot(steps, wn[:, 1], color=col, ls="--", marker=".", label=f"{LABELS[g]} Frobenius")
-    ax.set_yscale("log")
+            ax.plot(steps, wn[:, 0], color=col, marker=".", ms=3, label=f"{LABELS[g]} spectral")
+            ax.plot(steps, wn[:, 1], color=col, ls="--", marker=".", ms=3, label=f"{LABELS[g]} Frobenius")
+            weight_values += [wn[:, 0], wn[:, 1]]
+    linear_or_log(ax, np.concatenate(weight_values))
     ax.set_xlabel("training step")
-    ax.set_ylabel("weight norm" + (" (Euclidean; β = 0 at step 0)" if groups == LN_GROUPS else ""))
-    ax.set_title("weight norms")
-    ax.legend(loc="best", fontsize=6)
+    ax.set_ylabel("weight norm" + (" (Euclidean)" if groups == LN_GROUPS else ""))
+    ax.set_title("weight norms" + ("; β = 0 at step 0" if groups == LN_GROUPS else ""))
     hn = data["hessian_norms"][:, 1]  # spectral, (n, 9, 9)
     positive = hn[hn > 0]
     lo, hi = (float(positive.min()), float(positive.max())) if positive.size else (1e-12, 1.0)
@@ -212,19 +236,51 @@ def _norms_row(sub, data, groups):
         for h in ALL_GROUPS:
             y = hn[:, idx[g], idx[h]]
             ax.plot(
-                steps, np.where(y > 0, y, np.nan), color=PARTNER_COLOURS[h], lw=2.2 if h == g else 1.0, label=LABELS[h]
+                steps,
+                np.where(y > 0, y, np.nan),
+                color=GROUP_COLOURS[h],
+                ls=_LINESTYLE[h],
+                lw=2.2 if h == g else 1.0,
+                label=LABELS[h],
             )
-        ax.set_yscale("log")
-        ax.set_ylim(lo / 2, hi * 2)
+        if linear_or_log(ax, [lo, hi]) == "log":
+            ax.set_ylim(lo / 2, hi * 2)
         ax.set_xlabel("training step")
         ax.set_title(f"||H[{LABELS[g]}, h]||₂")
-        if ax is axes[1]:
-            ax.set_ylabel("Hessian block norm ||·||₂")
-    axes[-1].legend(title="h", loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=7)
+        if ax is axes[1] or (ncols == 3 and list(grid).index(ax) % ncols == 0):
+            ax.set_ylabel("||·||₂ of the block")
+    for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(4, integer=True))
+    legend_ax = spare[0]
+    legend_ax.axis("off")
+    for extra in spare[1:]:
+        extra.axis("off")
+    handles, labels = axes[1].get_legend_handles_labels()
+    if groups != LN_GROUPS:  # the weight panel: line style = norm, colour = group (as below)
+        handles += [
+            Line2D([], [], color="0.2", marker=".", ms=3, label="spectral"),
+            Line2D([], [], color="0.2", marker=".", ms=3, ls="--", label="Frobenius"),
+        ]
+        labels += ["weight: spectral", "weight: Frobenius"]
+    legend_ax.legend(
+        handles,
+        labels,
+        loc="center left",
+        title="group h (thick: h = g)",
+        ncols=2,
+        frameon=False,
+        handlelength=1.8,
+        columnspacing=0.8,
+    )
 
 
 def dynamics_figure(fig_id: str, data: Mapping[str, Any], summary: Mapping[str, Any]) -> Figure:
     """Figure ``fig_id`` (fig7 ... fig11) from the dynamics arrays and summary (see module doc)."""
+    with plt.rc_context(COMPACT_RC):
+        return _dynamics_figure(fig_id, data, summary)
+
+
+def _dynamics_figure(fig_id: str, data: Mapping[str, Any], summary: Mapping[str, Any]) -> Figure:
     if fig_id not in FAMILIES:
         raise ValueError(f"unknown figure {fig_id!r}; one of {list(FAMILIES)}")
     _, groups = FAMILIES[fig_id]
@@ -232,24 +288,23 @@ def dynamics_figure(fig_id: str, data: Mapping[str, Any], summary: Mapping[str, 
     heat_idx = [steps.index(s) for s in data["heat_steps"]]
     n_rows = 1 if groups == LN_GROUPS else len(groups)
     square = groups == LN_GROUPS or all(data[f"weights_{g}"].shape[1] == data[f"weights_{g}"].shape[2] for g in groups)
-    heights = [(2.2 if square else 1.7) * n_rows, 2.3 * n_rows, 2.4]
+    n_norm_rows = 2 if len(groups) + 2 > 4 else 1
+    title_in = 0.45  # the two-line suptitle's band above row (a)
+    heights = [(1.9 if square else 1.5) * n_rows + title_in, 1.9 * n_rows, 2.0 * n_norm_rows]
     # Fixed margins instead of a layout engine: constrained layout made saving these many-panel
     # figures several times slower (tick and text extents recomputed on every pass).
-    fig = plt.figure(figsize=(11, sum(heights) + 0.6))
+    # FIGURE_WIDTH_IN wide: printed at the paper's text width the 7-pt fonts stay above 6 pt.
+    fig = plt.figure(figsize=(FIGURE_WIDTH_IN, sum(heights) + 0.2))
     subs = fig.subfigures(3, 1, height_ratios=heights)
-    for sub, h in zip(subs, heights):
-        sub.subplots_adjust(
-            left=0.11,
-            right=0.86,
-            bottom=0.55 / h,
-            top=1 - 0.35 / h,
-            wspace=0.5 if len(groups) > 2 else 0.35,
-            hspace=0.85,
-        )
+    for sub, h, hspace in zip(subs, heights, (0.75, 0.75, 0.95)):
+        sub.subplots_adjust(left=0.13, right=0.86, bottom=0.5 / h, top=1 - 0.32 / h, wspace=0.45, hspace=hspace)
+    subs[0].subplots_adjust(top=1 - (0.32 + title_in) / heights[0])
+    subs[2].subplots_adjust(right=0.98, wspace=0.55)
     _entries_row(subs[0], data, groups, heat_idx, steps)
     _hessian_row(subs[1], data, groups, summary)
     _norms_row(subs[2], data, groups)
-    for sub, tag in zip(subs, ("(a) entries", "(b) diagonal Hessian block", "(c) norms against the step")):
-        sub.supylabel(tag, fontsize=8, fontweight="bold", x=0.01)
-    fig.suptitle(_title(fig_id, summary), fontsize=9, y=0.998)
+    row_tags = ("(a) entries", "(b) diagonal Hessian block" if groups != LN_GROUPS else "(b) LayerNorm Hessian block")
+    for sub, tag in zip(subs, (*row_tags, "(c) norms against the step")):
+        sub.supylabel(tag, fontsize=7.5, fontweight="bold", x=0.01)
+    fig.suptitle(_title(fig_id, summary), fontsize=7.5, y=0.998)
     return fig

@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
 from .diagrams import draw_block_stack
+from .plotting.style import COMPACT_RC, wrap_lines
 
 __all__ = ["fig1_figure", "fig12_figure", "run_label", "theorem7_figure"]
 
@@ -50,50 +51,50 @@ def _dir_colours(names) -> dict[str, Any]:
     return {n: pal[i % len(pal)] for i, n in enumerate(names)}
 
 
-def fig1_figure(result: Mapping[str, Any], label: str = "", size=(12.5, 5.6)) -> Figure:
+def fig1_figure(result: Mapping[str, Any], label: str = "", size=(6.0, 5.4)) -> Figure:
     """Figure 1: (a) ``L_k``, ``L_{k+1}`` around ``w*`` at a small and a large ``k``, per direction
     (top Hessian eigenvector and the first random direction), with the gap on log axes;
-    (b) the block diagram."""
+    (b) the block diagram. One legend for all panels, under the figure."""
+    with plt.rc_context(COMPACT_RC):
+        return _fig1_figure(result, label, size)
+
+
+def _fig1_figure(result: Mapping[str, Any], label: str, size) -> Figure:
     f1 = result["fig1"]
     dirs = [d for d in f1["directions"] if d == "top eigenvector u"] + [
         d for d in f1["directions"] if d.startswith("random")
     ][:1]
     ks = [str(f1["k_small"]), str(f1["k_large"])]
     fig = plt.figure(figsize=size, layout="constrained")
-    gs = fig.add_gridspec(len(dirs), 4, width_ratios=[1, 1, 1.1, 0.75])
+    gs = fig.add_gridspec(len(dirs), 4, width_ratios=[1, 1, 1.1, 0.9])
     pal = sns.color_palette("deep")
     for r, d in enumerate(dirs):
         data = f1["directions"][d]
         t = np.asarray(data["t"])
+        tag = "a" if r == 0 else "c"
         for c, k in enumerate(ks):
             ax = fig.add_subplot(gs[r, c])
             cur = data["curves"][k]
             Lk, Lk1 = np.asarray(cur["L_k"]), np.asarray(cur["L_k1"])
-            ax.plot(t, Lk, color=pal[0], marker="o", markersize=2.5, linewidth=1.2, label=r"$L_k$")
-            ax.plot(t, Lk1, color=pal[1], marker="s", markersize=2.5, linewidth=1.2, linestyle="--", label=r"$L_{k+1}$")
-            ax.fill_between(t, Lk, Lk1, color=VIOLATION, alpha=0.25, linewidth=0, label="gap")
+            ax.plot(t, Lk, color=pal[0], marker="o", markersize=2, linewidth=1.0, label=r"$L_k$")
+            ax.plot(t, Lk1, color=pal[1], marker="s", markersize=2, linewidth=1.0, linestyle="--", label=r"$L_{k+1}$")
+            ax.fill_between(t, Lk, Lk1, color=VIOLATION, alpha=0.25, linewidth=0, label="gap $|L_{k+1} - L_k|$")
             ax.axvline(0.0, color="0.5", linestyle=":", linewidth=0.8)
             gap0 = abs(Lk1[len(t) // 2] - Lk[len(t) // 2])
-            ax.set_title(
-                f"({'a' if r == 0 else 'c'}{c + 1}) {d}, k = {k}\n"
-                rf"gap at $w^*$ = {gap0:.2e}",
-                fontsize=8.5,
-            )
-            ax.set_xlabel(r"$t$ ($w = w^* + t\,d$, $\|d\|_2 = 1$)")
-            ax.set_ylabel("mean cross-entropy (nats)")
-            if r == 0 and c == 0:
-                ax.legend(loc="upper center")
+            ax.set_title(f"({tag}{c + 1}) k = {k}\n" + rf"gap at $w^*$: {gap0:.1e}")
+            ax.set_xlabel(r"$t$ ($w = w^* + t\,d$)")
+            if c == 0:
+                ax.set_ylabel(f"{_short_direction(d)}\nmean cross-entropy (nats)")
         ax = fig.add_subplot(gs[r, 2])
-        for k, colour, style in ((ks[0], pal[2], "-"), (ks[1], pal[4], "-")):
+        for k, colour in ((ks[0], pal[2]), (ks[1], pal[4])):
             cur = data["curves"][k]
             ax.plot(
                 t,
                 np.maximum(cur["gap_mean"], 1e-300),
                 color=colour,
-                linestyle=style,
                 marker="o",
-                markersize=2.5,
-                label=f"k = {k}, mean over orderings",
+                markersize=2,
+                label=f"k = {k}: gap, mean over orderings",
             )
             ax.plot(
                 t,
@@ -101,34 +102,45 @@ def fig1_figure(result: Mapping[str, Any], label: str = "", size=(12.5, 5.6)) ->
                 color=colour,
                 linestyle=":",
                 linewidth=0.9,
-                label=f"k = {k}, first ordering",
+                label=f"k = {k}: gap, first ordering",
             )
         ax.set_yscale("log")
-        lo, hi = ax.get_ylim()
-        ax.set_ylim(lo, hi * (hi / lo) ** 0.35)  # head room for the legend
         ax.set_xlabel(r"$t$")
         ax.set_ylabel(r"$|L_{k+1} - L_k|$ (nats)")
-        ax.set_title(f"({'a' if r == 0 else 'c'}3) gap along {d}", fontsize=8.5)
-        ax.legend(fontsize=6.5, loc="upper center", ncols=2)
+        ax.set_title(f"({tag}3) gap along\n{_short_direction(d)}")
     axb = fig.add_subplot(gs[:, 3])
     draw_block_stack(
         axb,
-        title="(b) post-norm Transformer block\n"
-        r"$\mathbf{H}^{(k)}(\mathbf{w}^*) = d^2 L_k / d\mathbf{w}^2$",
+        title="(b) post-norm block\n" r"$\mathbf{H}^{(k)}(\mathbf{w}^*) = d^2 L_k / d\mathbf{w}^2$",
         hessian_label=False,
     )
-    fig.suptitle(f"Figure 1: measured loss landscapes around $w^*$ - {label}", fontsize=9.5)
+    uniq: dict = {}
+    for ax in fig.axes:
+        for handle, text in zip(*ax.get_legend_handles_labels()):
+            uniq.setdefault(text, handle)
+    fig.legend(uniq.values(), uniq.keys(), loc="outside lower center", ncols=3, frameon=False)
+    fig.suptitle(wrap_lines(f"Figure 1: measured loss landscapes around $w^*$\n{label}"))
     return fig
 
 
-def theorem7_figure(result: Mapping[str, Any], label: str = "", size=(13.0, 5.4)) -> Figure:
-    """Theorem 7 off ``w*``: (a) left-hand side and bound along ``u`` for a few ``t``;
-    (b) the ratio (max over orderings) to the printed bound for every direction and ``t``,
-    violations (ratio > 1) marked; (c) Taylor-model relative error at ``k = n`` against ``|t|``."""
+def _short_direction(d: str) -> str:
+    return "top eigenvector u" if d == "top eigenvector u" else d.replace("random", "random direction")
+
+
+def theorem7_figure(result: Mapping[str, Any], label: str = "", size=(5.8, 9.6)) -> Figure:
+    """Theorem 7 off ``w*``: (a) left-hand side and bound along ``u`` for a few ``t`` (each ``t``
+    its own marker; curves that coincide say so in the legend); (b) the ratio (max over
+    orderings) to the printed bound for every direction and ``t``, violations (ratio > 1)
+    marked; (c) Taylor-model relative error at ``k = n`` against ``|t|``. One panel a row."""
+    with plt.rc_context(COMPACT_RC):
+        return _theorem7_figure(result, label, size)
+
+
+def _theorem7_figure(result: Mapping[str, Any], label: str, size) -> Figure:
     th = result["theorem7"]
     k = np.asarray(result["k_store"], dtype=float)
     colours = _dir_colours(th)
-    fig, axes = plt.subplots(1, 3, figsize=size, layout="constrained")
+    fig, axes = plt.subplots(3, 1, figsize=size, layout="constrained")
 
     ax = axes[0]
     u = th["top eigenvector u"]
@@ -140,10 +152,29 @@ def theorem7_figure(result: Mapping[str, Any], label: str = "", size=(13.0, 5.4)
         int(pos[np.argmin(np.abs(np.log(t_all[pos] / (f * t_max))))]) for f in (0.01, 0.1, 1.0)
     ]
     tcols = sns.color_palette("dark", 8)
-    for j, i in enumerate(dict.fromkeys(pick)):
+    shown = list(dict.fromkeys(pick))
+    curves = [np.maximum(np.asarray(u["lhs_mean"][i], dtype=float), 1e-300) for i in shown]
+    markers = ["o", "s", "^", "D"]
+    for j, i in enumerate(shown):
         col = tcols[[0, 2, 1, 3][j % 4]]
+        # Curves that agree within 2% everywhere coincide on log axes: say so, and stagger the
+        # markers so that each t stays visible on the shared line.
+        same = [
+            f"{t_all[shown[m]]:.2g}"
+            for m in range(len(shown))
+            if m != j and np.allclose(curves[m], curves[j], rtol=0.02, atol=0)
+        ]
+        note = f" (= t = {', '.join(same)})" if same else ""
         ax.plot(
-            k, np.maximum(u["lhs_mean"][i], 1e-300), color=col, linewidth=1.2, label=f"t = {t_all[i]:.2g}: mean lhs"
+            k,
+            curves[j],
+            color=col,
+            linewidth=1.1,
+            marker=markers[j % 4],
+            markersize=3.5,
+            markevery=(0.03 + 0.045 * j, 0.18),
+            markerfacecolor="none" if j % 2 else col,
+            label=f"t = {t_all[i]:.2g}: mean lhs{note}",
         )
         ax.plot(k, u["lhs_max"][i], color=col, linewidth=0.7, alpha=0.7, linestyle="-.")
         ax.plot(k, u["bound"][i], color=col, linestyle="--", linewidth=1.0)
@@ -153,8 +184,8 @@ def theorem7_figure(result: Mapping[str, Any], label: str = "", size=(13.0, 5.4)
     ax.set_yscale("log")
     ax.set_xlabel("number of samples k")
     ax.set_ylabel(r"$|L_{k+1}(w) - L_k(w)|$ (nats)")
-    ax.set_title("(a) along the top eigenvector u", fontsize=9)
-    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=2)
+    ax.set_title("(a) along the top eigenvector u")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0))
 
     ax = axes[1]
     n_viol = 0
@@ -176,7 +207,6 @@ def theorem7_figure(result: Mapping[str, Any], label: str = "", size=(13.0, 5.4)
         f"(b) held in {100 * s['held_fraction']:.3f}% of {s['n_comparisons']:,} comparisons\n"
         f"M = {result['M']:.3g}, L = {result['loss_max']:.3g}; without M term: "
         f"{100 * s['held_fraction_no_curvature']:.1f}%",
-        fontsize=8.5,
     )
     ax.text(
         0.98,
@@ -185,9 +215,8 @@ def theorem7_figure(result: Mapping[str, Any], label: str = "", size=(13.0, 5.4)
         transform=ax.transAxes,
         ha="right",
         color=VIOLATION if n_viol else "0.2",
-        fontsize=8,
     )
-    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=2)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0))
 
     ax = axes[2]
     tay = result["taylor"]
@@ -216,19 +245,19 @@ def theorem7_figure(result: Mapping[str, Any], label: str = "", size=(13.0, 5.4)
     ax.set_yscale("log")
     ax.set_xlabel(r"$|t| = \|w - w^*\|_2$")
     ax.set_ylabel(r"$|L_n - Q_n| / (t^2 |C_n| / 2)$")
-    ax.set_title(f"(c) Taylor model of $L_k$, k = n = {result['n_samples']} (dotted: break)", fontsize=8.5)
-    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=2)
-    fig.suptitle(f"Theorem 7 off $w^*$ - {label}", fontsize=9.5)
+    ax.set_title(f"(c) Taylor model of $L_k$, k = n = {result['n_samples']} (dotted: break)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    fig.suptitle(wrap_lines(f"Theorem 7 off $w^*$\n{label}"))
     return fig
 
 
-def fig12_figure(result: Mapping[str, Any], label: str = "", size=(11.5, 5.0)) -> Figure:
+def fig12_figure(result: Mapping[str, Any], label: str = "", size=(5.8, 8.6)) -> Figure:
     """Figure 12: (a) ``||grad L_k(w*)||`` and ``||grad L_{k-1}(w*)||`` against ``k`` (log-log) with
     the fit; (b) the minimiser shift ``||w*_k - w*_{k+1}||`` against ``k``."""
     a1 = result["assumption1"]
     pal = sns.color_palette("deep")
     k = np.asarray(a1["k"], dtype=float)
-    fig, axes = plt.subplots(1, 2, figsize=size, layout="constrained", width_ratios=[1.35, 1])
+    fig, axes = plt.subplots(2, 1, figsize=size, layout="constrained", height_ratios=[1.3, 1])
     ax = axes[0]
     ax.fill_between(
         k, a1["grad_norm_k_q10"], a1["grad_norm_k_q90"], color=pal[0], alpha=0.18, label="10-90% over orderings"
@@ -277,7 +306,7 @@ def fig12_figure(result: Mapping[str, Any], label: str = "", size=(11.5, 5.0)) -
     ax.set_xlabel("number of samples k")
     ax.set_ylabel("gradient norm (nats per unit parameter)")
     ax.set_title(f"(a) Assumption 1 asks for 0; {a1['n_orderings']} orderings of n = {result['n_samples']}", fontsize=9)
-    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=3)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=2)
 
     ax = axes[1]
     sh = result["minimiser_shift"]
@@ -306,6 +335,6 @@ def fig12_figure(result: Mapping[str, Any], label: str = "", size=(11.5, 5.0)) -
         f"(b) minimiser shift: {sh['steps']} GD steps, lr = {sh['lr']:.2g} = {result['settings']['shift_lr_scale']:g}/M",
         fontsize=8.5,
     )
-    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.14))
-    fig.suptitle(f"Figure 12 (Assumption 1) - {label}", fontsize=9.5)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=2)
+    fig.suptitle(wrap_lines(f"Figure 12 (Assumption 1)\n{label}", 95), fontsize=9)
     return fig

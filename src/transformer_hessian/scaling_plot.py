@@ -7,6 +7,7 @@ but what it draws (no torch).
 from __future__ import annotations
 
 import os
+import textwrap
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,7 +16,7 @@ import numpy as np
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from .plotting import DATASET_NAMES, _as_mapping
+from .plotting import COMPACT_RC, DATASET_NAMES, GROUP_COLOURS, _as_mapping
 
 #: Marker, fit line style and legend text of the two sweep directions.
 _MARKER = {"width": "o", "depth": "s"}
@@ -78,8 +79,11 @@ def _plain_ticks(ax) -> None:
     for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
         axis.set_major_formatter(fmt)
         short = lo > 0 and hi / lo < 100
-        axis.set_minor_locator(LogLocator(subs=(2, 5) if hi / max(lo, 1e-300) > 5 else (2, 3, 4, 5, 6, 7, 8, 9)))
+        axis.set_minor_locator(LogLocator(subs=(2, 5) if hi / max(lo, 1e-300) > 5 else (2, 3, 5, 7)))
         axis.set_minor_formatter(fmt if short else NullFormatter())
+
+
+_BELOW = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.2), "frameon": False, "ncols": 1}
 
 
 def _draw_fit(ax, fit: Mapping[str, Any] | None, colour, label: str, linestyle="-") -> None:
@@ -98,18 +102,25 @@ def _draw_fit(ax, fit: Mapping[str, Any] | None, colour, label: str, linestyle="
         ax.fill_between(P, fit["band_lo"], fit["band_hi"], color=colour, alpha=0.15, linewidth=0)
 
 
-def scaling_figure(result: Mapping[str, Any] | str | os.PathLike[str], size=(13.0, 8.2)) -> Figure:
+def scaling_figure(result: Mapping[str, Any] | str | os.PathLike[str], size=(6.0, 11.0)) -> Figure:
     """Six panels: (a) binned D_k curves with the tolerance and measured k*, (b) -slope with its
     bootstrap 95% interval, (c) prefactor, (d) measured (filled) and fitted (open) k*, (e) top Hessian
     eigenvalue, (f) spectral norms of block 0's diagonal Hessian blocks; (b)-(f) against the parameter
     count on log-log axes, (b)-(e) with the power-law fits of the result (one colour per data-set size)."""
+    with plt.rc_context(COMPACT_RC):
+        return _scaling_figure(result, size)
+
+
+def _scaling_figure(result, size) -> Figure:
     res = _as_mapping(result)
     models, fits = res["models"], res["fits"]
     sizes = list(dict.fromkeys(m["train_size"] for m in models))
     colours = dict(zip(sizes, sns.color_palette("deep", max(3, len(sizes)))))
     styles = dict(zip(sizes, ["-", "--", ":", "-."] * 4))
-    fig, axes = plt.subplots(2, 3, figsize=size, layout="constrained")
-    (ax_d, ax_s, ax_a), (ax_k, ax_l, ax_b) = axes
+    # Three rows of two panels, 6 in wide (printed at the paper's text width, no text below 6 pt);
+    # every legend sits under its panel, outside the data.
+    fig, axes = plt.subplots(3, 2, figsize=size, layout="constrained")
+    (ax_d, ax_s), (ax_a, ax_k), (ax_l, ax_b) = axes
     tol = res["settings"]["tolerance"]
 
     # (a) D_k curves: colour by parameter count, line style by data-set size
@@ -140,7 +151,7 @@ def scaling_figure(result: Mapping[str, Any] | str | os.PathLike[str], size=(13.
         ylabel=r"$D_k = |L_{k+1}(w^*) - L_k(w^*)|$ (nats)",
         title="(a) D_k, median in log-spaced bins of k",
     )
-    ax_d.legend(fontsize=6, loc="lower left", frameon=True, framealpha=0.85, edgecolor="0.8")
+    ax_d.legend(fontsize=6.5, **_BELOW)
 
     def scatter(ax, key, err=None, filled=True, fit=True, prefix=""):
         for size in sizes:
@@ -203,7 +214,7 @@ def scaling_figure(result: Mapping[str, Any] | str | os.PathLike[str], size=(13.
                 plt.Line2D([], [], color="0.4", marker="o", markerfacecolor="white", linestyle="none", markersize=5),
             ]
             labels += ["k* measured on the mean D_k", "k* of the fitted prefactor k^slope"]
-        ax.legend(handles, labels, fontsize=6.5, loc="best", frameon=True, framealpha=0.85, edgecolor="0.8")
+        ax.legend(handles, labels, fontsize=6.5, **_BELOW)
 
     # (f) spectral norms of the diagonal blocks of block 0's dense Hessian, one line per sweep direction
     dense = [m for m in res["rows"] if m.get("block_diag_spectral")]
@@ -217,7 +228,7 @@ def scaling_figure(result: Mapping[str, Any] | str | os.PathLike[str], size=(13.
                         ax_b.plot(
                             [m["n_parameters"] for m in sel],
                             [m["block_diag_spectral"][g] for m in sel],
-                            color=palette[i],
+                            color=GROUP_COLOURS.get(g, palette[i]),
                             marker=_MARKER[series],
                             markersize=4,
                             linewidth=1.0,
@@ -228,11 +239,7 @@ def scaling_figure(result: Mapping[str, Any] | str | os.PathLike[str], size=(13.
         ax_b.set(xscale="log", yscale="log")
         ax_b.legend(
             fontsize=6.5,
-            loc="best",
-            frameon=True,
-            framealpha=0.85,
-            edgecolor="0.8",
-            ncol=2,
+            **{**_BELOW, "ncols": 3},
             title="not formed (too large): " + ", ".join(skipped) if skipped else None,
             title_fontsize=6,
         )
@@ -254,5 +261,5 @@ def scaling_figure(result: Mapping[str, Any] | str | os.PathLike[str], size=(13.
     )
     for ax in (ax_s, ax_a, ax_k, ax_l, ax_b) if dense else (ax_s, ax_a, ax_k, ax_l):
         _plain_ticks(ax)
-    fig.suptitle(sweep_title(res), fontsize=9)
+    fig.suptitle("\n".join(textwrap.fill(line, 100) for line in sweep_title(res).splitlines()), fontsize=7)
     return fig

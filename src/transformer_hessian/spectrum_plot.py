@@ -17,6 +17,8 @@ import numpy as np
 import seaborn as sns
 from matplotlib.figure import Figure
 
+from .plotting.style import COMPACT_RC, wrap_lines
+
 __all__ = ["spectrum_figure", "spectrum_table"]
 
 _LABELS = {"W_Q": "$W_Q$", "W_K": "$W_K$", "W_V": "$W_V$", "W_1": "$W_1$", "W_2": "$W_2$"}
@@ -48,52 +50,60 @@ def spectrum_table(result: Mapping[str, Any]):
 
 
 def spectrum_figure(result: Mapping[str, Any], label: str = "", size: tuple[float, float] | None = None) -> Figure:
-    """The four panels described in the module docstring; ``label`` names data set and model."""
+    """The four panels described in the module docstring; ``label`` names data set and model.
+
+    6 in wide whatever the depth (printed at the paper's text width, no text below 6 pt): (a) and
+    (b) show every block and the whole model side by side (so a one-block model is not one lone
+    point), (d) one heat map per block, four a row."""
+    with plt.rc_context(COMPACT_RC):
+        return _spectrum_figure(result, label, size)
+
+
+def _spectrum_figure(result: Mapping[str, Any], label: str, size) -> Figure:
     blocks = result["blocks"]
     nb = len(blocks)
     groups = list(result["groups"])
-    size = size or (max(12.5, 2.3 * nb + 1.5), 8.4)
+    per_row = min(nb, 4)
+    d_rows = -(-nb // per_row)
+    size = size or (6.0, 3.0 + 2.0 * d_rows)
     fig = plt.figure(figsize=size, layout="constrained")
-    sub_top, sub_bot = fig.subfigures(2, 1, height_ratios=[1.15, 1.0])
+    sub_top, sub_bot = fig.subfigures(2, 1, height_ratios=[2.6, 2.0 * d_rows])
     ax_top, ax_tr, ax_den = sub_top.subplots(1, 3)
-    x = np.arange(nb)
+    x = np.arange(nb + 1)  # the blocks, then the whole model
+    names = [f"block {b['block']}" for b in blocks] + ["whole\nmodel"]
     pal = sns.color_palette("viridis", nb)
+    whole = result["whole_model"]
 
-    # (a) top Ritz values per block, whole model's largest
+    # (a) top Ritz values per block and of the whole model
     k = len(blocks[0]["top"]["eigenvalues"])
-    for i, b in enumerate(blocks):
-        ev = np.asarray(b["top"]["eigenvalues"])
+    for i, e in enumerate([*blocks, whole]):
+        ev = np.asarray(e["top"]["eigenvalues"])
         ax_top.scatter(
-            np.full(len(ev) - 1, i), ev[1:], s=14, color="0.55", zorder=2, label="2nd..k-th" if i == 0 else None
+            np.full(len(ev) - 1, i), ev[1:], s=10, color="0.55", zorder=2, label="2nd..k-th" if i == 0 else None
         )
-        ax_top.scatter([i], ev[:1], s=40, color="C0", zorder=3, label=r"$\lambda_{\max}$ of block" if i == 0 else None)
-    lam = result["whole_model"]["top"]["eigenvalues"][0]
-    ax_top.axhline(lam, color="C3", ls="--", lw=1.2, label=rf"whole model $\lambda_{{\max}}$ = {lam:.3g}")
+        ax_top.scatter(
+            [i], ev[:1], s=28, color="C0" if i < nb else "C3", zorder=3, label=r"$\lambda_{\max}$" if i == 0 else None
+        )
+    vals = np.abs([v for e in [*blocks, whole] for v in e["top"]["eigenvalues"]])
     # symmetric log scale: the whole model's lambda_max can be far above the blocks'
-    vals = np.abs([v for b in blocks for v in b["top"]["eigenvalues"]] + [lam])
     ax_top.set_yscale("symlog", linthresh=max(float(np.max(vals)) * 1e-3, 1e-300))
-    ax_top.set(
-        xticks=x,
-        xlabel="transformer block",
-        ylabel="Hessian eigenvalue (Ritz value, symlog)",
-        title=f"(a) top-{k} eigenvalues of each block's\nfive-group Hessian (Lanczos)",
-    )
-    ax_top.legend(fontsize=7, loc="best")
+    ax_top.set_xticks(x, names, rotation=90 if nb > 2 else 0)
+    ax_top.set_xlim(-0.6, nb + 0.6)
+    ax_top.set(ylabel="Ritz value (symlog)", title=f"(a) top-{k} eigenvalues")
+    ax_top.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3 if nb > 2 else -0.22), ncols=1)
 
     # (b) Hutchinson traces with 2 standard errors
-    tr = np.array([b["trace"]["mean"] for b in blocks])
-    se = np.array([b["trace"]["stderr"] for b in blocks])
-    ax_tr.errorbar(x, tr, yerr=2 * se, fmt="o", color="C0", capsize=3, label="block (±2 s.e.)")
+    tr = np.array([b["trace"]["mean"] for b in blocks] + [whole["trace"]["mean"]])
+    se = np.array([b["trace"]["stderr"] for b in blocks] + [whole["trace"]["stderr"]])
+    ax_tr.errorbar(x[:nb], tr[:nb], yerr=2 * se[:nb], fmt="o", color="C0", capsize=3, ms=4)
+    ax_tr.errorbar(x[nb:], tr[nb:], yerr=2 * se[nb:], fmt="o", color="C3", capsize=3, ms=4)
     ax_tr.axhline(0, color="0.7", lw=0.8)
-    w = result["whole_model"]["trace"]
+    ax_tr.set_xticks(x, names, rotation=90 if nb > 2 else 0)
+    ax_tr.set_xlim(-0.6, nb + 0.6)
     ax_tr.set(
-        xticks=x,
-        xlabel="transformer block",
-        ylabel="tr(H) estimate",
-        title=f"(b) Hutchinson trace ({blocks[0]['trace']['n_probes']} Rademacher probes)\n"
-        f"whole model: {w['mean']:.3g} ± {w['stderr']:.2g} (1 s.e.)",
+        ylabel="tr(H) estimate (±2 s.e.)",
+        title=f"(b) Hutchinson trace\n({blocks[0]['trace']['n_probes']} Rademacher probes)",
     )
-    ax_tr.legend(fontsize=7)
 
     # (c) SLQ densities, log y, on one grid and one broadening for all blocks
     with_density = [b for b in blocks if b.get("density")]
@@ -101,48 +111,38 @@ def spectrum_figure(result: Mapping[str, Any], label: str = "", size: tuple[floa
         peak = max(float(np.max(b["density"]["density"])) for b in with_density)
         for i, b in enumerate(with_density):
             rho = np.maximum(np.asarray(b["density"]["density"]), peak * 1e-9)
-            ax_den.plot(b["density"]["grid"], rho, color=pal[i], lw=1.2, label=f"block {b['block']}")
+            ax_den.plot(b["density"]["grid"], rho, color=pal[i], lw=1.0, label=f"block {b['block']}")
         ax_den.set_yscale("log")
         ax_den.set_ylim(peak * 1e-7, peak * 3)
+        ax_den.xaxis.set_major_locator(plt.MaxNLocator(3))
     n_slq = len(blocks[0]["density"]["nodes"]) if blocks[0].get("density") else 0
     ax_den.set(
-        xlabel="eigenvalue",
-        ylabel="spectral density",
-        title=f"(c) SLQ spectral density per block ({n_slq} probes,\nGaussian broadening; log scale)",
+        xlabel="eigenvalue", ylabel="spectral density (log)", title=f"(c) SLQ density\n({n_slq} probes, broadened)"
     )
-    ax_den.legend(fontsize=7, ncol=2 if nb > 4 else 1)
+    if nb > 1:
+        ax_den.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncols=2)
 
     # (d) block-pair norms, one colour scale
     N = np.array([b["pair_norms"] for b in blocks])
     logN = np.log10(np.where(N > 0, N, np.nan))
     vmin, vmax = np.nanmin(logN), np.nanmax(logN)
-    axes = np.atleast_1d(sub_bot.subplots(1, nb))
+    grid = np.atleast_2d(sub_bot.subplots(d_rows, per_row, squeeze=False))
+    axes = grid.ravel()
     ticks = [_LABELS.get(g, g) for g in groups]
     for i, ax in enumerate(axes):
+        if i >= nb:
+            ax.axis("off")
+            continue
         im = ax.imshow(logN[i], cmap="magma", vmin=vmin, vmax=vmax)
-        ax.set_xticks(range(len(groups)), ticks, fontsize=7)
-        ax.set_yticks(range(len(groups)), ticks if i == 0 else [], fontsize=7)
-        ax.set_title(f"block {blocks[i]['block']}", fontsize=9)
-        if nb <= 4:
-            for a in range(len(groups)):
-                for c in range(len(groups)):
-                    ax.text(
-                        c,
-                        a,
-                        f"{N[i, a, c]:.2g}",
-                        ha="center",
-                        va="center",
-                        fontsize=6,
-                        color="white" if logN[i, a, c] < (vmin + vmax) / 2 else "black",
-                    )
-    sub_bot.colorbar(im, ax=list(axes), label=r"$\log_{10}\|H_{ab}\|_2$", shrink=0.9)
-    sub_bot.suptitle(
-        r"(d) block-pair spectral norms $\|H_{ab}\|_2$ (rows a, columns b; Lanczos on $H_{ab}^\top H_{ab}$)",
-        fontsize=10,
-    )
+        ax.set_xticks(range(len(groups)), ticks)
+        ax.set_yticks(range(len(groups)), ticks if i % per_row == 0 else [])
+        ax.set_title(f"block {blocks[i]['block']}")
+        # no values in the cells: they overlapped at print size; the spectrum table has them
+    sub_bot.colorbar(im, ax=list(axes[:nb]), label=r"$\log_{10}\|H_{ab}\|_2$", shrink=0.9)
+    sub_bot.suptitle(r"(d) block-pair spectral norms $\|H_{ab}\|_2$ (rows a, columns b)", fontsize=8)
     fig.suptitle(
-        f"Matrix-free Hessian spectrum of the cross-entropy on one batch of {result['batch_size']} "
-        f"training samples\n{label}",
-        fontsize=11,
+        wrap_lines(
+            f"Matrix-free Hessian spectrum, cross-entropy on one batch of {result['batch_size']} training samples\n{label}"
+        ),
     )
     return fig

@@ -29,7 +29,9 @@ from .landscape import landscape_curve, landscape_figure, slope_label
 from .norms import norms_figure
 from .save import publish, save_figure
 from .style import (
+    COMPACT_RC,
     DATASET_NAMES,
+    GROUP_COLOURS,
     GROUP_LABELS,
     HEATMAP_CMAP,
     HEATMAP_QUANTILES,
@@ -42,7 +44,9 @@ from .style import (
 )
 
 __all__ = [
+    "COMPACT_RC",
     "DATASET_NAMES",
+    "GROUP_COLOURS",
     "GROUP_LABELS",
     "HEATMAP_CMAP",
     "HEATMAP_QUANTILES",

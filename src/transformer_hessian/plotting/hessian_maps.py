@@ -118,7 +118,7 @@ def hessian_heatmap(
     """Draw log10 |H| on ``ax``: block separators, the paper's block labels, a colour bar.
 
     * Exact zeros are masked and drawn in ``zero_colour``, which is not in the colour map;
-      the colour bar carries a swatch "exact 0" with their share of the entries.
+      a swatch below the map gives their share of the entries ("no exact zeros" when there are none).
     * Entries below ``vmin`` / above ``vmax`` take the end colours (the colour bar shows
       arrows at both ends); the image's colour limits are ``(vmin, vmax)``.
     * Block separators are black lines on a white halo, visible on the darkest and on the
@@ -158,23 +158,22 @@ def hessian_heatmap(
     if colorbar:
         cbar = ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.03, extend="both")
         cbar.set_label(r"$\log_{10} |H_{ij}|$ (clipped to the colour range)")
-        if zeros.any():
-            from matplotlib.patches import Patch
+        # The share of exact zeros is always printed below the map (the caption promises it).
+        from matplotlib.patches import Patch
 
-            ax.legend(
-                handles=[
-                    Patch(
-                        facecolor=zero_colour,
-                        edgecolor="0.3",
-                        label=f"exact 0 ({100 * zero_fraction(H):.1f}% of entries)",
-                    )
-                ],
-                loc="upper center",
-                bbox_to_anchor=(0.5, -0.06),
-                frameon=False,
-                handlelength=1.2,
-                borderaxespad=0.0,
-            )
+        share = (
+            f"exact 0 ({100 * zero_fraction(H):.1f}% of entries)"
+            if zeros.any()
+            else f"no exact zeros (0 of {H.size:,} entries)"
+        )
+        ax.legend(
+            handles=[Patch(facecolor=zero_colour if zeros.any() else "none", edgecolor="0.3", label=share)],
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.06),
+            frameon=False,
+            handlelength=1.2,
+            borderaxespad=0.0,
+        )
     return image
 
 

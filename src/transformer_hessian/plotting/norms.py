@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from .. import GROUPS
 from .hessian_maps import _log_abs, shared_log_range
 from .inputs import as_mapping as _as_mapping
-from .style import GROUP_LABELS, HEATMAP_CMAP, STAGE_COLOURS
+from .style import COMPACT_RC, GROUP_LABELS, HEATMAP_CMAP, STAGE_COLOURS, wrap_lines
 
 __all__ = ["norms_figure"]
 
@@ -80,11 +80,23 @@ def norms_figure(
     trained = _as_mapping(norms_trained)
     _check_norms(init, "init")
     _check_norms(trained, "trained")
-    stages = {"init": init, "trained": trained}
 
-    fig = plt.figure(figsize=(10.0, 8.0), layout="constrained")
-    if title:
-        fig.suptitle(title, fontsize=10)
+    with plt.rc_context(COMPACT_RC):
+        return _norms_figure(init, trained, title)
+
+
+def _short_sci(v: float) -> str:
+    """``9.7e-1``: two significant digits, no ``+`` or leading zero in the exponent (fits a cell)."""
+    mantissa, exponent = f"{v:.1e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def _norms_figure(init, trained, title) -> Figure:
+    stages = {"init": init, "trained": trained}
+    # 6 in wide: printed at the paper's text width no text falls below 6 pt (plotting.print_check).
+    fig = plt.figure(figsize=(6.0, 6.8), layout="constrained")
+    if title:  # wrapped: a line wider than the figure would widen the saved file and shrink every font
+        fig.suptitle(wrap_lines(title, 105), fontsize=8)
     axd = fig.subplot_mosaic([["legend", "legend"], ["a", "b"], ["c", "d"]], height_ratios=[0.07, 1.0, 1.0])
     colours, hatches, weight_series, block_series = {}, {}, {}, {}
     for norm, hatch in (("spectral", ""), ("fro", "//")):
@@ -115,7 +127,7 @@ def norms_figure(
     for key, stage in (("c", "init"), ("d", "trained")):
         ax = axd[key]
         mat = spec[stage]
-        annot = np.array([[f"{v:.1e}" for v in row] for row in mat])
+        annot = np.array([[_short_sci(v) for v in row] for row in mat])
         sns.heatmap(
             np.clip(_log_abs(np.nan_to_num(mat)), vmin, vmax),
             ax=ax,
@@ -124,7 +136,7 @@ def norms_figure(
             cmap=HEATMAP_CMAP,
             annot=annot,
             fmt="",
-            annot_kws={"fontsize": 6.5},
+            annot_kws={"fontsize": 6.6},
             square=True,
             xticklabels=labels,
             yticklabels=labels,

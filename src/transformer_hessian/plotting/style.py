@@ -11,7 +11,9 @@ import seaborn as sns
 
 __all__ = [
     "DATASET_NAMES",
+    "GROUP_COLOURS",
     "GROUP_LABELS",
+    "COMPACT_RC",
     "HEATMAP_CMAP",
     "HEATMAP_QUANTILES",
     "STAGE_COLOURS",
@@ -20,6 +22,7 @@ __all__ = [
     "contrast_ratio",
     "dataset_model_label",
     "set_theme",
+    "wrap_lines",
 ]
 
 GROUP_LABELS = {"W_Q": "$W_Q$", "W_K": "$W_K$", "W_V": "$W_V$", "W_1": "$W_1$", "W_2": "$W_2$"}
@@ -38,6 +41,35 @@ DATASET_NAMES = {"digits": "8x8 digits (scikit-learn)", "mnist": "MNIST", "cifar
 
 #: Colour map of the log-magnitude heatmaps.
 HEATMAP_CMAP = "rocket"
+
+#: One colour per parameter group of a block (Figures 7-11, the bounds and scaling figures): Paul
+#: Tol's "muted" scheme, nine colours that stay distinct under the common colour-vision deficiencies
+#: (https://personal.sron.nl/~pault/). Matrix groups and LayerNorm groups also differ in line style.
+GROUP_COLOURS = {
+    "W_Q": "#332288",  # indigo
+    "W_K": "#88CCEE",  # cyan
+    "W_V": "#44AA99",  # teal
+    "W_1": "#117733",  # green
+    "W_2": "#999933",  # olive
+    "gamma1": "#DDCC77",  # sand
+    "beta1": "#CC6677",  # rose
+    "gamma2": "#882255",  # wine
+    "beta2": "#AA4499",  # purple
+}
+
+#: Font sizes of the many-panel figures, drawn about 6 in wide so that, printed at the paper's
+#: 5.5-in text width (``plotting.print_check``), no text falls below 6 pt. Use as
+#: ``with plt.rc_context(COMPACT_RC):`` around the drawing (fonts are fixed when a text is made).
+COMPACT_RC = {
+    "axes.titlesize": 8,
+    "axes.labelsize": 7.5,
+    "xtick.labelsize": 7,
+    "ytick.labelsize": 7,
+    "legend.fontsize": 7,
+    "legend.title_fontsize": 7,
+    "figure.titlesize": 8.5,
+    "font.size": 7.5,
+}
 
 #: Colour of each training stage in the bar charts.
 STAGE_COLOURS = {"init": "#4C72B0", "trained": "#DD8452"}
@@ -104,3 +136,11 @@ def dataset_model_label(metrics: Mapping[str, Any], stands_in_for: str | None = 
     tokens = (int(m["image_size"]) // int(m["patch_size"])) ** 2
     blocks = f"{m['depth']} block" + ("s" if int(m["depth"]) != 1 else "")
     return f"{name}{sep}ViT, {blocks}, {tokens} tokens, d={m['width']}, d_K={m['d_k']}, d_ff={m['d_ff']}"
+
+
+def wrap_lines(text: str, width: int = 100) -> str:
+    """``text`` with every line wrapped at ``width`` characters: a title line wider than its figure
+    widens the saved file, so printing it at the text width would shrink every font."""
+    import textwrap
+
+    return "\n".join(textwrap.fill(line, width) for line in text.splitlines())

@@ -61,7 +61,8 @@ FIGURES: list[Figure] = [
         caption="Figure 2. Transformer architecture of the experiments, drawn from the sizes of the "
         "models that ran: a post-norm ViT (patch embedding, N x [Self-Attention, Add, "
         "LayerNorm, FeedForward, Add, LayerNorm], mean over tokens, linear head). Left: the "
-        "model of Figures 3-5 ({hessian_data}); right: the model of Figure 6 ({landscape_data}).",
+        "model of Figures 3-5 ({hessian_data}); right: the model of Figure 6 ({landscape_data}); one "
+        "panel, titled with both experiments, when they use the same model.",
         shows="the post-norm ViT of both experiments with the sizes that ran",
         functions="`architecture_diagram.architecture_figure`, `architecture_diagram.draw_architecture`",
     ),

@@ -1,0 +1,411 @@
+"""Every figure of the registry, drawn by its helper on small inputs, is readable in print.
+
+Each figure is drawn the way its notebook draws it (same helper, same title text), on inputs
+built here: synthetic arrays, or the pipeline's own computations on tiny models (probe,
+bounds, spectrum). :func:`transformer_hessian.plotting.print_check.text_problems` then fails a
+figure on text that overlaps other text (tick labels included), on fonts that print below
+6 pt when the saved figure is scaled to the paper's text width (NeurIPS, 5.5 in) and on a
+legend inside an axes that covers data points. A figure added to the registry without a
+builder here fails ``test_every_registry_figure_is_covered``.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from matplotlib.text import Text  # noqa: E402
+
+from transformer_hessian import GROUPS, plotting, probe_plots, registry, scaling, scaling_plot  # noqa: E402
+from transformer_hessian.plotting.print_check import (  # noqa: E402
+    MIN_FONT_PT,
+    PRINT_WIDTH_IN,
+    printed_scale,
+    printed_texts,
+    text_problems,
+)
+
+# A small block layout of Figures 3-5: d = 4, d_K = 2, d_ff = 8.
+SHAPES = np.array([[4, 2], [4, 2], [4, 4], [4, 8], [8, 4]])
+OFFSETS = np.concatenate([[0], np.cumsum(SHAPES.prod(axis=1))])
+
+
+def _metrics(dataset="digits", depth=1, width=4, d_k=2, d_ff=8, image=8, patch=4, classes=10):
+    model = {
+        "image_size": image,
+        "channels": 1,
+        "num_classes": classes,
+        "patch_size": patch,
+        "width": width,
+        "depth": depth,
+        "d_k": d_k,
+        "d_ff": d_ff,
+    }
+    return {"dataset": dataset, "epochs": 2, "final": {"val_acc": 0.8}, "model": model, "n_parameters": 1234}
+
+
+def _hessian(seed, scale=1.0, zeros=True):
+    rng = np.random.default_rng(seed)
+    P = int(OFFSETS[-1])
+    a = rng.standard_normal((P, P)) * 10.0 ** rng.uniform(-9, 0, size=(P, P))
+    h = scale * (a + a.T)
+    if zeros:
+        h[:3, :] = h[:, :3] = 0.0
+    return {"H": h, "offsets": OFFSETS, "names": list(GROUPS)}
+
+
+def _norms(h, stage, seed):
+    rng = np.random.default_rng(seed)
+    blocks = []
+    for i, row in enumerate(GROUPS):
+        for j, col in enumerate(GROUPS):
+            b = h[OFFSETS[i] : OFFSETS[i + 1], OFFSETS[j] : OFFSETS[j + 1]]
+            blocks.append(
+                {
+                    "row": row,
+                    "col": col,
+                    "fro": float(np.linalg.norm(b)),
+                    "spectral": float(np.linalg.norm(b, 2)),
+                    "max_abs": float(np.abs(b).max()),
+                }
+            )
+    weights = {g: {"spectral": float(rng.uniform(0.5, 3)), "fro": float(rng.uniform(2, 9))} for g in GROUPS}
+    return {"stage": stage, "blocks": blocks, "weights": weights, "batch_size": 64}
+
+
+# ----------------------------------------------------------------------------- builders
+
+
+def build_fig2():
+    from transformer_hessian.architecture_diagram import architecture_figure
+
+    hess, land = _metrics(), _metrics(depth=2, width=8, d_k=8, d_ff=32)
+    out = []
+    for pair in ((hess, land), (hess, hess)):  # two models, and one model used by both experiments
+        panels = [
+            (
+                "Hessian experiment (Figs. 3-5)\n"
+                + plotting.dataset_model_label(pair[0], "MNIST", sep="\n").splitlines()[0],
+                pair[0]["model"],
+            ),
+            (
+                "Loss-landscape experiment (Fig. 6)\n"
+                + plotting.dataset_model_label(pair[1], "CIFAR-100", sep="\n").splitlines()[0],
+                pair[1]["model"],
+            ),
+        ]
+        out.append(architecture_figure(panels))
+    return out
+
+
+def _heatmaps(which):
+    out = []
+    for zeros in (True, False):  # with exact zeros and without (the caption's share either way)
+        init, trained = _hessian(0, zeros=zeros), _hessian(1, 30.0, zeros=zeros)
+        vmin, vmax = plotting.robust_log_range(init["H"], trained["H"])
+        label = plotting.dataset_model_label(_metrics(), "MNIST", sep="\n")
+        shown = init if which == "fig3" else trained
+        what = "Hessian at initialisation" if which == "fig3" else "Hessian after training"
+        out.append(plotting.hessian_figure(shown, vmin, vmax, title=f"{what}\n{label}"))
+    return out
+
+
+def build_fig5():
+    init, trained = _norms(_hessian(0)["H"], "init", 3), _norms(_hessian(1, 30.0)["H"], "trained", 4)
+    label = plotting.dataset_model_label(_metrics(), "MNIST")
+    return [plotting.norms_figure(init, trained, title=f"{label}; one batch of 64 training images")]
+
+
+def build_fig6():
+    from transformer_hessian.landscape import analyse_landscape
+
+    losses = np.random.default_rng(0).exponential(size=3000)
+    out = []
+    for batch in (None, 32):
+        kw = {"granularity": "batch", "batch_size": batch} if batch else {}
+        res = analyse_landscape(losses, n_orderings=10, seed=0, n_bootstrap=50, **kw)
+        curve = plotting.landscape_curve(res)
+        label = plotting.dataset_model_label(_metrics(depth=2), "CIFAR-100", sep="\n")
+        out.append(plotting.landscape_figure(res, title=f"{label}\n{curve['label']}"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def probe_result():
+    from transformer_hessian import probe
+    from transformer_hessian.model import ModelConfig, ViT
+    from transformer_hessian.settings import Probe
+
+    def tiny(seed, n):
+        torch.manual_seed(seed)
+        cfg = ModelConfig(image_size=4, channels=1, num_classes=3, patch_size=2, width=3, depth=2, d_k=2, d_ff=4)
+        model = ViT(cfg).double()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(1.5)
+        return model, torch.randn(n, 1, 4, 4, dtype=torch.float64), torch.randint(0, 3, (n,))
+
+    model, x, y = tiny(11, 60)
+    init, _, _ = tiny(12, 1)
+    s = {
+        "max_samples": 50,
+        "n_orderings": 6,
+        "n_random_directions": 2,
+        "n_t": 4,
+        "n_t_linear": 0,
+        "lanczos_iters": 8,
+        "hessian_samples": 20,
+        "curvature_samples": 4,
+        "k_small": 3,
+        "n_bootstrap": 20,
+        "shift_ks": [2, 8, 32],
+        "shift_steps": 2,
+        "shift_orderings": 2,
+    }
+    result = probe.run_probe(model, x, y, Probe.with_defaults(s), init_model=init)
+    return dict(result, dataset="digits")
+
+
+def _probe(fn):
+    def build(probe_result):
+        label = probe_plots.run_label(probe_result, _metrics(depth=2, width=3, d_k=2, d_ff=4))
+        return [fn(probe_result, label)]
+
+    return build
+
+
+def _dynamics(fig_id):
+    def build():
+        from transformer_hessian.dynamics_plot import dynamics_figure
+        from transformer_hessian.hessian_groups import ALL_GROUPS
+
+        d, dk, dff = 8, 8, 16
+        steps, heat = np.arange(0, 101, 10), (0, 10, 100)
+        rng = np.random.default_rng(0)
+        shapes = {"W_Q": (d, dk), "W_K": (d, dk), "W_V": (d, d), "W_1": (d, dff), "W_2": (dff, d)}
+        n, k = len(steps), len(heat)
+        data = {
+            "steps": steps,
+            "heat_steps": np.array(heat),
+            "names": list(ALL_GROUPS),
+            # norms between 1.7 and 4.7 (under a decade, as on MNIST)
+            "weight_norms": rng.uniform(1.7, 4.7, (n, 2, 9)),
+            "hessian_norms": 10.0 ** rng.uniform(-6, 0, (n, 3, 9, 9)),
+        }
+        for g in ALL_GROUPS:
+            data[f"weights_{g}"] = rng.standard_normal((n, *shapes.get(g, (d,)))).astype(np.float32)
+        for g, s in shapes.items():
+            p = s[0] * s[1]
+            data[f"hdiag_{g}"] = rng.standard_normal((k, p, p)).astype(np.float32)
+        data["hdiag_LN"] = rng.standard_normal((k, 4 * d, 4 * d)).astype(np.float32)
+        data["hdiag_LN"][:, 0, :] = 0.0
+        summary = {
+            "steps": [int(s) for s in steps],
+            "batch_size": 128,
+            "dataset": "mnist",
+            "model": {"depth": 1, "width": d, "d_ff": dff, "patch_size": 7},
+        }
+        return [dynamics_figure(fig_id, data, summary)]
+
+    return build
+
+
+def _bounds_result(seed):
+    from transformer_hessian.bounds.pipeline import evaluate_bounds, spectral_norm
+    from transformer_hessian.hessian import block_norms, group_layout, hessian_vmap
+    from transformer_hessian.model import ModelConfig, ViT
+
+    torch.manual_seed(seed)
+    cfg = ModelConfig(image_size=8, channels=1, num_classes=4, patch_size=4, width=4, depth=1, d_k=3, d_ff=6)
+    model = ViT(cfg).double()
+    images = torch.randn(5, 1, 8, 8, dtype=torch.float64)
+    labels = torch.randint(0, 4, (5,))
+    H = hessian_vmap(model, 0, images, labels)
+    names, _, off = group_layout(model, 0)
+    norms = {"blocks": block_norms(H.numpy(), off, names), "total_spectral": spectral_norm(H, symmetric=True)}
+    res = evaluate_bounds(model, images, labels, norms, n_samples=2, delta=1e-6)
+    return dict(res, dataset="digits", width=4, d_k=3, d_ff=6, tokens=4)
+
+
+def build_bounds():
+    from transformer_hessian.bounds.plot import bounds_figure
+
+    return [bounds_figure({"init": _bounds_result(3), "trained": _bounds_result(4)})]
+
+
+def build_scaling():
+    from transformer_hessian.config import validate_config
+    from transformer_hessian.settings import Scaling
+
+    base = {
+        "enabled": True,
+        "dataset": "mnist",
+        "patch_size": 7,
+        "widths": [8, 16, 32, 64],
+        "depths": [1, 2, 4],
+        "fixed_width": 16,
+        "fixed_depth": 1,
+        "train_sizes": [1000, None],
+    }
+    import copy
+    from pathlib import Path
+
+    import yaml
+
+    cfg = copy.deepcopy(yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "config.yaml").read_text()))
+    cfg["scaling"] = base
+    s = Scaling.from_dict(validate_config(cfg)["scaling"])
+    rng = np.random.default_rng(0)
+    results = []
+    groups = ["W_Q", "W_K", "W_V", "W_1", "W_2", "gamma1", "beta1", "gamma2", "beta2"]
+    for p in scaling.sweep_models(s):
+        P = 100 * p["width"] ** 2 * p["depth"]
+        slope, pref = -rng.uniform(0.8, 1.1), rng.uniform(0.5, 3) * P**-0.2
+        k_star = scaling.k_star_fitted(pref, slope, s.tolerance)
+        k = np.geomspace(10, 5000, 20)
+        r = {
+            **p,
+            "n_parameters": P,
+            "n_train": 1000 if p["train_size"] else 60000,
+            "final": {"val_acc": 0.9},
+            "curve": {
+                "slope": slope,
+                "slope_ci95": [slope - 0.05, slope + 0.05],
+                "prefactor": pref,
+                "k_star_measured": k_star,
+                "k_star_fitted": k_star,
+                "D_binned_k": k.tolist(),
+                "D_binned": (pref * k**slope).tolist(),
+            },
+            "top_eigenvalue": 10.0 * P**0.3,
+            "block_norms": None,
+        }
+        if P < 30000:
+            norms = np.diag(np.arange(1.0, 10.0)) * P**0.5
+            r["block_norms"] = {"groups": groups, "spectral": norms.tolist(), "fro": norms.tolist()}
+        results.append(r)
+    return [scaling_plot.scaling_figure(scaling.aggregate(results, s))]
+
+
+def build_spectrum():
+    from transformer_hessian.model import ModelConfig, ViT
+    from transformer_hessian.settings import Spectrum
+    from transformer_hessian.spectrum import run_spectrum
+
+    out = []
+    for depth in (1, 3):
+        torch.manual_seed(depth)
+        cfg = ModelConfig(image_size=4, channels=1, num_classes=3, patch_size=2, width=3, depth=depth, d_k=2, d_ff=4)
+        model = ViT(cfg).double()
+        x, y = torch.randn(6, 1, 4, 4, dtype=torch.float64), torch.randint(0, 3, (6,))
+        s = {"lanczos_steps": 30, "n_probes": 4, "slq_probes": 2, "pair_steps": 9, "n_eigenvalues": 3}
+        result = dict(run_spectrum(model, x, y, Spectrum.with_defaults(s)), dataset="digits")
+        label = probe_plots.run_label(result, _metrics(depth=depth, width=3, d_k=2, d_ff=4))
+        from transformer_hessian.spectrum_plot import spectrum_figure
+
+        out.append(spectrum_figure(result, label))
+    return out
+
+
+BUILDERS = {
+    "fig2": build_fig2,
+    "fig3": lambda: _heatmaps("fig3"),
+    "fig4": lambda: _heatmaps("fig4"),
+    "fig5": build_fig5,
+    "fig6": build_fig6,
+    "fig1": _probe(probe_plots.fig1_figure),
+    "theorem7": _probe(probe_plots.theorem7_figure),
+    "fig12": _probe(probe_plots.fig12_figure),
+    **{f"fig{n}": _dynamics(f"fig{n}") for n in range(7, 12)},
+    "bounds": build_bounds,
+    "scaling": build_scaling,
+    "spectrum": build_spectrum,
+}
+NEEDS_PROBE = {"fig1", "theorem7", "fig12"}
+
+
+@pytest.fixture(autouse=True)
+def _theme():
+    plotting.set_theme()
+    yield
+    plt.close("all")
+
+
+def test_every_registry_figure_is_covered():
+    assert set(BUILDERS) == {fig.id for fig in registry.FIGURES}
+
+
+#: Figures that still fail the check on these inputs (issue 18, part D, not finished): the reason
+#: is the check's own message when run; remove an id once its figure passes (strict: a pass fails).
+UNFINISHED = {
+    "scaling": "saved 7.8 in wide on the synthetic sweep (legends under the panels): fonts print at 4.6-5.6 pt",
+}
+
+
+@pytest.mark.parametrize(
+    "fig_id",
+    [
+        pytest.param(fig.id, marks=pytest.mark.xfail(reason=UNFINISHED[fig.id], strict=True))
+        if fig.id in UNFINISHED
+        else fig.id
+        for fig in registry.FIGURES
+    ],
+)
+def test_figure_text_is_readable_in_print(fig_id, request):
+    build = BUILDERS[fig_id]
+    figs = build(request.getfixturevalue("probe_result")) if fig_id in NEEDS_PROBE else build()
+    problems = []
+    for i, fig in enumerate(figs):
+        problems += [f"{fig_id} (variant {i}): {p}" for p in text_problems(fig)]
+        assert printed_texts(fig), f"{fig_id}: no text found"
+    assert not problems, "\n".join(problems)
+
+
+# ----------------------------------------------------------------------------- the check itself
+
+
+def test_check_finds_overlap_small_fonts_and_covering_legends():
+    fig, ax = plt.subplots(figsize=(PRINT_WIDTH_IN, 3))
+    ax.text(0.5, 0.5, "first text", transform=ax.transAxes)
+    ax.text(0.52, 0.5, "second text", transform=ax.transAxes)
+    problems = text_problems(fig)
+    assert any("overlaps" in p and "first text" in p for p in problems)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(2 * PRINT_WIDTH_IN, 3))  # printed at half size
+    ax.set_title("nine points", fontsize=9)
+    problems = text_problems(fig)
+    assert printed_scale(fig) < 0.7  # the tight box crops some margin
+    assert any("'nine points'" in p and "< 6.0 pt" in p for p in problems)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(PRINT_WIDTH_IN, 3))
+    x = np.linspace(0, 1, 200)
+    ax.plot(x, np.full_like(x, 0.5), label="a line through the middle")
+    ax.legend(loc="center")
+    assert any("covers" in p for p in text_problems(fig))
+    assert not [p for p in text_problems(fig, legends=False) if "covers" in p]
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(PRINT_WIDTH_IN, 3))
+    ax.plot(x, x, label="rising")
+    ax.legend(loc="upper left")
+    ax.set_title("clean", fontsize=MIN_FONT_PT + 2)
+    assert text_problems(fig) == []
+    texts = {t.string for t in printed_texts(fig)}
+    assert {"clean", "rising", "0.0", "1.0"} <= texts
+    assert all(isinstance(t.text, Text) for t in printed_texts(fig))
+    plt.close(fig)
+
+
+def test_crowded_tick_labels_are_found():
+    fig, ax = plt.subplots(figsize=(1.5, 1.5))
+    ax.set_xticks(np.arange(30), [f"label {i}" for i in range(30)])
+    problems = text_problems(fig)
+    assert any("'label 1'" in p and "overlaps" in p for p in problems)
+    plt.close(fig)
