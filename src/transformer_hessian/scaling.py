@@ -168,7 +168,7 @@ def dk_curve(losses: Any, scaling: Scaling) -> dict[str, Any]:
 
 
 def block_p9(spec: dict) -> int:
-    """Parameters of block 0 over the nine groups: ``d (2 d_K + d + 2 d_ff) + 4 d``."""
+    """Parameters of one block over the nine groups (every block has the same count): ``d (2 d_K + d + 2 d_ff) + 4 d``."""
     m = spec["model"]
     d = m["width"]
     return d * (2 * m["d_k"] + d + 2 * m["d_ff"]) + 4 * d

@@ -105,7 +105,7 @@ def _draw_fit(ax, fit: Mapping[str, Any] | None, colour, label: str, linestyle="
 def scaling_figure(result: Mapping[str, Any] | str | os.PathLike[str], size=(6.0, 11.0)) -> Figure:
     """Six panels: (a) binned D_k curves with the tolerance and measured k*, (b) -slope with its
     bootstrap 95% interval, (c) prefactor, (d) measured (filled) and fitted (open) k*, (e) top Hessian
-    eigenvalue, (f) spectral norms of block 0's diagonal Hessian blocks; (b)-(f) against the parameter
+    eigenvalue, (f) spectral norms of the last block's diagonal Hessian blocks; (b)-(f) against the parameter
     count on log-log axes, (b)-(e) with the power-law fits of the result (one colour per data-set size)."""
     with plt.rc_context(COMPACT_RC):
         return _scaling_figure(result, size)
@@ -216,7 +216,7 @@ def _scaling_figure(result, size) -> Figure:
             labels += ["k* measured on the mean D_k", "k* of the fitted prefactor k^slope"]
         ax.legend(handles, labels, fontsize=6.5, **_BELOW)
 
-    # (f) spectral norms of the diagonal blocks of block 0's dense Hessian, one line per sweep direction
+    # (f) spectral norms of the diagonal blocks of the last block's Hessian (closed form), one line per sweep direction
     dense = [m for m in res["rows"] if m.get("block_diag_spectral")]
     palette = sns.color_palette("deep")
     if dense:
@@ -257,7 +257,7 @@ def _scaling_figure(result, size) -> Figure:
     ax_b.set(
         xlabel="parameters P",
         ylabel="spectral norm of the diagonal Hessian block",
-        title="(f) block 0's diagonal Hessian blocks at $w^*$",
+        title="(f) last block's diagonal Hessian blocks at $w^*$",
     )
     for ax in (ax_s, ax_a, ax_k, ax_l, ax_b) if dense else (ax_s, ax_a, ax_k, ax_l):
         _plain_ticks(ax)

@@ -261,7 +261,7 @@ FIGURES: list[Figure] = [
         "Theorem 7's 1/k rate), (c) its prefactor, (d) the sample size k*: measured = smallest k from which "
         "the mean D_k stays at or below the tolerance (filled), fitted = smallest k with prefactor * k^slope "
         "at or below it (open), (e) the top Hessian eigenvalue of the training loss at w* (Lanczos), "
-        "(f) the largest spectral norm of the diagonal blocks of block 0's dense Hessian (where it is "
+        "(f) the largest spectral norm of the diagonal blocks of the last block's Hessian (where it is "
         "formed), each against the parameter count P on log axes, with fitted power laws a P^b "
         "(exponent b in the legend) and their pairs-bootstrap 95% bands over models.",
         shows="D_k curves, D_k slope and prefactor, sample size k* and top Hessian eigenvalue against the parameter count, with fitted power laws",
