@@ -343,8 +343,6 @@ def test_every_registry_figure_is_covered():
 #: Figures that still fail the check on these inputs (issue 18, part D, not finished): the reason
 #: is the check's own message when run; remove an id once its figure passes (strict: a pass fails).
 UNFINISHED = {
-    "fig11": "tick labels of the 8 x 16 entry maps and the norm panels' labels overlapped; fixed after the "
-    "last run of this test, not re-run (not strict)",
     "scaling": "saved 7.8 in wide on the synthetic sweep (legends under the panels): fonts print at 4.6-5.6 pt",
 }
 
@@ -352,7 +350,7 @@ UNFINISHED = {
 @pytest.mark.parametrize(
     "fig_id",
     [
-        pytest.param(fig.id, marks=pytest.mark.xfail(reason=UNFINISHED[fig.id], strict=fig.id != "fig11"))
+        pytest.param(fig.id, marks=pytest.mark.xfail(reason=UNFINISHED[fig.id], strict=True))
         if fig.id in UNFINISHED
         else fig.id
         for fig in registry.FIGURES
