@@ -137,8 +137,8 @@ def _entries_row(sub, data, groups, heat_idx, steps):
                 interpolation="nearest",
                 aspect="equal" if m.shape[0] == m.shape[1] else "auto",
             )
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.xaxis.set_major_locator(MaxNLocator(4, integer=True))
+            ax.yaxis.set_major_locator(MaxNLocator(4, integer=True))
             name = "W_2ᵀ" if g == "W_2" else LABELS[g]
             ax.set_title(f"{name}, step {steps[i]}")
             ax.set_xlabel("column")
@@ -267,7 +267,7 @@ def _norms_row(sub, data, groups):
         labels,
         loc="center left",
         title="group h (thick: h = g)",
-        ncols=2,
+        ncols=1 if ncols == 4 else 2,  # four panels a row leave a narrow slot
         frameon=False,
         handlelength=1.8,
         columnspacing=0.8,
@@ -299,7 +299,7 @@ def _dynamics_figure(fig_id: str, data: Mapping[str, Any], summary: Mapping[str,
     for sub, h, hspace in zip(subs, heights, (0.75, 0.75, 0.95)):
         sub.subplots_adjust(left=0.13, right=0.86, bottom=0.5 / h, top=1 - 0.32 / h, wspace=0.45, hspace=hspace)
     subs[0].subplots_adjust(top=1 - (0.32 + title_in) / heights[0])
-    subs[2].subplots_adjust(right=0.98, wspace=0.55)
+    subs[2].subplots_adjust(right=0.98, wspace=0.55 if len(groups) + 2 != 4 else 0.8)
     _entries_row(subs[0], data, groups, heat_idx, steps)
     _hessian_row(subs[1], data, groups, summary)
     _norms_row(subs[2], data, groups)
