@@ -126,6 +126,8 @@ def _spectrum_figure(result: Mapping[str, Any], label: str, size) -> Figure:
     N = np.array([b["pair_norms"] for b in blocks])
     logN = np.log10(np.where(N > 0, N, np.nan))
     vmin, vmax = np.nanmin(logN), np.nanmax(logN)
+    if nb <= 2:  # one or two maps: on the left, not stretched over (or adrift in) the whole width
+        sub_bot = sub_bot.subfigures(1, 2, width_ratios=[nb + 1, 4 - nb])[0]
     grid = np.atleast_2d(sub_bot.subplots(d_rows, per_row, squeeze=False))
     axes = grid.ravel()
     ticks = [_LABELS.get(g, g) for g in groups]
