@@ -128,6 +128,10 @@ def run(root, cluster, tmp_path_factory):
             "--slurm-init-seconds-before-status-checks",
             "5",
             "--slurm-keep-successful-logs",
+            # the private cluster's node has os.cpu_count() CPUs; train, dynamics and spectrum ask
+            # for 4 threads (cpus_per_task), which would stay pending (PartitionConfig) on 2
+            "--max-threads",
+            str(os.cpu_count() or 1),
         ],
         capture_output=True,
         text=True,
