@@ -19,6 +19,10 @@ from snakemake.utils import min_version, validate
 
 min_version("9.0")
 
+# PATH is read and extended above (the venv's bin first), and jobs need it.
+envvars:
+    "PATH",
+
 
 # The embedded default; a --configfile on the command line replaces it (not merged into it).
 if not workflow.overwrite_configfiles:

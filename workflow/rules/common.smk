@@ -82,3 +82,9 @@ def spec_file(wildcards):
     return settings_file(f"spec_{wildcards.exp}", experiment(wildcards.exp))
 
 from transformer_hessian.registry import rule_specs as registry_rule_specs  # noqa: E402
+
+
+def report_table_caption(stem):
+    """The report caption of table ``stem``: its own page where one exists, else the generic one."""
+    caption = f"{workflow.basedir}/workflow/report/table_{stem}.rst"
+    return f"../report/table_{stem}.rst" if os.path.exists(caption) else "../report/table_page.rst"

@@ -3,11 +3,6 @@
 # paper/tables/ as HTML, the config and the provenance. Computation: transformer_hessian.report_pages.
 
 
-def _table_caption(stem):
-    caption = f"{workflow.basedir}/workflow/report/table_{stem}.rst"
-    return f"../report/table_{stem}.rst" if os.path.exists(caption) else "../report/table_page.rst"
-
-
 rule report_pages:
     input:
         claims=rules.claims.output.json,
@@ -17,7 +12,7 @@ rule report_pages:
         claims=report("results/report/claims.html", caption="../report/claims.rst", category="1 Claims"),
         first_page="results/report/claims_summary.html",
         tables=[
-            report(f"results/report/tables/{t}.html", caption=_table_caption(t), category="3 Tables", labels={"table": t})
+            report(f"results/report/tables/{t}.html", caption=report_table_caption(t), category="3 Tables", labels={"table": t})
             for t in ALL_TABLES
         ],
         config=report("results/report/config.html", caption="../report/config.rst", category="4 Config and provenance"),
