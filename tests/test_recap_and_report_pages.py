@@ -127,6 +127,6 @@ def test_runguard_names_a_target_taken_for_a_config_file(tmp_path, capsys):
     assert missing_configfiles(["--configfile", str(cfg), "all", "--cores", "2"]) == ["all"]
     assert missing_configfiles(["--configfile", str(cfg), "--", "all"]) == []
     assert missing_configfiles(["all", "--configfile", str(cfg)]) == []
-    assert main(["snakemake", "--directory", str(tmp_path), "--configfile", str(cfg), "claims"]) == 2
+    assert main(["snakemake", "--directory", str(tmp_path), "--configfile", str(cfg), "claims"]) == 1
     err = capsys.readouterr().err
-    assert "'claims'" in err and "put targets before --configfile" in err
+    assert "'claims' does not exist" in err and "put targets before --configfile" in err

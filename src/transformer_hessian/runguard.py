@@ -101,12 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     missing = missing_configfiles(argv)
     if missing:
         print(
-            f"runguard: no config file {', '.join(map(repr, missing))}: snakemake reads every word after "
-            "--configfile as a config file; put targets before --configfile, or end its files with -- "
-            "(--configfile config/paper.yaml -- TARGET)",
+            f"transformer-hessian: config file {', '.join(map(repr, missing))} does not exist: snakemake reads "
+            "every word after --configfile as a config file; if it is a target, put targets before "
+            "--configfile, or end its files with -- (--configfile config/paper.yaml -- TARGET)",
             file=sys.stderr,
         )
-        return 2
+        return 1
     # snakemake reads (and expands the aliases of) every --configfile before the Snakefile's own
     # checks run: a missing, binary or non-UTF-8 file would end in its traceback, an alias bomb would
     # hang it. The project's loader (linear in the file's size) reads them first.
