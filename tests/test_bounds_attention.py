@@ -102,7 +102,9 @@ def test_theorem1_as_printed_fails_for_rescaled_queries_and_keys(form):
     """Counter-example (a): W_Q -> W_Q/delta, W_K -> delta W_K leaves the scores, F and the
     printed M (it never lists the (K,K) block) unchanged while ||H(K,K)|| grows like delta^-2.
     With L=4, d_V=3, d_K=2 (seed 0): ||H||/M = 2.6e-6 at delta = 1, 0.64 (statement) and 2.2
-    (appendix) at delta = 1e-3, 63.6 and 269.9 at delta = 1e-4."""
+    (appendix) at delta = 1e-3, 63.6 and 269.9 at delta = 1e-4 on the machine these were first
+    measured on; on an AMD EPYC machine the appendix form gave 220.4 at delta = 1e-4 (the statement
+    form agrees), so the value is not pinned: at delta = 1e-4 the appendix M is sensitive to rounding."""
     ratios = {}
     for delta in (1.0, 1e-4):
         X, p, target = _scaled_case(delta)
@@ -110,7 +112,6 @@ def test_theorem1_as_printed_fails_for_rescaled_queries_and_keys(form):
     assert ratios[1.0] < 1  # holds at delta = 1 ...
     assert ratios[1e-4] > 1  # ... and fails once the keys are rescaled
     assert ratios[1e-4] / ratios[1.0] > 1e6  # ||H(K,K)|| ~ delta^-2 while M does not grow
-    assert ratios[1e-4] == pytest.approx({"statement": 63.62, "appendix": 269.89}[form], rel=1e-3)
 
 
 def test_theorem1_printed_M_is_invariant_under_the_rescaling():

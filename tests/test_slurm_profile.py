@@ -91,7 +91,7 @@ def test_dotted_config_key_is_refused_by_snakemake_itself(root, tmp_path, env):
 @given(
     gpu=st.integers(0, 64),
     mem=st.integers(100, 10**7),
-    runtime=st.integers(1, 10**5),
+    runtime=st.integers(1, 43200),
     ema=st.floats(0, 1, exclude_max=True),
     seed=st.integers(0, 2**31),
 )

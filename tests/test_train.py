@@ -1,4 +1,5 @@
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -91,11 +92,44 @@ def test_changed_settings_start_afresh(tmp_path):
     assert m["final"]["val_loss"] == pytest.approx(fresh["final"]["val_loss"], abs=0)
 
 
-def test_non_finite_loss_names_epoch_and_step(tmp_path, env):
-    spec = tiny_spec(epochs=2, lr=1e30)
+_NAN_LOSS = """
+import torch
+import torch.nn.functional as F
+
+_ce = F.cross_entropy
+
+
+def _nan_after_two(*args, _n=[0], **kwargs):
+    _n[0] += 1
+    loss = _ce(*args, **kwargs)
+    return loss * float("nan") if _n[0] > 2 else loss
+
+
+F.cross_entropy = _nan_after_two
+"""
+
+
+def test_non_finite_loss_names_epoch_and_step(tmp_path, env, monkeypatch):
+    # The schema refuses a learning rate that would diverge (lr <= 100), so the loss is made
+    # non-finite from the third step on: in this process by patching F.cross_entropy, in the CLI's
+    # process by a sitecustomize module on its PYTHONPATH doing the same.
+    spec = tiny_spec(epochs=2)
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_NAN_LOSS)
+    ce, calls = torch.nn.functional.cross_entropy, [0]
+
+    def nan_after_two(*args, **kwargs):
+        calls[0] += 1
+        loss = ce(*args, **kwargs)
+        return loss * float("nan") if calls[0] > 2 else loss
+
+    monkeypatch.setattr(torch.nn.functional, "cross_entropy", nan_after_two)
     with pytest.raises(TrainingError, match=r"non-finite loss .* at epoch \d+, step \d+"):
         train("tiny", spec, tmp_path / "data", tmp_path / "run", device="cpu")
-    proc = _cli_train(tmp_path / "cli", spec, env)
+    monkeypatch.undo()
+    pythonpath = os.pathsep.join(p for p in (str(hook), env.get("PYTHONPATH", "")) if p)
+    proc = _cli_train(tmp_path / "cli", spec, env, {"PYTHONPATH": pythonpath})
     assert proc.returncode == 1
     assert "non-finite loss" in proc.stderr and "Traceback" not in proc.stderr
 
