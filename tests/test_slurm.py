@@ -140,6 +140,7 @@ def run(root, cluster, tmp_path_factory):
     )
     # the same file as test_workflow.py's `run` writes: its reused tests read it
     (work / "run_output.txt").write_text(proc.stdout + proc.stderr)
+    (work / "run_stdout.txt").write_text(proc.stdout)  # the recap check reads stdout alone
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     print(f"\nworkflow on SLURM: {time.monotonic() - t0:.1f} s")
     return work
