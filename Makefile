@@ -37,8 +37,9 @@ reproduce: setup
 # The paper's MNIST half (config/paper_mnist.yaml) on MNIST files you already have, offline:
 # DATA is a folder with the four files (decompressed or .gz; torchvision's MNIST/raw/ is found too).
 # SNAKEMAKE_ARGS (targets, -n, ...) go before --config, which would take them as config entries.
-DATA ?= ../shared/data/mnist
+DATA ?=
 reproduce-mnist: setup
+	@test -n "$(DATA)" || { echo "reproduce-mnist: set DATA to the folder with the four MNIST files, e.g. make reproduce-mnist DATA=~/data/mnist"; exit 2; }
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m transformer_hessian.runguard $(BIN)/snakemake --cores all \
 		$(SNAKEMAKE_ARGS) --workflow-profile $(CURDIR)/workflow/profiles/default --rerun-incomplete \
 		--configfile config/paper_mnist.yaml --config "data={local: '$(DATA)'}"
