@@ -10,6 +10,7 @@ parameter subsets; the tolerance is 1e-10 relative in the Frobenius norm.
 from __future__ import annotations
 
 import warnings
+from unittest import mock
 
 import pytest
 import torch
@@ -306,3 +307,94 @@ def test_readme_example_runs(root):
     assert H.shape == (sum(p.numel() for p in layer.parameters()),) * 2
     R = reference_hessian(layer, x, y, loss="cross_entropy", head=head, is_causal=True)
     assert rel_err(H, R) <= TOL
+
+
+@st.composite
+def paper_kind_problems(draw):
+    """A layer of the paper's kind (1 head, no biases outside the LayerNorms, post-norm, ReLU,
+    no mask, cross-entropy through a head) with every LayerNorm variant torch allows."""
+    seed = draw(st.integers(0, 10**6))
+    d, d_ff = draw(st.integers(2, 6)), draw(st.integers(2, 9))
+    T, B, C = draw(st.integers(1, 5)), draw(st.integers(1, 4)), draw(st.integers(2, 4))
+    ln_kind = draw(st.sampled_from(["weight", "weight+bias", "none"]))
+    eps = draw(st.sampled_from([1e-5, 1e-2, 0.3]))
+    wrap = draw(st.booleans())
+    torch.manual_seed(seed)
+    layer = nn.TransformerEncoderLayer(
+        d, 1, d_ff, dropout=0.0, batch_first=True, bias=False, layer_norm_eps=eps, dtype=DT
+    )
+    for nm in ("norm1", "norm2"):
+        if ln_kind != "weight":
+            setattr(
+                layer,
+                nm,
+                nn.LayerNorm(d, eps=eps, elementwise_affine=ln_kind != "none", bias=ln_kind == "weight+bias", dtype=DT),
+            )
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.add_(0.4 * torch.randn_like(p))
+    model = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False) if wrap else layer
+    model.eval()
+    head = nn.Linear(d, C, bias=draw(st.booleans()), dtype=DT)
+    x = torch.randn(B, T, d, dtype=DT)
+    y = torch.randint(0, C, (B,))
+    names = list(dict(model.named_parameters()))
+    subset = draw(st.lists(st.sampled_from(names), min_size=1, max_size=len(names), unique=True))
+    return model, head, x, y, subset
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(paper_kind_problems())
+def test_paper_kind_fast_path_matches_autograd(prob):
+    """The paper's kind of layer goes through the factored closed form pulled back through
+    (W_v, W_o) -> W_v^T W_o^T, and equals reverse-over-reverse autograd on any parameter subset."""
+    from transformer_hessian.encoder import paper_kind
+
+    model, head, x, y, subset = prob
+    calls = []
+    real = paper_kind.paper_kind_hessian
+    with mock.patch.object(paper_kind, "paper_kind_hessian", lambda *a: calls.append(1) or real(*a)):
+        for params in (None, subset):
+            H = exact_hessian(model, x, y, loss="cross_entropy", head=head, params=params)
+            R = reference_hessian(model, x, y, loss="cross_entropy", head=head, params=params)
+            assert rel_err(H, R) <= TOL
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["mask", "head_param", "two_heads", "eps", "mse", "gelu", "norm_first", "ffn_bias"],
+)
+def test_paper_kind_only_when_eligible(monkeypatch, change):
+    """Anything outside the paper's kind takes the general sweep, and is still exact."""
+    from transformer_hessian.encoder import paper_kind
+
+    torch.manual_seed(1)
+    d, T, B = 4, 3, 2
+    kw = dict(dropout=0.0, batch_first=True, bias=False, dtype=DT)
+    if change == "two_heads":
+        layer = nn.TransformerEncoderLayer(d, 2, 6, **kw)
+    elif change in ("gelu", "norm_first"):
+        layer = nn.TransformerEncoderLayer(
+            d, 1, 6, activation="gelu" if change == "gelu" else "relu", norm_first=change == "norm_first", **kw
+        )
+    else:
+        layer = nn.TransformerEncoderLayer(d, 1, 6, **kw)
+    if change == "eps":
+        layer.norm2 = nn.LayerNorm(d, eps=1e-3, bias=False, dtype=DT)
+    if change == "ffn_bias":
+        layer.linear1 = nn.Linear(d, 6, dtype=DT)
+    layer.eval()
+    head = nn.Linear(d, 3, dtype=DT)
+    x = torch.randn(B, T, d, dtype=DT)
+    y = torch.randint(0, 3, (B,))
+    args = dict(loss="cross_entropy", head=head)
+    if change == "mask":
+        args["mask"] = torch.zeros(T, T, dtype=DT)
+    if change == "head_param":
+        args["params"] = ["linear1.weight", "head.weight"]
+    if change == "mse":
+        args, y = dict(loss="mse"), torch.randn_like(x)
+    monkeypatch.setattr(paper_kind, "paper_kind_hessian", lambda *a: pytest.fail("fast path taken"))
+    H = exact_hessian(layer, x, y, **args)
+    assert rel_err(H, reference_hessian(layer, x, y, **args)) <= TOL

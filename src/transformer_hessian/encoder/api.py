@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
+from . import paper_kind
 from .graph import chunk_hessian
 from .ops import Hess, Slot
 
@@ -195,6 +196,7 @@ def exact_hessian(
     is_causal=False,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     tangent_block: int = DEFAULT_TANGENT_BLOCK,
+    fast_path: bool = True,
 ) -> torch.Tensor:
     """Dense (P, P) Hessian of the loss of a torch Transformer encoder w.r.t. ``params``.
 
@@ -208,7 +210,10 @@ def exact_hessian(
     flattened parameters; dtype and device of ``inputs``. Exact (no autograd): the second-order
     chain rule carried through every operation (docs/theory.md, "Curvature propagation").
     ``chunk_bytes`` bounds the tangent memory of one chunk of samples; ``tangent_block`` is the
-    number of tangents (rows of H) carried through one sweep.
+    number of tangents (rows of H) carried through one sweep. A layer of the paper's kind (one
+    post-norm ReLU layer, one head, no biases outside the LayerNorms, no mask, cross-entropy
+    through a head, only the layer's parameters asked for) goes through the factored closed form
+    of the paper's block (:mod:`.paper_kind`) unless ``fast_path=False``.
     """
     layers, kinds, final_norm = _layers(model)
     d = layers[0].self_attn.embed_dim
@@ -239,6 +244,11 @@ def exact_hessian(
         mask=_additive_mask(mask, is_causal, T, dtype, device),
         count=inputs.numel() if loss == "mse" else B,
     )
+    if fast_path and paper_kind.eligible(layers, kinds, final_norm, spec, names):
+        prefix = "layers.0." if isinstance(model, nn.TransformerEncoder) else ""
+        with torch.no_grad():
+            local = [n[len(prefix) :] for n in names]
+            return paper_kind.paper_kind_hessian(layers[0], inputs.detach(), targets.to(device), head, local)
     d_ff = max(m.linear1.out_features for m in layers)
     blocks = tangent_blocks(names, named, cols, tangent_block)
     Pb = max(r.stop - r.start for r, _ in blocks) if blocks else 0

@@ -49,10 +49,28 @@ def _model_parts(model, images: torch.Tensor, labels: torch.Tensor, block: int, 
     with torch.no_grad():
         blk = model.blocks[block]
         X = model.block_input(images, block).detach()
-        p = _prep(blk.theory_params())
-        eps = blk.eps
-        Wh = model.head.weight.detach()
         bh = model.head.bias.detach() if model.head.bias is not None else None
+        return token_loss_parts(
+            X, _prep(blk.theory_params()), blk.eps, model.head.weight.detach(), bh, labels, split=split, ln=ln
+        )
+
+
+def token_loss_parts(
+    X: torch.Tensor,
+    p: dict,
+    eps: float,
+    Wh: torch.Tensor,
+    bh: torch.Tensor | None,
+    labels: torch.Tensor,
+    *,
+    split: bool = False,
+    ln: bool = False,
+):
+    """The closed form of :func:`_model_parts` from the block's input tokens ``X`` (B, L, d), its
+    detached parameters ``p`` (:func:`.layout.detached_block_params`), LayerNorm ``eps`` and the
+    head (``Wh`` (C, d), ``bh`` or None): the loss is the batch mean of cross-entropy on
+    ``Wh mean_t(Z_t) + bh``. Same return values as :func:`_model_parts`."""
+    with torch.no_grad():
         Bn, L, d = X.shape
         f = _token_factors(X, p, eps, all_groups=False)
         logits = f.Z.mean(1) @ Wh.T
