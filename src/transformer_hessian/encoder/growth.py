@@ -307,7 +307,7 @@ def growth_markdown(result: dict) -> str:
         if "error" in r:
             lines.append(
                 f"| {r['d']} | {r['nhead']} | {r['T']} | {r['layers']} | {r.get('P', '-')} | {r['N']} | "
-                f"error: {r['error']} |" + " |" * 7
+                f"error: {r['error']} |" + " |" * 6
             )
             continue
         lines.append(
