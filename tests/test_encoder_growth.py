@@ -84,6 +84,7 @@ def test_fits_and_table_writer():
         "fits": f,
         "gemm_start": {"n": 256, "threads": 2, "gflops_median": 10.0, "gflops_best": 12.0},
         "gemm_end": {"error": "timeout after 1 s"},
+        "gemm_peak_gflops": 10.0,
         "largest": {"d": 8, "nhead": 2, "T": 3, "B": 2, "layers": 1, "P": 768},
         "load_average_start": [1.0, 2.0, 3.0],
         "load_average_end": [4.0, 5.0, 6.0],
@@ -96,6 +97,7 @@ def test_fits_and_table_writer():
     assert "error: timeout after 5 s" in md
     assert "at start 1.00, 2.00, 3.00, at end 4.00, 5.00, 6.00" in md
     assert "median 10.00 GFLOP/s" in md and "at end: timeout after 1 s" in md
+    assert "Fractions use the larger median, 10.00 GFLOP/s." in md
     # the largest case's line: 16 GFLOP in 16 s = 1 GFLOP/s = 10 % of 10 GFLOP/s
     assert "16.00 GFLOP counted in 16.00 s = 1.000 GFLOP/s, 10.0% of the measured gemm peak" in md
     assert "not elementwise work" in md
@@ -137,6 +139,10 @@ def test_tiny_real_sweep_in_process(tmp_path):
         assert r["P"] == sum(p.numel() for p in model.parameters())
         assert r["median_s"] > 0 and r["flops"] > 0 and 0 < r["frac_of_gemm_peak"]
         assert r["threads"] == torch.get_num_threads()
+    peak = max(res["gemm_start"]["gflops_median"], res["gemm_end"]["gflops_median"])
+    assert res["gemm_peak_gflops"] == peak
+    for r in rows:
+        assert r["frac_of_gemm_peak"] == pytest.approx(r["flops"] / r["median_s"] / 1e9 / peak)
     assert res["fits"]["layers"]["exp_model_8P2"] == pytest.approx(2)  # P doubles with the layers
     assert res["fits"]["d"]["exp_flops"] > 2  # at least P (~ d^2) times the tokens' d^... work
     assert len(res["load_average_start"]) == 3 and len(res["load_average_end"]) == 3
