@@ -529,6 +529,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeats", type=int, default=3, help="timed runs of exact_hessian (the references run once)")
     b.add_argument("--timeout", type=float, default=3600.0, help="seconds per method and shape")
     b.add_argument("--out-dir", default="results/bench", help="folder for encoder_bench.{json,md}")
+    b.add_argument(
+        "--growth",
+        action="store_true",
+        help="instead: exact_hessian's time and memory vs d, nhead, T, layers (encoder_growth.{json,md})",
+    )
+    b.add_argument("--quick", action="store_true", help="with --growth: a seconds-long sweep at toy sizes")
+    b.add_argument("--factors", nargs="+", default=None, help="with --growth: the sweeps to run (d nhead T layers)")
     s.set_defaults(func=cmd_bench)
 
     s = sub.add_parser("bounds", help="Hessian bounds (Theorems 1, 6, Lemma 4) vs measured curvature")

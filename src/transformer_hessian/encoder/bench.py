@@ -261,6 +261,11 @@ def _markdown(rows: list[dict]) -> str:
 
 def cmd_bench_encoder(a) -> None:
     """CLI entry: ``transformer-hessian bench encoder``."""
+    if getattr(a, "growth", False):
+        from .growth import cmd_growth
+
+        cmd_growth(a)
+        return
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     rows = bench_encoder(
         a.shapes, a.methods, batch_size=a.batch_size, repeats=a.repeats, timeout=a.timeout, out_dir=a.out_dir
