@@ -398,3 +398,15 @@ def test_paper_kind_only_when_eligible(monkeypatch, change):
     monkeypatch.setattr(paper_kind, "paper_kind_hessian", lambda *a: pytest.fail("fast path taken"))
     H = exact_hessian(layer, x, y, **args)
     assert rel_err(H, reference_hessian(layer, x, y, **args)) <= TOL
+
+
+@pytest.mark.parametrize("P, tile", [(1, 1), (7, 3), (10, 5), (12, 64)])
+def test_symmetrize_in_place_equals_the_sum(P, tile):
+    """The tiled in-place symmetrisation gives exactly (H + H^T) / 2, for tiles that do and do
+    not divide P."""
+    from transformer_hessian.encoder.api import symmetrize_
+
+    H = torch.randn(P, P, dtype=DT)
+    want = (H + H.T) * 0.5
+    got = symmetrize_(H.clone(), tile=tile)
+    assert torch.equal(got, want)

@@ -162,5 +162,6 @@ def paper_kind_hessian(layer, X: torch.Tensor, labels: torch.Tensor, head, names
         **{k: torch.arange(s.start, s.stop) for k, s in ln_names.items()},
     }
     idx = torch.cat([where[n] for n in names]).to(X.device)
-    out = Ht[idx][:, idx]
-    return (out + out.T).mul_(0.5)
+    from .api import symmetrize_
+
+    return symmetrize_(Ht[idx][:, idx])
