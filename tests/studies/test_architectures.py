@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +15,8 @@ from scipy.spatial.distance import jensenshannon
 from transformer_hessian.config import ConfigError, load_config, validate_config
 from transformer_hessian.studies.architectures import metrics
 from transformer_hessian.studies.architectures.config import architectures, config_errors, encoder_params
+
+CONFIG = Path(__file__).resolve().parents[2] / "config"
 
 # ----------------------------------------------------------------------------- measures
 
@@ -119,17 +122,17 @@ def test_encoder_params_counts_torch_parameters_with_bias():
 
 
 def _config(**arch):
-    c = load_config("config/config.yaml")
+    c = load_config(CONFIG / "config.yaml")
     c = copy.deepcopy(c)
     c["architectures"].update(arch)
     return c
 
 
 def test_default_config_enables_the_study_and_paper_configs_do_not():
-    assert load_config("config/config.yaml")["architectures"]["enabled"] is True
-    for path in ("config/paper.yaml", "config/paper_mnist.yaml"):
+    assert load_config(CONFIG / "config.yaml")["architectures"]["enabled"] is True
+    for path in (CONFIG / "paper.yaml", CONFIG / "paper_mnist.yaml"):
         assert load_config(path)["architectures"]["enabled"] is False
-    names = [a.name for a in architectures(load_config("config/config.yaml")["architectures"])]
+    names = [a.name for a in architectures(load_config(CONFIG / "config.yaml")["architectures"])]
     assert names == ["base", "pre_norm", "heads_4", "gelu", "layers_2"]
 
 

@@ -7,13 +7,13 @@ __all__ = ["add_parser"]
 
 
 def _run(a) -> None:
-    from ...settings import Experiment
+    from ...settings import Architectures, Experiment
     from .step import run_step
 
     run_step(
         spec=Experiment.from_dict(a.spec, f"experiments.{a.experiment}"),
         experiment=a.experiment,
-        section=a.architectures,
+        section=Architectures.from_dict(a.architectures).to_dict(),  # exact keys, the error names one
         data_root=a.data_root,
         out=a.out,
     )

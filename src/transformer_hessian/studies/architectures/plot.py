@@ -30,7 +30,7 @@ def _columns(result: Mapping[str, Any]) -> list[tuple[str, dict, int]]:
     for a in result["architectures"]:
         n = a["arch"]["num_layers"]
         for layer in range(n):
-            out.append((a["name"] if n == 1 else f"{a['name']}\nlayer {layer}", a, layer))
+            out.append((a["name"] if n == 1 else f"{a['name']} L{layer}", a, layer))
     return out
 
 
@@ -100,6 +100,7 @@ def architectures_figure(result: Mapping[str, Any]) -> Figure:
                     v = a[stage]["layer_offdiag"]["energy"]
                     ax.annotate(f"{v:.2f}", (k + (j - 0.5) * 0.38, v), ha="center", va="bottom", fontsize=7)
             ax.set_ylim(0, 1)
+            ax.set_xlim(-0.9, len(stacks) - 0.1)
         else:
             ax.text(0.5, 0.5, "(e) no stack in this run", ha="center", va="center", transform=ax.transAxes)
             ax.set_axis_off()

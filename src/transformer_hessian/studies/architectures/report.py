@@ -26,9 +26,9 @@ _DATA = {"digits": "8x8 digits, stand-in for MNIST", "mnist": "MNIST", "cifar100
 
 
 def _short(name: str, layers: int) -> str:
-    """``L0.W_V`` -> ``V`` for one layer, ``L0.V`` for stacks."""
+    """``L0.W_V`` -> ``V`` (``L0.W_1`` -> ``W1``) for one layer, ``L0.V`` for stacks."""
     layer, kind = name.split(".", 1)
-    kind = kind.replace("W_", "")
+    kind = {"W_1": "W1", "W_2": "W2"}.get(kind, kind.replace("W_", ""))
     return kind if layers == 1 else f"{layer}.{kind}"
 
 
