@@ -188,6 +188,7 @@ def test_disabled_section_is_not_checked():
 # ----------------------------------------------------------------------------- end to end
 
 
+@pytest.mark.slow  # trains three tiny models (about 20 s on 2 quiet cores)
 def test_steps_end_to_end_on_a_tiny_config(tmp_path):
     """run_step on 8x8 digits (a tiny model, 1 epoch, 3 architectures) then report_step: the
     Hessians pass the HVP check against autograd, the verdicts in the claim rows follow the
