@@ -89,7 +89,7 @@ rule summary:
         bounds=expand(rules.bounds.output.json, exp=HEXP, stage=STAGES),
         scaling=rules.scaling.output if config["scaling"]["enabled"] else [],
         spectrum=rules.spectrum_compute.output.json,
-        architectures=rules.architectures_report.output.summary if ARCHITECTURES else [],
+        architectures=[rules.architectures_report.output.summary] if ARCHITECTURES else [],
     output:
         "paper/summary.json",
     params:
