@@ -10,6 +10,7 @@ rule architectures:
     output:
         json=f"results/architectures/{HEXP}/architectures.json",
     params:
+        experiment=HEXP,
         spec=settings_file(f"spec_{HEXP}", experiment(HEXP)),
         architectures=settings_file("architectures", config["architectures"]),
         data_root=lambda w, input: os.path.dirname(os.path.dirname(input.manifest)),
@@ -23,7 +24,7 @@ rule architectures:
     resources:
         **MODEL_RESOURCES,
     shell:
-        "transformer-hessian --threads {threads} architectures run --experiment {HEXP:q} --spec {params.spec:q} "
+        "transformer-hessian --threads {threads} architectures run --experiment {params.experiment:q} --spec {params.spec:q} "
         "--architectures {params.architectures:q} --data-root {params.data_root:q} --out {output.json:q} 2> {log:q}"
 
 
