@@ -121,7 +121,8 @@ def claim_rows(result: Mapping[str, Any], evidence: str) -> list[dict[str, Any]]
                 + "] however the Values-Values block exhibits the highest one.",
                 "source": f"beyond the paper: architecture study ({a['label']}); the paper's Sec. 5, Fig. 4",
                 "rule": "after training, a V-V block has the largest RMS entry ||H_ij||_F/sqrt(n_i n_j) of all block "
-                "pairs of W_Q, W_K, W_V, W_O, W_1, W_2 (per layer for stacks; W_O is torch's out_proj)",
+                "pairs of W_Q, W_K, W_V, W_O, W_1, W_2 (for stacks: of every layer, pairs across layers included; "
+                "W_O is torch's out_proj)",
                 "measured": f"{note}: largest block after training by "
                 + "; by ".join(f"{name} {leaders(field)}" for name, field in measures)
                 + "; verdict by RMS entry",
