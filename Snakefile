@@ -58,6 +58,8 @@ from transformer_hessian.registry import figure_ids, notebook_tables  # noqa: E4
 FIGURES = figure_ids(config)  # the registry's figures (src/transformer_hessian/registry/figures.py) this config switches on
 TABLES = ["block_norms", "run_summary", "closed_form_check"]  # written by the `tables` rule
 ALL_TABLES = TABLES + ["table1", "bounds"] + notebook_tables()  # + Table 1 (rule table1) + tables of figure notebooks
+ARCHITECTURES = config["architectures"]["enabled"]  # the architecture study (beyond the paper)
+ALL_TABLES += ["architectures"] if ARCHITECTURES else []
 
 
 wildcard_constraints:
@@ -81,6 +83,11 @@ include: "workflow/rules/spectrum.smk"
 if config["scaling"]["enabled"]:
 
     include: "workflow/rules/scaling.smk"
+
+
+if ARCHITECTURES:
+
+    include: "workflow/rules/architectures.smk"
 
 
 # Consumers of every rule above (each input is a `rules.<producer>.output`): included last.

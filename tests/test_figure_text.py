@@ -312,6 +312,39 @@ def build_spectrum():
     return out
 
 
+def build_architectures():
+    """The architecture study's figure on a tiny run of its computation (8x8 images, 3 architectures)."""
+    import copy
+    from pathlib import Path
+
+    from transformer_hessian.config import load_config
+    from transformer_hessian.studies.architectures.compute import run_architecture
+    from transformer_hessian.studies.architectures.config import architectures
+    from transformer_hessian.studies.architectures.plot import architectures_figure
+
+    s = copy.deepcopy(load_config(Path(__file__).resolve().parents[1] / "config" / "config.yaml")["architectures"])
+    s.update(d_model=4, dim_feedforward=6, patch_size=4, hessian_batch_size=3)
+    s["train"].update(epochs=1, batch_size=64)
+    s["variants"] = {"heads_2": {"nhead": 2}, "layers_2": {"num_layers": 2}}
+    gen = torch.Generator().manual_seed(0)
+    data = {
+        "train_x": torch.randn(64, 1, 8, 8, generator=gen),
+        "train_y": torch.randint(0, 10, (64,), generator=gen),
+        "val_x": torch.randn(16, 1, 8, 8, generator=gen),
+        "val_y": torch.randint(0, 10, (16,), generator=gen),
+        "image_size": 8,
+        "channels": 1,
+        "num_classes": 10,
+    }
+    batch = (data["train_x"][:3], data["train_y"][:3])
+    result = {
+        "dataset": "digits",
+        "settings": s,
+        "architectures": [run_architecture(a, s, data, batch) for a in architectures(s)],
+    }
+    return [architectures_figure(result)]
+
+
 BUILDERS = {
     "fig2": build_fig2,
     "fig3": lambda: _heatmaps("fig3"),
@@ -325,6 +358,7 @@ BUILDERS = {
     "bounds": build_bounds,
     "scaling": build_scaling,
     "spectrum": build_spectrum,
+    "architectures": build_architectures,
 }
 NEEDS_PROBE = {"fig1", "theorem7", "fig12"}
 

@@ -182,6 +182,7 @@ def cmd_summary(a) -> None:
         claims=a.claims,
         scaling=a.scaling,
         spectrum=a.spectrum,
+        sections=a.section,
     )
 
 
@@ -423,6 +424,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--bounds", nargs="*", default=[], help="results/<exp>/bounds/<stage>.json (bounds rule)")
     s.add_argument("--scaling", default=None, help="results/scaling/scaling.json: adds the key 'scaling'")
     s.add_argument("--spectrum", default=None, help="results/spectrum/<exp>.json (spectrum_compute rule)")
+    s.add_argument(
+        "--section", action="append", default=[], help="NAME=PATH: a study's summary section (JSON), as key NAME"
+    )
     s.add_argument("--out", required=True, help="output JSON (paper/summary.json)")
     s.set_defaults(func=cmd_summary)
 
@@ -584,6 +588,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]; float64 throughout")
     s.add_argument("--out", required=True, help="output JSON (results/spectrum/<exp>.json)")
     s.set_defaults(func=cmd_spectrum)
+    from .studies.architectures.cli import add_parser as add_architectures
+
+    add_architectures(sub, _json_arg, DATA_ROOT_HELP)
     return p
 
 

@@ -506,6 +506,9 @@ def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH, cli_ove
     from .scaling import config_errors as scaling_errors
 
     cross += scaling_errors(config)
+    from .studies.architectures.config import config_errors as architecture_errors
+
+    cross += architecture_errors(config)
     if cross:
         raise ConfigError("invalid configuration:\n" + "\n".join(cross))
     return config

@@ -42,6 +42,9 @@ __all__ = [
     "Dynamics",
     "ScalingTrain",
     "Scaling",
+    "ArchitecturesTrain",
+    "ArchitecturesBase",
+    "Architectures",
     "Config",
     "load_settings",
 ]
@@ -384,6 +387,57 @@ class Scaling(Section):
 
 
 @dataclass(frozen=True)
+class ArchitecturesTrain(Section):
+    """How every model of the architecture study is trained (``architectures.train``): AdamW, CE."""
+
+    SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "architectures", "properties", "train")
+
+    epochs: int
+    batch_size: int
+    lr: float
+    weight_decay: float
+    seed: int
+
+
+@dataclass(frozen=True)
+class ArchitecturesBase(Section):
+    """The base architecture of the architecture study (``architectures.base``): norm placement,
+    heads, activation and layers of the torch encoder."""
+
+    SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "architectures", "properties", "base")
+
+    norm_first: bool
+    nhead: int
+    activation: str
+    num_layers: int
+
+
+@dataclass(frozen=True)
+class Architectures(Section):
+    """The architecture study (:mod:`.studies.architectures`, off unless ``enabled``): model sizes,
+    the Hessian batch, the JS0 grid, training, the base architecture and its variants (each a
+    mapping of the base keys it changes)."""
+
+    SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "architectures")
+
+    enabled: bool
+    patch_size: int
+    d_model: int
+    dim_feedforward: int
+    bias: bool
+    layer_norm_eps: float
+    positions: bool
+    hessian_batch_size: int
+    seed: int
+    max_params: int
+    js_points: int
+    js_sigma: float
+    train: ArchitecturesTrain
+    base: ArchitecturesBase
+    variants: dict[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
 class Config(Section):
     """The whole validated configuration (config/config.yaml after
     :func:`.config.validate_config`): one typed section per top-level key."""
@@ -403,6 +457,7 @@ class Config(Section):
     spectrum: Spectrum
     dynamics: Dynamics
     scaling: Scaling
+    architectures: Architectures
 
     @classmethod
     def from_dict(cls, data: Any, where: str | None = None) -> Config:

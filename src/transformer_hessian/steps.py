@@ -449,6 +449,7 @@ def summary_step(
     claims: str | None = None,
     scaling: str | None = None,
     spectrum: str | None = None,
+    sections: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Rule summary: ``paper/summary.json`` (:func:`.report.build_summary`, keyed by file stem for
     figures and tables) with, when given, the figures' provenance, the claim rows and the
@@ -476,6 +477,13 @@ def summary_step(
         summary["figure_provenance"] = provenance(registry_config, notebook_dir=notebook_dir)
     if claims:
         summary["claims"] = load_claims(claims)
+    for item in sections:  # NAME=PATH: a study's own section (e.g. architectures)
+        name, _, path = item.partition("=")
+        if not name or not path or name in summary:
+            raise ValueError(f"--section {item!r}: expected NAME=PATH with a NAME not already in the summary")
+        from .io import load_json
+
+        summary[name] = load_json(path)
     save_summary(out, summary)
     return summary
 

@@ -5,6 +5,7 @@
 CLAIM_EXTRA_INPUTS = {"probe": rules.probe.output.json}
 # JSON lists of finished claim rows written by other rules (passed as --rows).
 CLAIM_ROW_FILES = [rules.bounds_table.output.claims]
+CLAIM_ROW_FILES += [rules.architectures_report.output.claims] if ARCHITECTURES else []
 
 
 rule claims:

@@ -89,6 +89,7 @@ rule summary:
         bounds=expand(rules.bounds.output.json, exp=HEXP, stage=STAGES),
         scaling=rules.scaling.output if config["scaling"]["enabled"] else [],
         spectrum=rules.spectrum_compute.output.json,
+        architectures=[rules.architectures_report.output.summary] if ARCHITECTURES else [],
     output:
         "paper/summary.json",
     params:
@@ -96,6 +97,7 @@ rule summary:
         registry_config=settings_file("config", config),
         notebook_dir=NB,
         scaling_args=lambda w, input: " ".join(f"--scaling {shlex.quote(p)}" for p in input.scaling),
+        section_args=lambda w, input: " ".join(f"--section architectures={shlex.quote(p)}" for p in input.architectures),
     conda:
         "../../environment.yml"
     log:
@@ -111,4 +113,4 @@ rule summary:
         "--metrics {input.metrics:q} --landscape {input.landscape:q} --theory {input.theory:q} "
         "--figures {input.figures:q} --tables {input.tables:q} --registry-config {params.registry_config:q} "
         "--notebook-dir {params.notebook_dir:q} --claims {input.claims:q} --bounds {input.bounds:q} {params.scaling_args} "
-        "--spectrum {input.spectrum:q} --out {output:q} 2> {log:q}"
+        "{params.section_args} --spectrum {input.spectrum:q} --out {output:q} 2> {log:q}"

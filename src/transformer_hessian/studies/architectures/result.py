@@ -1,0 +1,41 @@
+"""The study's result file (``results/architectures/<exp>/architectures.json``): save and load."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+__all__ = ["RESULT_KEYS", "load_result", "save_result"]
+
+#: Keys every result file holds.
+RESULT_KEYS = ("experiment", "dataset", "settings", "architectures", "seconds")
+RULE = "architectures"
+
+
+def _finite(obj: Any) -> Any:
+    """NaN and infinities as None (JSON has no NaN; the project's writer refuses them)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def save_result(result: dict[str, Any], path: str | os.PathLike[str]) -> None:
+    """Write ``result`` (non-finite numbers as null) atomically with its digest."""
+    from ...io import save_json
+
+    missing = [k for k in RESULT_KEYS if k not in result]
+    if missing:
+        raise ValueError(f"architectures result lacks {missing}")
+    save_json(_finite(result), path)
+
+
+def load_result(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a result file; ``KeyError`` names missing keys and the rule that writes the file."""
+    from ...io import _load_keyed
+
+    return _load_keyed(path, RULE, RESULT_KEYS)
