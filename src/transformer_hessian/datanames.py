@@ -9,7 +9,7 @@ embedded default's 8x8 digits, or MNIST in the CIFAR-100 experiments of
 
 from __future__ import annotations
 
-__all__ = ["PAPER_NAMES", "stands_in"]
+__all__ = ["PAPER_NAMES", "described", "stands_in"]
 
 #: The data sets' names as the paper writes them.
 PAPER_NAMES = {"digits": "8x8 digits", "mnist": "MNIST", "cifar100": "CIFAR-100"}
@@ -24,3 +24,10 @@ def stands_in(dataset: str, paper_data: str | None) -> bool:
     if not paper_data:
         return False
     return PAPER_NAMES.get(dataset, dataset) not in [p.strip() for p in paper_data.split("/")]
+
+
+def described(dataset: str, paper_data: str | None, stand_in: str = ", stand-in for {}") -> str:
+    """The data set's name as the paper writes it, with ``stand_in`` (formatted with
+    ``paper_data``) appended when it stands in for the paper's data of that experiment."""
+    name = PAPER_NAMES.get(dataset, dataset)
+    return name + stand_in.format(paper_data) if stands_in(dataset, paper_data) else name

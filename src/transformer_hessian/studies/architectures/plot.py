@@ -13,6 +13,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from ...datanames import described
 from ...plotting import COMPACT_RC, GROUP_COLOURS, STAGE_COLOURS
 from .metrics import KINDS
 
@@ -21,7 +22,6 @@ __all__ = ["architectures_figure"]
 #: W_O has no colour in the shared table (the paper's block has no W_O): Paul Tol's rose.
 KIND_COLOURS = {**{k: GROUP_COLOURS[k] for k in KINDS if k in GROUP_COLOURS}, "W_O": "#CC6677"}
 KIND_LABELS = {k: f"$W_{{{k[2:]}}}$" for k in KINDS}
-_DATA = {"digits": "8x8 digits (stand-in for MNIST)", "mnist": "MNIST", "cifar100": "CIFAR-100"}
 
 
 def _columns(result: Mapping[str, Any]) -> list[tuple[str, dict, int]]:
@@ -109,7 +109,7 @@ def architectures_figure(result: Mapping[str, Any]) -> Figure:
         handles = [Patch(color=KIND_COLOURS[k], label=KIND_LABELS[k]) for k in KINDS]
         handles += [Patch(color=STAGE_COLOURS[s], label=s) for s in ("init", "trained")]
         leg.legend(handles=handles, loc="center", ncols=2, frameon=False, title="block (a, b); stage (c-e)")
-        data = _DATA.get(result["dataset"], result["dataset"])
+        data = described(result["dataset"], "MNIST", " (stand-in for {})")
         s = result["settings"]
         fig.suptitle(
             f"Architecture study (beyond the paper): torch encoders on {data},\n"

@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from ...claims.schema import verdict
+from ...datanames import described
 from ...numfmt import fmt
 
 __all__ = ["TABLE_CAPTION", "claim_rows", "kv_verdict", "summary_section", "table", "vv_verdict"]
@@ -20,9 +21,8 @@ TABLE_CAPTION = (
     "base at a time). Largest block pair after training by RMS entry, Frobenius and spectral norm; the two "
     "largest diagonal blocks by spectral norm; spread = log10(max/min) of the diagonal blocks' spectral norms; "
     "JS0 = mean Jensen-Shannon distance between the diagonal blocks' eigenvalue densities; off-layer = share of "
-    "||H||_F^2 between different layers (stacks)"
+    "||H||_F^2 between different layers (stacks; - for one layer)"
 )
-_DATA = {"digits": "8x8 digits, stand-in for MNIST", "mnist": "MNIST", "cifar100": "CIFAR-100"}
 
 
 def _short(name: str, layers: int) -> str:
@@ -86,7 +86,7 @@ def table(result: Mapping[str, Any]) -> pd.DataFrame:
                 "spread trained": _num(t["spread_decades"]["diag_spectral"]),
                 "JS0 init": _num(i["js0"]["js0"]),
                 "JS0 trained": _num(t["js0"]["js0"]),
-                "off-layer trained": t["layer_offdiag"]["energy"] if a["arch"]["num_layers"] > 1 else float("nan"),
+                "off-layer trained": t["layer_offdiag"]["energy"] if a["arch"]["num_layers"] > 1 else "-",
                 "V-V largest": "yes" if vv_verdict(a) else "no",
                 "K, V top-2": "yes" if kv_verdict(a) else "no",
             }
@@ -102,7 +102,7 @@ def _ranking(arch: Mapping[str, Any], field: str) -> str:
 def claim_rows(result: Mapping[str, Any], evidence: str) -> list[dict[str, Any]]:
     """Two rows per architecture, ids ``arch_<name>_vv_largest_trained`` and
     ``arch_<name>_keys_values_highest``, their ``source`` starting with "beyond the paper"."""
-    data = _DATA.get(result["dataset"], result["dataset"])
+    data = described(result["dataset"], "MNIST")
     rows = []
     for a in result["architectures"]:
         layers = a["arch"]["num_layers"]
