@@ -21,16 +21,13 @@ import time
 import zipfile
 from pathlib import Path
 
+from .errors import CheckpointError  # noqa: F401  (re-exported: the class lives in errors.py)
 from .utils import atomic_path, write_text
 
 log = logging.getLogger("transformer_hessian")
 
 #: Keys every checkpoint written by :mod:`transformer_hessian.train` holds.
 REQUIRED_KEYS = ("model_config", "model", "epoch")
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint is missing, damaged (checksum), unreadable or not one of ours."""
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:

@@ -588,19 +588,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.func(args)
     except (ValueError, FileNotFoundError, RuntimeError) as err:
-        # The package's own errors (ConfigError is a ValueError; DataError, TrainingError,
-        # CheckpointError are RuntimeErrors) get one line; other RuntimeErrors propagate. Their modules are looked
-        # up only if loaded, so light commands (claims, registry) do not import torch.
-        own = tuple(
-            getattr(sys.modules[m], n)
-            for m, n in (
-                ("transformer_hessian.data", "DataError"),
-                ("transformer_hessian.train", "TrainingError"),
-                ("transformer_hessian.checkpoints", "CheckpointError"),
-            )
-            if m in sys.modules
-        )
-        if isinstance(err, RuntimeError) and not isinstance(err, own):
+        # The package's own errors (errors.EXPECTED: ConfigError is a ValueError; DataError, TrainingError,
+        # CheckpointError are RuntimeErrors) get one line; other RuntimeErrors propagate. errors.py imports
+        # nothing, so light commands (claims, registry) still do not import torch.
+        from .errors import EXPECTED
+
+        if isinstance(err, RuntimeError) and not isinstance(err, EXPECTED):
             raise
         log.debug("traceback of the error below", exc_info=True)  # -v: the traceback in the log
         print(f"transformer-hessian {args.command}: error: {err}", file=sys.stderr)

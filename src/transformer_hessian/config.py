@@ -16,12 +16,10 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from .errors import ConfigError  # noqa: F401  (re-exported: the class lives in errors.py)
+
 #: The config's JSON schema, shipped inside the package (package data): the one place every default lives.
 SCHEMA_PATH = Path(__file__).resolve().parent / "schema" / "config.schema.yaml"
-
-
-class ConfigError(ValueError):
-    """A configuration value is missing, of the wrong type, or inconsistent."""
 
 
 def _is_integer(checker, instance) -> bool:

@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from .errors import ResultError  # noqa: F401  (re-exported: the class lives in errors.py)
 from .utils import _json_default, atomic_path, write_text
 from .utils import write_json as _write_json_unsealed
 
@@ -81,10 +82,6 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------------- generic
-
-
-class ResultError(ValueError):
-    """A result file is damaged, edited after it was written, or not readable."""
 
 
 def digest_path(path: PathLike) -> Path:
