@@ -501,12 +501,57 @@ def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH, cli_ove
                 f"experiments defined under 'experiments' ({', '.join(experiments)})"
             )
     cross = _cross_key_errors(config)
-    from .scaling import config_errors as scaling_errors
-
     cross += scaling_errors(config)
     if cross:
         raise ConfigError("invalid configuration:\n" + "\n".join(cross))
     return config
+
+
+def scaling_errors(config: dict) -> list[str]:
+    """Cross-key problems of an enabled ``scaling:`` section (each names the key to change)."""
+    from .resources import format_bytes
+
+    s = config.get("scaling") or {}
+    if not s.get("enabled"):
+        return []
+    out = []
+    side = DATASET_SHAPES[s["dataset"]][0]
+    if side % s["patch_size"]:
+        out.append(
+            f"  scaling.patch_size: {s['patch_size']} does not divide the {side}x{side} images of {s['dataset']!r}"
+        )
+    for key in ("widths", "depths", "train_sizes"):
+        if len(set(map(str, s[key]))) != len(s[key]):
+            out.append(f"  scaling.{key}: {s[key]} lists a value twice")
+    n_arch = len({(w, s["fixed_depth"]) for w in s["widths"]} | {(s["fixed_width"], n) for n in s["depths"]})
+    if n_arch < 2:
+        out.append(f"  scaling: the sweep has {n_arch} architecture; a power law in P needs 2 (add widths or depths)")
+    for size in s["train_sizes"]:
+        if size is not None and size < s["k_min"] + 2:
+            out.append(f"  scaling.train_sizes: {size} leaves fewer than 2 k >= scaling.k_min = {s['k_min']} to fit")
+    mem_mb = (config.get("resources") or {}).get("mem_mb")
+    archs = [("scaling.widths", w, s["fixed_depth"]) for w in s["widths"]]
+    archs += [("scaling.depths", s["fixed_width"], n) for n in s["depths"]]
+    for key, w, depth in archs:
+        model = {
+            "patch_size": s["patch_size"],
+            "width": w,
+            "depth": depth,
+            "d_k": max(1, round(s["d_k_ratio"] * w)),
+            "d_ff": max(1, round(s["d_ff_ratio"] * w)),
+            "ffn_bias": s["ffn_bias"],
+        }
+        need = training_bytes_estimate({"dataset": s["dataset"], "model": model})
+        if mem_mb and need is not None and need > mem_mb * 2**20:
+            out.append(
+                f"  {key}: the model of width {w} and depth {depth} needs at least {format_bytes(need)} to train "
+                f"(16 bytes per parameter), more than resources.mem_mb = {mem_mb} MiB; lower {key}"
+            )
+            break
+    n_models = n_arch * len(s["train_sizes"])
+    if s["jobs"] > n_models:
+        out.append(f"  scaling.jobs: {s['jobs']} jobs for {n_models} models; at most one job per model")
+    return out
 
 
 def unexpected_config_error(err: BaseException, log_dir: str | Path = ".snakemake/log") -> str:

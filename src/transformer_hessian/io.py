@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ResultError  # noqa: F401  (re-exported: the class lives in errors.py)
-from .utils import _json_default, atomic_path, write_text
+from .utils import _json_default, atomic_path, sha256_file, write_text
 from .utils import write_json as _write_json_unsealed
 
 PathLike = str | os.PathLike[str]
@@ -92,8 +92,6 @@ def digest_path(path: PathLike) -> Path:
 
 def _sealed(path: PathLike, write, suffix: str | None = None) -> None:
     """``write(tmp)`` to a temp file, record its SHA-256 in the digest file, then rename into place."""
-    from .checkpoints import sha256_file
-
     with atomic_path(path, suffix=suffix) as tmp:
         write(tmp)
         write_text(f"{sha256_file(tmp)}  {Path(path).name}\n", digest_path(path))
@@ -122,8 +120,6 @@ def save_npz(path: PathLike, **arrays) -> None:
 
 def verify_result(path: PathLike, rule: str | None = None) -> None:
     """:class:`ResultError` naming ``path`` if its bytes no longer match the digest its writer recorded."""
-    from .checkpoints import sha256_file
-
     side = digest_path(path)
     if not side.is_file():
         return

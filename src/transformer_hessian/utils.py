@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -83,6 +84,15 @@ def read_json(path: str | Path):
         return json.load(fh)
 
 
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    """SHA-256 hex digest of the bytes of ``path``."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
 def write_text(text: str, path: str | Path) -> None:
     """Write ``text`` atomically."""
     with atomic_path(path) as tmp:
@@ -111,7 +121,7 @@ def resolve_device(spec: str = "auto") -> torch.device:
 
     if spec == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    from .config import ConfigError
+    from .errors import ConfigError
 
     try:
         dev = torch.device(spec)
