@@ -307,18 +307,13 @@ DATASET_SHAPES = {"digits": (8, 1, 10), "mnist": (28, 1, 10), "cifar100": (32, 3
 def training_bytes_estimate(exp: dict) -> int | None:
     """Lower bound of training memory: 16 bytes (weights, gradients, two AdamW moments) per parameter.
 
-    Parameters: depth * (d (2 d_k + d + 2 d_ff) + 4 d [+ d_ff + d]) + C p^2 d + L d + d + d K + K.
-    ``None`` for an unknown data set.
+    Parameters: ``resources.parameter_count`` of the whole model. ``None`` for an unknown data set.
     """
+    from .resources import parameter_count
+
     if exp.get("dataset") not in DATASET_SHAPES:
         return None
-    side, channels, classes = DATASET_SHAPES[exp["dataset"]]
-    m = exp["model"]
-    d, p = m["width"], m["patch_size"]
-    tokens = (side // p) ** 2
-    block = d * (2 * m["d_k"] + d + 2 * m["d_ff"]) + 4 * d + ((m["d_ff"] + d) if m.get("ffn_bias") else 0)
-    n = m["depth"] * block + channels * p * p * d + d + tokens * d + d * classes + classes
-    return 16 * n
+    return 16 * parameter_count(exp["model"], "model", image=DATASET_SHAPES[exp["dataset"]])
 
 
 #: Training images of each data set before ``max_train`` (digits: all 1,797, split by ``val_fraction``).

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ResultError  # noqa: F401  (re-exported: the class lives in errors.py)
-from .utils import _json_default, atomic_path, sha256_file, write_text
+from .utils import atomic_path, dump_json, read_json, sha256_file, write_text
 from .utils import write_json as _write_json_unsealed
 
 PathLike = str | os.PathLike[str]
@@ -102,8 +102,7 @@ def write_json(obj: Any, path: PathLike) -> None:
 
     def write(tmp):
         with open(tmp, "w") as fh:
-            json.dump(obj, fh, indent=2, default=_json_default, allow_nan=False)
-            fh.write("\n")
+            dump_json(obj, fh)
 
     _sealed(path, write)
 
@@ -164,8 +163,7 @@ def load_json(path: PathLike, rule: str | None = None) -> Any:
         )
     verify_result(p, rule)
     try:
-        with p.open(encoding="utf-8") as handle:
-            return json.load(handle)
+        return read_json(p)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ResultError(f"{str(p)!r} is not valid JSON ({err}); delete it and rerun") from err
 

@@ -167,13 +167,6 @@ def dk_curve(losses: Any, scaling: Scaling) -> dict[str, Any]:
     }
 
 
-def block_p9(spec: dict) -> int:
-    """Parameters of one block over the nine groups (every block has the same count): ``d (2 d_K + d + 2 d_ff) + 4 d``."""
-    m = spec["model"]
-    d = m["width"]
-    return d * (2 * m["d_k"] + d + 2 * m["d_ff"]) + 4 * d
-
-
 def top_hessian_eigenvalue(model, x, y, n_iter: int, seed: int = 0) -> tuple[float, float]:
     """``(lambda_max, residual)`` of the Hessian of the mean cross-entropy over ``(x, y)`` w.r.t.
     all parameters of ``model`` at its weights (float64 Lanczos, ``probe.top_eigenpair``)."""

@@ -70,17 +70,23 @@ def _json_default(obj):
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
+def dump_json(obj, fh) -> None:
+    """The package's one JSON encoding (:func:`write_json` here, ``io.write_json`` with a digest): indented
+    by 2, NaN/inf refused (not valid JSON), numpy/torch values as numbers and lists, a newline at the end."""
+    json.dump(obj, fh, indent=2, default=_json_default, allow_nan=False)
+    fh.write("\n")
+
+
 def write_json(obj, path: str | Path) -> None:
-    """Write ``obj`` as indented JSON atomically; NaN/inf are refused (not valid JSON)."""
+    """Write ``obj`` as indented JSON atomically (:func:`dump_json`); NaN/inf are refused (not valid JSON)."""
     with atomic_path(path) as tmp:
         with open(tmp, "w") as fh:
-            json.dump(obj, fh, indent=2, default=_json_default, allow_nan=False)
-            fh.write("\n")
+            dump_json(obj, fh)
 
 
 def read_json(path: str | Path):
-    """Parse a JSON file."""
-    with open(path) as fh:
+    """Parse a JSON file (UTF-8); ``io.load_json`` adds the digest check and messages for result files."""
+    with open(path, encoding="utf-8") as fh:
         return json.load(fh)
 
 
