@@ -78,6 +78,7 @@ gpu-carry:
 lint: setup
 	$(BIN)/ruff check src tests notebooks
 	$(BIN)/ruff format --check src tests
+	$(BIN)/python scripts/check_imports.py
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --lint
 
 report: setup

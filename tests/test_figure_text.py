@@ -318,8 +318,8 @@ def build_architectures():
     from pathlib import Path
 
     from transformer_hessian.config import load_config
+    from transformer_hessian.config_architectures import architectures
     from transformer_hessian.studies.architectures.compute import run_architecture
-    from transformer_hessian.studies.architectures.config import architectures
     from transformer_hessian.studies.architectures.plot import architectures_figure
 
     s = copy.deepcopy(load_config(Path(__file__).resolve().parents[1] / "config" / "config.yaml")["architectures"])

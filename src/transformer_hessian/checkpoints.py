@@ -13,7 +13,6 @@ anything it cannot trust.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import pickle
@@ -21,25 +20,13 @@ import time
 import zipfile
 from pathlib import Path
 
-from .utils import atomic_path, write_text
+from .errors import CheckpointError  # noqa: F401  (re-exported: the class lives in errors.py)
+from .utils import atomic_path, sha256_file, write_text  # sha256_file: re-exported
 
 log = logging.getLogger("transformer_hessian")
 
 #: Keys every checkpoint written by :mod:`transformer_hessian.train` holds.
 REQUIRED_KEYS = ("model_config", "model", "epoch")
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint is missing, damaged (checksum), unreadable or not one of ours."""
-
-
-def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
-    """SHA-256 hex digest of the bytes of ``path``."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def sidecar(path: str | Path) -> Path:

@@ -306,7 +306,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     sub = p.add_subparsers(dest="command", required=True)
+    for add in (
+        _add_data_parsers,
+        _add_study_parsers,
+        _add_report_parsers,
+        _add_claims_parsers,
+        _add_bench_parsers,
+        _add_sweep_parsers,
+    ):
+        add(sub)
+    from .studies.architectures.cli import add_parser as add_architectures
 
+    add_architectures(sub, _json_arg, DATA_ROOT_HELP)
+    return p
+
+
+def _add_data_parsers(sub) -> None:
+    """The subcommands download, train, hessian and theory (``sub``: the command subparsers)."""
     s = sub.add_parser("download", help="fetch and verify a data set (digits needs no download)")
     s.add_argument("--dataset", required=True, help="digits, mnist or cifar100")
     s.add_argument(
@@ -351,6 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
             s.add_argument("--out", required=True, help="JSON of errors per block pair")
             s.set_defaults(func=cmd_theory)
 
+
+def _add_study_parsers(sub) -> None:
+    """The subcommands dynamics, table1, landscape and probe (``sub``: the command subparsers)."""
     s = sub.add_parser("dynamics", help="replay the first training steps; weights, norms, Hessian blocks (App. A.1)")
     s.add_argument("--checkpoint", required=True, help="the run's init.pt (epoch checkpoints beside it are compared)")
     s.add_argument("--spec", type=_json_arg, required=True, help="the experiment's config section")
@@ -397,6 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="output JSON (results/<exp>/probe/probe.json)")
     s.set_defaults(func=cmd_probe)
 
+
+def _add_report_parsers(sub) -> None:
+    """The subcommands tables, summary and report-pages (``sub``: the command subparsers)."""
     s = sub.add_parser("tables", help="write paper/tables/*.{csv,tex,md}")
     s.add_argument("--norms-init", required=True, help="block norms at initialisation (hessian rule, *_norms.json)")
     s.add_argument("--norms-trained", required=True, help="block norms after training (hessian rule, *_norms.json)")
@@ -438,6 +460,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out-dir", required=True, help="folder of the pages (results/report)")
     s.set_defaults(func=cmd_report_pages)
 
+
+def _add_claims_parsers(sub) -> None:
+    """The subcommands claims, claims-readme, claims-compare and registry (``sub``: the command subparsers)."""
     s = sub.add_parser("claims", help="a verdict on each empirical claim of the paper -> claims.{md,json}")
     s.add_argument("--norms-init", required=True, help="block norms at initialisation (hessian rule)")
     s.add_argument("--norms-trained", required=True, help="block norms after training (hessian rule)")
@@ -480,6 +505,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--path", default="paper/README.md", help="path of the generated paper README")
     s.set_defaults(func=cmd_registry)
 
+
+def _add_bench_parsers(sub) -> None:
+    """The subcommand bench with its own subcommands (``sub``: the command subparsers)."""
     s = sub.add_parser("bench", help="benchmarks (see `bench hessian --help`)")
     bsub = s.add_subparsers(dest="bench", required=True)
     b = bsub.add_parser("hessian", help="time dense Hessian extraction: curvlinops, torch.func, closed form, pipeline")
@@ -542,6 +570,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--factors", nargs="+", default=None, help="with --growth: the sweeps to run (d nhead T layers)")
     s.set_defaults(func=cmd_bench)
 
+
+def _add_sweep_parsers(sub) -> None:
+    """The subcommands bounds, scaling and spectrum (``sub``: the command subparsers)."""
     s = sub.add_parser("bounds", help="Hessian bounds (Theorems 1, 6, Lemma 4) vs measured curvature")
     bsub = s.add_subparsers(dest="bounds_command", required=True)
     e = bsub.add_parser("evaluate", help="one stage: measured norms, project and paper bounds -> JSON")
@@ -588,10 +619,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]; float64 throughout")
     s.add_argument("--out", required=True, help="output JSON (results/spectrum/<exp>.json)")
     s.set_defaults(func=cmd_spectrum)
-    from .studies.architectures.cli import add_parser as add_architectures
-
-    add_architectures(sub, _json_arg, DATA_ROOT_HELP)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -602,19 +629,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.func(args)
     except (ValueError, FileNotFoundError, RuntimeError) as err:
-        # The package's own errors (ConfigError is a ValueError; DataError, TrainingError,
-        # CheckpointError are RuntimeErrors) get one line; other RuntimeErrors propagate. Their modules are looked
-        # up only if loaded, so light commands (claims, registry) do not import torch.
-        own = tuple(
-            getattr(sys.modules[m], n)
-            for m, n in (
-                ("transformer_hessian.data", "DataError"),
-                ("transformer_hessian.train", "TrainingError"),
-                ("transformer_hessian.checkpoints", "CheckpointError"),
-            )
-            if m in sys.modules
-        )
-        if isinstance(err, RuntimeError) and not isinstance(err, own):
+        # The package's own errors (errors.EXPECTED: ConfigError is a ValueError; DataError, TrainingError,
+        # CheckpointError are RuntimeErrors) get one line; other RuntimeErrors propagate. errors.py imports
+        # nothing, so light commands (claims, registry) still do not import torch.
+        from .errors import EXPECTED
+
+        if isinstance(err, RuntimeError) and not isinstance(err, EXPECTED):
             raise
         log.debug("traceback of the error below", exc_info=True)  # -v: the traceback in the log
         print(f"transformer-hessian {args.command}: error: {err}", file=sys.stderr)

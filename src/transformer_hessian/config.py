@@ -16,12 +16,11 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from .config_architectures import config_errors as architecture_errors
+from .errors import ConfigError  # noqa: F401  (re-exported: the class lives in errors.py)
+
 #: The config's JSON schema, shipped inside the package (package data): the one place every default lives.
 SCHEMA_PATH = Path(__file__).resolve().parent / "schema" / "config.schema.yaml"
-
-
-class ConfigError(ValueError):
-    """A configuration value is missing, of the wrong type, or inconsistent."""
 
 
 def _is_integer(checker, instance) -> bool:
@@ -309,18 +308,13 @@ DATASET_SHAPES = {"digits": (8, 1, 10), "mnist": (28, 1, 10), "cifar100": (32, 3
 def training_bytes_estimate(exp: dict) -> int | None:
     """Lower bound of training memory: 16 bytes (weights, gradients, two AdamW moments) per parameter.
 
-    Parameters: depth * (d (2 d_k + d + 2 d_ff) + 4 d [+ d_ff + d]) + C p^2 d + L d + d + d K + K.
-    ``None`` for an unknown data set.
+    Parameters: ``resources.parameter_count`` of the whole model. ``None`` for an unknown data set.
     """
+    from .resources import parameter_count
+
     if exp.get("dataset") not in DATASET_SHAPES:
         return None
-    side, channels, classes = DATASET_SHAPES[exp["dataset"]]
-    m = exp["model"]
-    d, p = m["width"], m["patch_size"]
-    tokens = (side // p) ** 2
-    block = d * (2 * m["d_k"] + d + 2 * m["d_ff"]) + 4 * d + ((m["d_ff"] + d) if m.get("ffn_bias") else 0)
-    n = m["depth"] * block + channels * p * p * d + d + tokens * d + d * classes + classes
-    return 16 * n
+    return 16 * parameter_count(exp["model"], "model", image=DATASET_SHAPES[exp["dataset"]])
 
 
 #: Training images of each data set before ``max_train`` (digits: all 1,797, split by ``val_fraction``).
@@ -503,15 +497,58 @@ def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH, cli_ove
                 f"experiments defined under 'experiments' ({', '.join(experiments)})"
             )
     cross = _cross_key_errors(config)
-    from .scaling import config_errors as scaling_errors
-
     cross += scaling_errors(config)
-    from .studies.architectures.config import config_errors as architecture_errors
-
-    cross += architecture_errors(config)
+    cross += architecture_errors(config, DATASET_SHAPES)
     if cross:
         raise ConfigError("invalid configuration:\n" + "\n".join(cross))
     return config
+
+
+def scaling_errors(config: dict) -> list[str]:
+    """Cross-key problems of an enabled ``scaling:`` section (each names the key to change)."""
+    from .resources import format_bytes
+
+    s = config.get("scaling") or {}
+    if not s.get("enabled"):
+        return []
+    out = []
+    side = DATASET_SHAPES[s["dataset"]][0]
+    if side % s["patch_size"]:
+        out.append(
+            f"  scaling.patch_size: {s['patch_size']} does not divide the {side}x{side} images of {s['dataset']!r}"
+        )
+    for key in ("widths", "depths", "train_sizes"):
+        if len(set(map(str, s[key]))) != len(s[key]):
+            out.append(f"  scaling.{key}: {s[key]} lists a value twice")
+    n_arch = len({(w, s["fixed_depth"]) for w in s["widths"]} | {(s["fixed_width"], n) for n in s["depths"]})
+    if n_arch < 2:
+        out.append(f"  scaling: the sweep has {n_arch} architecture; a power law in P needs 2 (add widths or depths)")
+    for size in s["train_sizes"]:
+        if size is not None and size < s["k_min"] + 2:
+            out.append(f"  scaling.train_sizes: {size} leaves fewer than 2 k >= scaling.k_min = {s['k_min']} to fit")
+    mem_mb = (config.get("resources") or {}).get("mem_mb")
+    archs = [("scaling.widths", w, s["fixed_depth"]) for w in s["widths"]]
+    archs += [("scaling.depths", s["fixed_width"], n) for n in s["depths"]]
+    for key, w, depth in archs:
+        model = {
+            "patch_size": s["patch_size"],
+            "width": w,
+            "depth": depth,
+            "d_k": max(1, round(s["d_k_ratio"] * w)),
+            "d_ff": max(1, round(s["d_ff_ratio"] * w)),
+            "ffn_bias": s["ffn_bias"],
+        }
+        need = training_bytes_estimate({"dataset": s["dataset"], "model": model})
+        if mem_mb and need is not None and need > mem_mb * 2**20:
+            out.append(
+                f"  {key}: the model of width {w} and depth {depth} needs at least {format_bytes(need)} to train "
+                f"(16 bytes per parameter), more than resources.mem_mb = {mem_mb} MiB; lower {key}"
+            )
+            break
+    n_models = n_arch * len(s["train_sizes"])
+    if s["jobs"] > n_models:
+        out.append(f"  scaling.jobs: {s['jobs']} jobs for {n_models} models; at most one job per model")
+    return out
 
 
 def unexpected_config_error(err: BaseException, log_dir: str | Path = ".snakemake/log") -> str:

@@ -34,12 +34,10 @@ def fixed_batch(train_x: torch.Tensor, train_y: torch.Tensor, batch_size: int, s
 
 
 def group_layout(model: ViT, block: int):
-    """(names, shapes, offsets) of the five groups in GROUPS order."""
-    params = model.group_params(block)
-    shapes = [tuple(params[n].shape) for n in GROUPS]
-    sizes = [int(np.prod(s)) for s in shapes]
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    return list(GROUPS), shapes, offsets
+    """(names, shapes, offsets) of the five groups in GROUPS order (``theory.layout.flat_layout``)."""
+    from .theory.layout import flat_layout
+
+    return flat_layout(model.group_params(block), GROUPS)
 
 
 def _group_names(model: ViT, block: int) -> list[str]:

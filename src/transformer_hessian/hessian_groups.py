@@ -30,11 +30,12 @@ from .model import ViT
 
 
 def layout(model: ViT, block: int, groups=ALL_GROUPS):
-    """(names, shapes, offsets): group ``groups[i]`` occupies ``w[offsets[i]:offsets[i+1]]``."""
+    """(names, shapes, offsets): group ``groups[i]`` occupies ``w[offsets[i]:offsets[i+1]]``
+    (``theory.layout.flat_layout``)."""
+    from .theory.layout import flat_layout
+
     blk = model.blocks[block]
-    shapes = [tuple(getattr(blk, n).shape) for n in groups]
-    sizes = [int(np.prod(s)) for s in shapes]
-    return list(groups), shapes, np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    return flat_layout({n: getattr(blk, n) for n in groups}, groups)
 
 
 def loss_of(model: ViT, block: int, images: torch.Tensor, labels: torch.Tensor, groups=ALL_GROUPS):

@@ -45,7 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from .utils import _json_default, atomic_path, write_text
+from .errors import ResultError  # noqa: F401  (re-exported: the class lives in errors.py)
+from .utils import atomic_path, dump_json, read_json, sha256_file, write_text
 from .utils import write_json as _write_json_unsealed
 
 PathLike = str | os.PathLike[str]
@@ -83,10 +84,6 @@ __all__ = [
 # ----------------------------------------------------------------------------- generic
 
 
-class ResultError(ValueError):
-    """A result file is damaged, edited after it was written, or not readable."""
-
-
 def digest_path(path: PathLike) -> Path:
     """The digest file of result ``path``: ``<path>.sha256``."""
     p = Path(path)
@@ -95,8 +92,6 @@ def digest_path(path: PathLike) -> Path:
 
 def _sealed(path: PathLike, write, suffix: str | None = None) -> None:
     """``write(tmp)`` to a temp file, record its SHA-256 in the digest file, then rename into place."""
-    from .checkpoints import sha256_file
-
     with atomic_path(path, suffix=suffix) as tmp:
         write(tmp)
         write_text(f"{sha256_file(tmp)}  {Path(path).name}\n", digest_path(path))
@@ -107,8 +102,7 @@ def write_json(obj: Any, path: PathLike) -> None:
 
     def write(tmp):
         with open(tmp, "w") as fh:
-            json.dump(obj, fh, indent=2, default=_json_default, allow_nan=False)
-            fh.write("\n")
+            dump_json(obj, fh)
 
     _sealed(path, write)
 
@@ -125,8 +119,6 @@ def save_npz(path: PathLike, **arrays) -> None:
 
 def verify_result(path: PathLike, rule: str | None = None) -> None:
     """:class:`ResultError` naming ``path`` if its bytes no longer match the digest its writer recorded."""
-    from .checkpoints import sha256_file
-
     side = digest_path(path)
     if not side.is_file():
         return
@@ -171,8 +163,7 @@ def load_json(path: PathLike, rule: str | None = None) -> Any:
         )
     verify_result(p, rule)
     try:
-        with p.open(encoding="utf-8") as handle:
-            return json.load(handle)
+        return read_json(p)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ResultError(f"{str(p)!r} is not valid JSON ({err}); delete it and rerun") from err
 

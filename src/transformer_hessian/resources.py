@@ -7,6 +7,7 @@ not after minutes with an allocator traceback (or be killed by the kernel).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 #: Environment variable that overrides the detected available memory (bytes); for tests and
@@ -18,9 +19,35 @@ MEMORY_ENV = "TRANSFORMER_HESSIAN_MEMORY_BYTES"
 HESSIAN_COPIES = 3
 
 
+def parameter_count(model: Mapping, part: str = "model", image: tuple[int, int, int] | None = None) -> int:
+    """Parameters of the post-norm ViT of model config ``model`` (keys width, d_k, d_ff, depth, patch_size,
+    ffn_bias), in closed form without building it: the one place the count is typed.
+
+    ``part`` is ``"weights"`` (one block's five groups W_Q, W_K, W_V, W_1, W_2: d (2 d_k + d + 2 d_ff), the P
+    of a dense block Hessian), ``"groups"`` (the nine groups: + 4 d for the two LayerNorms' gamma, beta),
+    ``"block"`` (+ the FFN biases d_ff + d when ``ffn_bias``) or ``"model"`` (depth blocks + patch embedding
+    C p^2 d + d + positions L d + head d K + K, for ``image = (side, channels, classes)``, L = (side / p)^2).
+    """
+    d = model["width"]
+    n = d * (2 * model["d_k"] + d + 2 * model["d_ff"])
+    if part == "weights":
+        return n
+    n += 4 * d
+    if part == "groups":
+        return n
+    n += (model["d_ff"] + d) if model.get("ffn_bias") else 0
+    if part == "block":
+        return n
+    if part != "model" or image is None:
+        raise ValueError(f"parameter_count: part {part!r} (weights, groups, block, model with image)")
+    side, channels, classes = image
+    p = model["patch_size"]
+    return model["depth"] * n + channels * p * p * d + d + (side // p) ** 2 * d + d * classes + classes
+
+
 def hessian_group_size(width: int, d_k: int, d_ff: int) -> int:
-    """P = |W_Q| + |W_K| + |W_V| + |W_1| + |W_2| = d (2 d_k + d + 2 d_ff) for one block."""
-    return width * (2 * d_k + width + 2 * d_ff)
+    """P = |W_Q| + |W_K| + |W_V| + |W_1| + |W_2| = d (2 d_k + d + 2 d_ff) for one block (:func:`parameter_count`)."""
+    return parameter_count({"width": width, "d_k": d_k, "d_ff": d_ff}, "weights")
 
 
 def dense_hessian_bytes(width: int, d_k: int, d_ff: int) -> int:

@@ -167,13 +167,6 @@ def dk_curve(losses: Any, scaling: Scaling) -> dict[str, Any]:
     }
 
 
-def block_p9(spec: dict) -> int:
-    """Parameters of one block over the nine groups (every block has the same count): ``d (2 d_K + d + 2 d_ff) + 4 d``."""
-    m = spec["model"]
-    d = m["width"]
-    return d * (2 * m["d_k"] + d + 2 * m["d_ff"]) + 4 * d
-
-
 def top_hessian_eigenvalue(model, x, y, n_iter: int, seed: int = 0) -> tuple[float, float]:
     """``(lambda_max, residual)`` of the Hessian of the mean cross-entropy over ``(x, y)`` w.r.t.
     all parameters of ``model`` at its weights (float64 Lanczos, ``probe.top_eigenpair``)."""
@@ -399,51 +392,3 @@ def aggregate(results: list[dict], scaling: Scaling) -> dict[str, Any]:
                 entry[q] = fit_power_law(P, Y, scaling.n_bootstrap, scaling.seed)
     settings = {k: v for k, v in scaling.to_dict().items() if k != "enabled"}
     return {"dataset": scaling.dataset, "settings": settings, "rows": rows, "fits": fits, "models": results}
-
-
-def config_errors(config: dict) -> list[str]:
-    """Cross-key problems of an enabled ``scaling:`` section (each names the key to change)."""
-    from .config import DATASET_SHAPES, training_bytes_estimate
-    from .resources import format_bytes
-
-    s = config.get("scaling") or {}
-    if not s.get("enabled"):
-        return []
-    out = []
-    side = DATASET_SHAPES[s["dataset"]][0]
-    if side % s["patch_size"]:
-        out.append(
-            f"  scaling.patch_size: {s['patch_size']} does not divide the {side}x{side} images of {s['dataset']!r}"
-        )
-    for key in ("widths", "depths", "train_sizes"):
-        if len(set(map(str, s[key]))) != len(s[key]):
-            out.append(f"  scaling.{key}: {s[key]} lists a value twice")
-    n_arch = len({(w, s["fixed_depth"]) for w in s["widths"]} | {(s["fixed_width"], n) for n in s["depths"]})
-    if n_arch < 2:
-        out.append(f"  scaling: the sweep has {n_arch} architecture; a power law in P needs 2 (add widths or depths)")
-    for size in s["train_sizes"]:
-        if size is not None and size < s["k_min"] + 2:
-            out.append(f"  scaling.train_sizes: {size} leaves fewer than 2 k >= scaling.k_min = {s['k_min']} to fit")
-    mem_mb = (config.get("resources") or {}).get("mem_mb")
-    archs = [("scaling.widths", w, s["fixed_depth"]) for w in s["widths"]]
-    archs += [("scaling.depths", s["fixed_width"], n) for n in s["depths"]]
-    for key, w, depth in archs:
-        model = {
-            "patch_size": s["patch_size"],
-            "width": w,
-            "depth": depth,
-            "d_k": max(1, round(s["d_k_ratio"] * w)),
-            "d_ff": max(1, round(s["d_ff_ratio"] * w)),
-            "ffn_bias": s["ffn_bias"],
-        }
-        need = training_bytes_estimate({"dataset": s["dataset"], "model": model})
-        if mem_mb and need is not None and need > mem_mb * 2**20:
-            out.append(
-                f"  {key}: the model of width {w} and depth {depth} needs at least {format_bytes(need)} to train "
-                f"(16 bytes per parameter), more than resources.mem_mb = {mem_mb} MiB; lower {key}"
-            )
-            break
-    n_models = n_arch * len(s["train_sizes"])
-    if s["jobs"] > n_models:
-        out.append(f"  scaling.jobs: {s['jobs']} jobs for {n_models} models; at most one job per model")
-    return out

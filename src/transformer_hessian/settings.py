@@ -24,7 +24,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
-from .config import ConfigError
+from .errors import ConfigError
 
 __all__ = [
     "Section",

@@ -65,7 +65,7 @@ def download_dataset(
 
 def check_hessian_memory(spec: Experiment, hessian: Hessian, dev) -> None:
     """Stop before the dense P x P float64 Hessian is allocated when it cannot fit; name the keys."""
-    from .config import ConfigError
+    from .errors import ConfigError
     from .resources import available_bytes, dense_hessian_bytes, format_bytes, hessian_group_size
 
     m = spec.model

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -69,18 +70,33 @@ def _json_default(obj):
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
+def dump_json(obj, fh) -> None:
+    """The package's one JSON encoding (:func:`write_json` here, ``io.write_json`` with a digest): indented
+    by 2, NaN/inf refused (not valid JSON), numpy/torch values as numbers and lists, a newline at the end."""
+    json.dump(obj, fh, indent=2, default=_json_default, allow_nan=False)
+    fh.write("\n")
+
+
 def write_json(obj, path: str | Path) -> None:
-    """Write ``obj`` as indented JSON atomically; NaN/inf are refused (not valid JSON)."""
+    """Write ``obj`` as indented JSON atomically (:func:`dump_json`); NaN/inf are refused (not valid JSON)."""
     with atomic_path(path) as tmp:
         with open(tmp, "w") as fh:
-            json.dump(obj, fh, indent=2, default=_json_default, allow_nan=False)
-            fh.write("\n")
+            dump_json(obj, fh)
 
 
 def read_json(path: str | Path):
-    """Parse a JSON file."""
-    with open(path) as fh:
+    """Parse a JSON file (UTF-8); ``io.load_json`` adds the digest check and messages for result files."""
+    with open(path, encoding="utf-8") as fh:
         return json.load(fh)
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    """SHA-256 hex digest of the bytes of ``path``."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
 
 
 def write_text(text: str, path: str | Path) -> None:
@@ -111,7 +127,7 @@ def resolve_device(spec: str = "auto") -> torch.device:
 
     if spec == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    from .config import ConfigError
+    from .errors import ConfigError
 
     try:
         dev = torch.device(spec)

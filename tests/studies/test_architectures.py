@@ -12,9 +12,9 @@ import pytest
 import torch
 from scipy.spatial.distance import jensenshannon
 
-from transformer_hessian.config import ConfigError, load_config, validate_config
+from transformer_hessian.config import DATASET_SHAPES, ConfigError, load_config, validate_config
+from transformer_hessian.config_architectures import architectures, config_errors, encoder_params
 from transformer_hessian.studies.architectures import metrics
-from transformer_hessian.studies.architectures.config import architectures, config_errors, encoder_params
 
 CONFIG = Path(__file__).resolve().parents[2] / "config"
 
@@ -159,7 +159,7 @@ def test_default_config_enables_the_study_and_paper_configs_do_not():
 )
 def test_cross_key_errors_name_the_key(change, message):
     c = _config(**change)
-    errors = config_errors(c)
+    errors = config_errors(c, DATASET_SHAPES)
     assert any(message in e for e in errors), errors
     with pytest.raises(ConfigError, match="architectures"):
         validate_config(c)
@@ -182,7 +182,7 @@ def test_schema_errors_name_the_key(change, key):
 
 
 def test_disabled_section_is_not_checked():
-    assert config_errors(_config(enabled=False, patch_size=3)) == []
+    assert config_errors(_config(enabled=False, patch_size=3), DATASET_SHAPES) == []
 
 
 # ----------------------------------------------------------------------------- end to end

@@ -48,6 +48,7 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
+from ..errors import BenchError  # noqa: F401  (re-exported: the class lives in errors.py)
 from ..utils import log, run_environment, write_json, write_text
 from .cache import _cached_reference, _store_reference
 from .case import run_case
@@ -58,10 +59,6 @@ from .sandbox import ERROR, OK, OOM, TIMEOUT  # noqa: F401  (OOM, TIMEOUT: impor
 from .settings import BenchSettings, n_group_params, settings_from_args  # noqa: F401  (n_group_params: tests)
 from .tables import fmt, markdown_table
 from .worker import _worker_main
-
-
-class BenchError(ValueError):
-    """A method disagreed with (a) or failed; raised after the results are written."""
 
 
 def benchmark(s: BenchSettings) -> dict:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["landscape_bound", "landscape_bound_tight"]
+__all__ = ["landscape_bound", "landscape_bound_tight", "theorem7_rhs"]
 
 
 def _check(k: Any, loss_max: Any, M: Any, dist2: Any) -> tuple[np.ndarray, ...]:
@@ -43,6 +43,13 @@ def _result(value: np.ndarray) -> float | np.ndarray:
     return float(value) if value.ndim == 0 else value
 
 
+def theorem7_rhs(k: Any, loss_max: Any, M: Any = 0.0, dist2: Any = 0.0) -> Any:
+    """Theorem 7's right-hand side as printed, ``(2 L + M ||w - w*||^2)/(k+1)``, without argument checks:
+    the one place the formula is typed (:func:`landscape_bound` checks its arguments first;
+    ``landscape.analyse`` evaluates it at ``w*``, ``M ||w - w*||^2 = 0``, on its own curves)."""
+    return (2.0 * loss_max + M * dist2) / (k + 1.0)
+
+
 def landscape_bound(k: Any, loss_max: Any, M: Any, dist2: Any) -> float | np.ndarray:
     """Theorem 7's right-hand side as printed: ``2 L/(k+1) + M ||w - w*||^2/(k+1)``.
 
@@ -52,7 +59,7 @@ def landscape_bound(k: Any, loss_max: Any, M: Any, dist2: Any) -> float | np.nda
     all are scalars.
     """
     k_arr, L, m, d2 = _check(k, loss_max, M, dist2)
-    return _result((2.0 * L + m * d2) / (k_arr + 1.0))
+    return _result(theorem7_rhs(k_arr, L, m, d2))
 
 
 def landscape_bound_tight(k: Any, loss_max: Any, M: Any = 0.0, dist2: Any = 0.0) -> float | np.ndarray:

@@ -92,7 +92,7 @@ def table_step(
     the stages' result JSONs and, with ``claims_out``, their claim rows (:func:`.table.claim_rows`)
     as a JSON list."""
     from ..io import load_bounds, save_json
-    from ..report import write_table
+    from ..tablefmt import write_table
     from .table import bounds_table, claim_rows
 
     loaded = {r["stage"]: r for r in map(load_bounds, results)}

@@ -12,13 +12,11 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..errors import VerdictMismatch  # noqa: F401  (re-exported: the class lives in errors.py)
+
 __all__ = ["VerdictMismatch", "compare_step", "compare_verdicts"]
 
 log = logging.getLogger("transformer_hessian.claims")
-
-
-class VerdictMismatch(ValueError):
-    """The verdicts of a run differ from the committed snapshot."""
 
 
 def compare_verdicts(run: Iterable[Mapping[str, Any]], snapshot: Iterable[Mapping[str, Any]]) -> list[str]:

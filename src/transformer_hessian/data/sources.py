@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 
+from ..errors import DataError  # noqa: F401  (re-exported: the class lives in errors.py)
+
 __all__ = [
     "DATASETS",
     "NUM_CLASSES",
@@ -35,10 +37,6 @@ MNIST_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
 }
-
-
-class DataError(RuntimeError):
-    """A data set cannot be downloaded, verified or read; the message says what to do."""
 
 
 def check_name(name: str) -> str:

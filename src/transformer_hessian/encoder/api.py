@@ -16,7 +16,7 @@ from torch import nn
 
 from . import paper_kind
 from .graph import chunk_hessian
-from .ops import Hess, Slot
+from .ops import Hess, Slot, symmetrize_
 
 #: bytes of tangent working memory per chunk of samples (the chunk size follows from it)
 DEFAULT_CHUNK_BYTES = 1 << 30
@@ -267,20 +267,6 @@ def exact_hessian(
                 x = inputs[b0 : b0 + chunk].detach()
                 chunk_hessian(spec, hess, slots, x, targets[b0 : b0 + chunk].to(device))
     return symmetrize_(hess.H)
-
-
-def symmetrize_(H: torch.Tensor, tile: int = 1024) -> torch.Tensor:
-    """H <- (H + H^T) / 2 in place, tile by tile (the same numbers as the out-of-place sum; the
-    extra memory is two tiles, not a second P x P matrix)."""
-    P = H.shape[0]
-    for i in range(0, P, tile):
-        rows = slice(i, min(i + tile, P))
-        for j in range(i, P, tile):
-            cols = slice(j, min(j + tile, P))
-            m = (H[rows, cols] + H[cols, rows].T).mul_(0.5)
-            H[rows, cols] = m
-            H[cols, rows] = m.T
-    return H
 
 
 def hessian_blocks(model, inputs, targets, **kwargs) -> dict[tuple[str, str], torch.Tensor]:

@@ -15,6 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from .problems import build_problem
+
 log = logging.getLogger(__name__)
 
 #: the issue's three shapes; loss "cross_entropy" goes through nn.Linear(d, 10) on the token mean
@@ -64,33 +66,6 @@ SHAPES = {
     ),
 }
 METHODS = ("exact", "curvlinops", "autograd")
-
-
-def build_problem(shape: dict, seed: int = 0):
-    """(model, head, inputs, targets) of a shape, float64, eval mode."""
-    import torch
-    from torch import nn
-
-    torch.manual_seed(seed)
-    dt = torch.float64
-    layer = nn.TransformerEncoderLayer(
-        shape["d"],
-        shape["nhead"],
-        shape["d_ff"],
-        dropout=0.0,
-        batch_first=True,
-        norm_first=shape["norm_first"],
-        activation=shape["act"],
-        bias=shape["bias"],
-        dtype=dt,
-    )
-    model = layer if shape["layers"] == 1 else nn.TransformerEncoder(layer, shape["layers"], enable_nested_tensor=False)
-    model.eval()
-    x = torch.randn(shape["B"], shape["T"], shape["d"], dtype=dt)
-    if shape["loss"] == "mse":
-        return model, None, x, torch.randn_like(x)
-    head = nn.Linear(shape["d"], 10, dtype=dt)
-    return model, head, x, torch.randint(0, 10, (shape["B"],))
 
 
 class _Wrapped:

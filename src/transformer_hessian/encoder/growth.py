@@ -88,7 +88,7 @@ def _case_child(shape: dict, seed: int, repeats: int, queue) -> None:
 
     from ..bench.sandbox import _proc_status, _reset_peak_rss
     from .api import exact_hessian
-    from .bench import build_problem
+    from .problems import build_problem
 
     try:
         model, head, x, t = build_problem(shape, seed)

@@ -301,3 +301,17 @@ class MeanTokens:
         gx = (g / T).unsqueeze(1).expand(g.shape[0], T, g.shape[1])
         gxt = None if gt is None else (gt / T).unsqueeze(2).expand(gt.shape[0], gt.shape[1], T, gt.shape[2])
         return [(gx, gxt)]
+
+
+def symmetrize_(H: torch.Tensor, tile: int = 1024) -> torch.Tensor:
+    """H <- (H + H^T) / 2 in place, tile by tile (the same numbers as the out-of-place sum; the
+    extra memory is two tiles, not a second P x P matrix)."""
+    P = H.shape[0]
+    for i in range(0, P, tile):
+        rows = slice(i, min(i + tile, P))
+        for j in range(i, P, tile):
+            cols = slice(j, min(j + tile, P))
+            m = (H[rows, cols] + H[cols, rows].T).mul_(0.5)
+            H[rows, cols] = m
+            H[cols, rows] = m.T
+    return H

@@ -26,6 +26,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .ops import symmetrize_
+
 
 def eligible(layers: list, kinds: list, final_norm, spec, names: list[str]) -> bool:
     """Whether :func:`paper_kind_hessian` applies: one post-norm ReLU layer, one head, no biases
@@ -162,6 +164,4 @@ def paper_kind_hessian(layer, X: torch.Tensor, labels: torch.Tensor, head, names
         **{k: torch.arange(s.start, s.stop) for k, s in ln_names.items()},
     }
     idx = torch.cat([where[n] for n in names]).to(X.device)
-    from .api import symmetrize_
-
     return symmetrize_(Ht[idx][:, idx])

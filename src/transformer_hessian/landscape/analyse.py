@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ..bounds.landscape import theorem7_rhs
 from ._validate import _as_losses, _check_positive_int
 from .curves import ema, log_binned_median, thin_indices
 from .differences import batch_loss_differences, loss_differences
@@ -112,7 +113,7 @@ def analyse_landscape(
     lo, hi, _ = bootstrap_slope_ci(diffs, k, k_min=k_min, k_max=fit_k_max, n_bootstrap=b, seed=seed)
 
     loss_max = float(x.max())
-    bound_full = 2.0 * loss_max / (k + 1.0)
+    bound_full = theorem7_rhs(k, loss_max)  # 2L/(k+1): Theorem 7 at w*
     bound_holds = bool(np.all(diffs <= bound_full * (1.0 + 1e-12)))
     if loss_max > 0:
         bound_max_ratio: float | None = float(np.max(diffs.max(axis=0) / bound_full))
@@ -180,7 +181,7 @@ def _analyse_batches(
         k_lo = float(k[0])
     slope, intercept = fit_loglog_slope(k, d_mean, k_min=k_lo)
     lo, hi, _ = bootstrap_slope_ci(diffs, k, k_min=k_lo, n_bootstrap=n_boot, seed=seed)
-    bound = 2.0 * loss_max / (j + 1.0)
+    bound = theorem7_rhs(j, loss_max)  # 2L/(j+1)
     binned_k, binned = log_binned_median(k, d_mean, bins_per_decade)
     return {
         "batch_size": int(batch_size),

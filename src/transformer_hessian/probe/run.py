@@ -1,5 +1,28 @@
 """The whole probe protocol on a trained model (the ``probe`` rule): settings, sample subset,
-:func:`run_probe`."""
+:func:`run_probe`.
+
+The protocol of :func:`run_probe`:
+
+1. Samples: a seeded subset of ``max_samples`` training samples (all when null); ``L``
+   = their largest loss at ``w*``.
+2. Directions: ``u``, the top eigenvector of the Hessian of the mean loss over the first
+   ``hessian_samples`` of them (Lanczos, ``lanczos_iters`` HVPs), and
+   ``n_random_directions`` seeded Gaussian unit vectors.
+3. Grid: per direction ``d``, ``t_max = sqrt(2 loss_rise / c_d)`` with ``c_d = d^T H d``
+   (mean over the samples), i.e. the distance at which the quadratic model predicts a
+   rise of ``loss_rise``; ``t = 0, +-t_max * geomspace(t_min_frac, 1, n_t)`` together with
+   ``t_max * linspace(-1, 1, n_t_linear)`` (log-spaced for rates, linear for Figure 1).
+4. ``M = max(M_star, M_path)``: ``M_star = max ||H_i(w*)||_2`` over the
+   ``curvature_samples`` samples of highest loss at ``w*`` (batched Lanczos; for
+   cross-entropy the softmax factor ``p (1 - p)`` is largest there), ``M_path`` the
+   largest secant curvature ``2 |l_i(t) - l_i(0) - t a_i| / t^2`` over samples, directions
+   and grid points (by Taylor's theorem it equals ``|d^T H_i(w* + s d) d|`` at some ``s``
+   between 0 and ``t``: the smallest constant for which the Lagrange remainder bound
+   holds at every evaluated point).
+5. Theorem 7 (:func:`theorem7_check`), the Taylor model (:func:`taylor_check`), Figure 1
+   curves, Assumption 1 (:func:`assumption1_analysis`, also at ``init_model`` when
+   given) and the minimiser shift (:func:`minimiser_shift`, ``lr = shift_lr_scale / M``).
+"""
 
 from __future__ import annotations
 
@@ -45,27 +68,7 @@ def run_probe(
 ) -> dict[str, Any]:
     """The whole protocol on the trained ``model`` (its weights are ``w*``); JSON-ready dict.
     ``probe`` is the typed ``probe:`` config section (:class:`.settings.Probe`; its defaults live
-    in the schema); the result's ``settings`` is ``probe.to_dict()``.
-
-    1. Samples: a seeded subset of ``max_samples`` training samples (all when null); ``L``
-       = their largest loss at ``w*``.
-    2. Directions: ``u``, the top eigenvector of the Hessian of the mean loss over the first
-       ``hessian_samples`` of them (Lanczos, ``lanczos_iters`` HVPs), and
-       ``n_random_directions`` seeded Gaussian unit vectors.
-    3. Grid: per direction ``d``, ``t_max = sqrt(2 loss_rise / c_d)`` with ``c_d = d^T H d``
-       (mean over the samples), i.e. the distance at which the quadratic model predicts a
-       rise of ``loss_rise``; ``t = 0, +-t_max * geomspace(t_min_frac, 1, n_t)`` together with
-       ``t_max * linspace(-1, 1, n_t_linear)`` (log-spaced for rates, linear for Figure 1).
-    4. ``M = max(M_star, M_path)``: ``M_star = max ||H_i(w*)||_2`` over the
-       ``curvature_samples`` samples of highest loss at ``w*`` (batched Lanczos; for
-       cross-entropy the softmax factor ``p (1 - p)`` is largest there), ``M_path`` the
-       largest secant curvature ``2 |l_i(t) - l_i(0) - t a_i| / t^2`` over samples, directions
-       and grid points (by Taylor's theorem it equals ``|d^T H_i(w* + s d) d|`` at some ``s``
-       between 0 and ``t``: the smallest constant for which the Lagrange remainder bound
-       holds at every evaluated point).
-    5. Theorem 7 (:func:`theorem7_check`), the Taylor model (:func:`taylor_check`), Figure 1
-       curves, Assumption 1 (:func:`assumption1_analysis`, also at ``init_model`` when
-       given) and the minimiser shift (:func:`minimiser_shift`, ``lr = shift_lr_scale / M``).
+    in the schema); the result's ``settings`` is ``probe.to_dict()``. The protocol's steps: the module docstring.
     """
     s = probe
     t_start = time.perf_counter()
@@ -78,39 +81,115 @@ def run_probe(
 
     model = model.to(torch.float64).eval()
     fm = FlatModel.of(model)
-    dev = fm.w0.device
-    sel = _subset(len(x), s.max_samples, s.seed)
-    xs = x[torch.as_tensor(sel)].to(device=dev, dtype=torch.float64)
-    ys = y[torch.as_tensor(sel)].to(dev)
+    sel = torch.as_tensor(_subset(len(x), s.max_samples, s.seed))
+    xs, ys = x[sel].to(device=fm.w0.device, dtype=torch.float64), y[sel].to(fm.w0.device)
     n = len(xs)
     if n < 4:
         raise ValueError(f"probe needs at least 4 samples, got {n}")
-    R = int(s.n_orderings)
-    perms = orderings(n, R, s.seed)
+    perms = orderings(n, int(s.n_orderings), s.seed)
     t0 = time.perf_counter()
 
     # -- directions
     nh = min(n, s.hessian_samples or n)
-    lam, u, lam_resid = top_eigenpair(fm, xs[:nh], ys[:nh], s.lanczos_iters, seed=s.seed)
-    gen = torch.Generator().manual_seed(int(s.seed) + 12345)
-    dirs = {"top eigenvector u": u}
-    for j in range(int(s.n_random_directions)):
-        r = torch.randn(fm.dim, generator=gen, dtype=torch.float64).to(dev)
-        dirs[f"random {j + 1}"] = r / r.norm()
+    lam, lam_resid, dirs = _directions(fm, xs[:nh], ys[:nh], s)
     t0 = lap("top_eigenpair", t0)
 
     # -- per-sample curvature at w*, on the samples of highest loss
-    with torch.no_grad():
-        l_star = fm.per_sample_losses(fm.w0, xs, ys).cpu().numpy()
     nc = min(n, s.curvature_samples)
-    top = torch.as_tensor(np.argsort(-l_star, kind="stable")[:nc])
-    spec_norms = per_sample_spectral_norms(fm, xs[top], ys[top], s.lanczos_iters, seed=s.seed)
+    spec_norms = _curvature_at_wstar(fm, xs, ys, nc, s)
     M_star = float(spec_norms.max())
     t0 = lap("per_sample_spectral_norms", t0)
 
     # -- directional derivatives and path losses
-    fracs = np.geomspace(s.t_min_frac, 1.0, int(s.n_t))
     w_norm = float(fm.w0.norm())
+    per_dir, M_path = _paths(fm, xs, ys, dirs, s, w_norm)
+    t0 = lap("paths", t0)
+    M = max(M_star, M_path)
+    i0 = int(np.flatnonzero(per_dir["top eigenvector u"]["ts"] == 0)[0])
+    loss_max = float(per_dir["top eigenvector u"]["losses"][i0].max())
+
+    result = {
+        "settings": s.to_dict(),
+        "n_samples": int(n),
+        "n_params": fm.dim,
+        "w_star_norm": w_norm,
+        "loss_max": loss_max,
+        "loss_mean": float(per_dir["top eigenvector u"]["l0"].mean()),
+        "top_eigenvalue": lam,
+        "top_eigenvalue_residual": lam_resid,
+        "hessian_samples": int(nh),
+        "M": M,
+        "M_star": M_star,
+        "M_path": M_path,
+        "M_star_selection": "highest loss at w*",
+        "M_star_samples": int(nc),
+        "per_sample_spectral_norms": {
+            "max": M_star,
+            "median": float(np.median(spec_norms)),
+            "mean": float(spec_norms.mean()),
+        },
+        "directions": {
+            d: {"t_max": v["t_max"], "curvature": v["c_mean"], "grad_component": float(v["a"].mean())}
+            for d, v in per_dir.items()
+        },
+    }
+    # -- Theorem 7 off w* and the Taylor model, Assumption 1, the minimiser shift
+    result.update(_analyses(fm, xs, ys, perms, s, per_dir, i0, loss_max, M, init_model, lap, t0))
+    timings["total"] = time.perf_counter() - t_start
+    result["timings"] = timings
+    return result
+
+
+def _analyses(fm: FlatModel, xs, ys, perms, s: Probe, per_dir, i0, loss_max, M, init_model, lap, t0) -> dict:
+    """Step 5 of the protocol, as the result's entries ``k_store`` .. ``minimiser_shift`` (in that order)."""
+    n = len(xs)
+    k_store = log_grid(1, n - 1, 40)
+    k_small = int(min(s.k_small, n - 1))
+    theorem7, taylor, fig1 = _theorem7_taylor(per_dir, loss_max, M, perms, s, k_store, k_small)
+    t0 = lap("theorem7_taylor", t0)
+    summary = _theorem7_summary(
+        theorem7, per_dir["top eigenvector u"]["losses"][i0], loss_max, int(s.n_orderings), s.seed
+    )
+    breaks = _taylor_breaks(taylor, per_dir)
+    a1 = _assumption1(fm, xs, ys, perms, s, init_model)
+    t0 = lap("assumption1", t0)
+    shift = _shift(fm, xs, ys, perms, s, M)
+    lap("minimiser_shift", t0)
+    return {
+        "k_store": k_store.tolist(),
+        "theorem7": theorem7,
+        "theorem7_summary": summary,
+        "taylor": taylor,
+        "taylor_breaks": breaks,
+        "fig1": {"k_small": k_small, "k_large": int(n - 1), "directions": fig1},
+        "assumption1": a1,
+        "minimiser_shift": shift,
+    }
+
+
+def _directions(fm: FlatModel, xh, yh, s: Probe) -> tuple[float, float, dict[str, torch.Tensor]]:
+    """``(lambda, residual, directions)``: the top eigenpair of the Hessian of the mean loss over
+    ``(xh, yh)`` and the directions, ``u`` then ``n_random_directions`` seeded Gaussian unit vectors."""
+    lam, u, lam_resid = top_eigenpair(fm, xh, yh, s.lanczos_iters, seed=s.seed)
+    gen = torch.Generator().manual_seed(int(s.seed) + 12345)
+    dirs = {"top eigenvector u": u}
+    for j in range(int(s.n_random_directions)):
+        r = torch.randn(fm.dim, generator=gen, dtype=torch.float64).to(fm.w0.device)
+        dirs[f"random {j + 1}"] = r / r.norm()
+    return lam, lam_resid, dirs
+
+
+def _curvature_at_wstar(fm: FlatModel, xs, ys, nc: int, s: Probe) -> np.ndarray:
+    """Spectral norms of the per-sample Hessians at ``w*`` of the ``nc`` samples of highest loss."""
+    with torch.no_grad():
+        l_star = fm.per_sample_losses(fm.w0, xs, ys).cpu().numpy()
+    top = torch.as_tensor(np.argsort(-l_star, kind="stable")[:nc])
+    return per_sample_spectral_norms(fm, xs[top], ys[top], s.lanczos_iters, seed=s.seed)
+
+
+def _paths(fm: FlatModel, xs, ys, dirs: dict, s: Probe, w_norm: float) -> tuple[dict[str, dict[str, Any]], float]:
+    """Per direction: derivatives at ``w*``, the ``t`` grid and the path losses; and ``M_path``."""
+    fracs = np.geomspace(s.t_min_frac, 1.0, int(s.n_t))
     per_dir: dict[str, dict[str, Any]] = {}
     M_path = 0.0
     for name, d in dirs.items():
@@ -133,18 +212,17 @@ def run_probe(
             "c_mean": c_mean,
             "secant_max": float(secant.max()),
         }
-    t0 = lap("paths", t0)
-    M = max(M_star, M_path)
-    i0 = int(np.flatnonzero(per_dir["top eigenvector u"]["ts"] == 0)[0])
-    loss_max = float(per_dir["top eigenvector u"]["losses"][i0].max())
+    return per_dir, M_path
 
-    # -- Theorem 7 off w* and the Taylor model
-    k_store = log_grid(1, n - 1, 40)
+
+def _theorem7_taylor(per_dir: dict, loss_max: float, M: float, perms, s: Probe, k_store, k_small: int):
+    """``(theorem7, taylor, fig1)``: Theorem 7 off ``w*``, the Taylor model and Figure 1's curves per direction."""
+    n = perms.shape[1]
+    R = int(s.n_orderings)
     k_report = log_grid(max(2, min(s.k_small, n)), n, 8)
     theorem7: dict[str, Any] = {}
     taylor: dict[str, Any] = {}
     fig1: dict[str, Any] = {}
-    k_small = int(min(s.k_small, n - 1))
     for name, dd in per_dir.items():
         theorem7[name] = theorem7_check(dd["losses"], dd["ts"], loss_max, M, R, s.seed, k_store)
         theorem7[name]["t_max"] = dd["t_max"]
@@ -163,23 +241,42 @@ def run_probe(
                 "gap_ordering0": np.abs(Lk[:, kk] - Lk[:, kk - 1]).tolist(),
             }
         fig1[name] = {"t": dd["ts"].tolist(), "curves": gaps}
-    t0 = lap("theorem7_taylor", t0)
+    return theorem7, taylor, fig1
 
+
+def _theorem7_summary(theorem7: dict, losses_at_wstar: np.ndarray, loss_max: float, R: int, seed: int) -> dict:
+    """Theorem 7's counts over directions, the worst case, and the check at ``w*`` itself."""
     held = {key: sum(theorem7[d]["held"][key] for d in theorem7) for key in ("bound", "tight", "no_curvature")}
     held_k = {key: sum(theorem7[d]["held_all_orderings"][key] for d in theorem7) for key in held}
     total = sum(theorem7[d]["n_comparisons"] for d in theorem7)
     total_k = sum(theorem7[d]["n_k_t"] for d in theorem7)
     worst = max((dict(theorem7[d]["worst"], direction=d) for d in theorem7), key=lambda r: r["ratio"])
     # at w* itself (t = 0): the printed 2L/(k+1) and the tight L/(k+1)
-    D0 = loss_differences(per_dir["top eigenvector u"]["losses"][i0], R, s.seed)
-    k_all = np.arange(1, n, dtype=np.float64)
+    D0 = loss_differences(losses_at_wstar, R, seed)
+    k_all = np.arange(1, losses_at_wstar.shape[0], dtype=np.float64)
     at_wstar = {
         "holds_printed": bool(np.all(D0 <= landscape_bound(k_all, loss_max, 0.0, 0.0) * (1 + BOUND_RTOL))),
         "holds_tight": bool(np.all(D0 <= landscape_bound_tight(k_all, loss_max) * (1 + BOUND_RTOL))),
         "max_ratio_printed": float(np.max(D0 * (k_all + 1) / (2 * loss_max))) if loss_max > 0 else None,
         "n_comparisons": int(D0.size),
     }
-    breaks = {
+    return {
+        "held_fraction": held["bound"] / total,
+        "held_fraction_tight": held["tight"] / total,
+        "held_fraction_no_curvature": held["no_curvature"] / total,
+        "held_fraction_k_t_direction": held_k["bound"] / total_k,
+        "n_comparisons": int(total),
+        "n_k_t_direction": int(total_k),
+        "n_violations": int(total - held["bound"]),
+        "n_violations_tight": int(total - held["tight"]),
+        "worst": worst,
+        "at_w_star": at_wstar,
+    }
+
+
+def _taylor_breaks(taylor: dict, per_dir: dict) -> dict:
+    """Per direction: where the full and the paper's Taylor model break on the largest k."""
+    return {
         d: {
             "full": taylor[d]["full"]["t_break"][-1],
             "paper": taylor[d]["paper"]["t_break"][-1],
@@ -192,7 +289,10 @@ def run_probe(
         for d in taylor
     }
 
-    # -- Assumption 1
+
+def _assumption1(fm: FlatModel, xs, ys, perms, s: Probe, init_model) -> dict:
+    """Assumption 1 (gradient norms vs k) at ``w*`` and, when given, at ``init_model``."""
+    n = len(xs)
     G = per_sample_gradients(fm, xs, ys)
     gram = (G @ G.T).cpu().numpy()
     del G
@@ -204,7 +304,13 @@ def run_probe(
         gram_i = (Gi @ Gi.T).cpu().numpy()
         del Gi
         a1["init"] = assumption1_analysis(gradient_norms(gram_i, perms), gram_i, k_grid, s.n_bootstrap, s.seed)
-    t0 = lap("assumption1", t0)
+    return a1
+
+
+def _shift(fm: FlatModel, xs, ys, perms, s: Probe, M: float) -> dict:
+    """The minimiser shift after ``shift_steps`` steps on k samples, ``lr = shift_lr_scale / M``."""
+    n = len(xs)
+    R = int(s.n_orderings)
     ks = [int(k) for k in s.shift_ks if 1 <= int(k) <= n - 1]
     lr = float(s.shift_lr_scale) / M
     runs = [
@@ -224,55 +330,4 @@ def run_probe(
                 "grad_norm_after": float(np.mean([p["grad_norm_after"] for p in per])),
             }
         )
-    lap("minimiser_shift", t0)
-    timings["total"] = time.perf_counter() - t_start
-
-    return {
-        "settings": s.to_dict(),
-        "n_samples": int(n),
-        "n_params": fm.dim,
-        "w_star_norm": w_norm,
-        "loss_max": loss_max,
-        "loss_mean": float(per_dir["top eigenvector u"]["l0"].mean()),
-        "top_eigenvalue": lam,
-        "top_eigenvalue_residual": lam_resid,
-        "hessian_samples": int(nh),
-        "M": M,
-        "M_star": M_star,
-        "M_path": M_path,
-        "M_star_selection": "highest loss at w*",
-        "M_star_samples": int(nc),
-        "per_sample_spectral_norms": {
-            "max": M_star,
-            "median": float(np.median(spec_norms)),
-            "mean": float(spec_norms.mean()),
-        },
-        "directions": {
-            d: {
-                "t_max": per_dir[d]["t_max"],
-                "curvature": per_dir[d]["c_mean"],
-                "grad_component": float(per_dir[d]["a"].mean()),
-            }
-            for d in per_dir
-        },
-        "k_store": k_store.tolist(),
-        "theorem7": theorem7,
-        "theorem7_summary": {
-            "held_fraction": held["bound"] / total,
-            "held_fraction_tight": held["tight"] / total,
-            "held_fraction_no_curvature": held["no_curvature"] / total,
-            "held_fraction_k_t_direction": held_k["bound"] / total_k,
-            "n_comparisons": int(total),
-            "n_k_t_direction": int(total_k),
-            "n_violations": int(total - held["bound"]),
-            "n_violations_tight": int(total - held["tight"]),
-            "worst": worst,
-            "at_w_star": at_wstar,
-        },
-        "taylor": taylor,
-        "taylor_breaks": breaks,
-        "fig1": {"k_small": k_small, "k_large": int(n - 1), "directions": fig1},
-        "assumption1": a1,
-        "minimiser_shift": shift,
-        "timings": timings,
-    }
+    return shift

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..claims.schema import verdict
+from ..claim_schema import verdict
 from ..numfmt import fmt, fmt_interval, fmt_pct
 from .theorem7 import describe_break
 

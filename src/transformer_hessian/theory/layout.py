@@ -7,8 +7,10 @@ P = sum_i p_i q_i, and its (i, j) block is (p_i q_i) x (p_j q_j).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 
 from .. import GROUPS
@@ -57,18 +59,29 @@ def blocks_to_dense(blocks: dict, shapes: dict[str, tuple[int, int]]) -> torch.T
     )
 
 
+def offsets_of(shapes: Sequence[Sequence[int]]) -> np.ndarray:
+    """Offsets (int64, length n + 1) of groups of these shapes in the flat vector: group i occupies
+    ``w[off[i]:off[i + 1]]``, each in vec_r order, concatenated in the given order. The one place
+    where group offsets are computed (:func:`flat_layout`, :func:`group_offsets`)."""
+    sizes = [int(np.prod(s)) for s in shapes]
+    return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+
+def flat_layout(params: Mapping[str, Any], names: Sequence[str] = GROUPS) -> tuple[list[str], list[tuple], np.ndarray]:
+    """(names, shapes, offsets) of the groups ``names`` of ``params`` (anything with ``.shape``):
+    group ``names[i]`` occupies ``w[offsets[i]:offsets[i+1]]``; used by ``hessian.group_layout`` (the five
+    groups) and ``hessian_groups.layout`` (any of the nine)."""
+    shapes = [tuple(params[n].shape) for n in names]
+    return list(names), shapes, offsets_of(shapes)
+
+
 def group_offsets(shapes: dict[str, tuple[int, int]], names=GROUPS) -> dict[str, slice]:
     """{name: slice of its entries in the flat parameter vector}.
 
-    Groups come in ``names`` order, each contributing p q entries in vec_r order. The one place
-    where group offsets are computed.
+    Groups come in ``names`` order, each contributing p q entries in vec_r order (:func:`offsets_of`).
     """
-    off, o = {}, 0
-    for n in names:
-        size = shapes[n][0] * shapes[n][1]
-        off[n] = slice(o, o + size)
-        o += size
-    return off
+    off = offsets_of([shapes[n] for n in names])
+    return {n: slice(int(off[i]), int(off[i + 1])) for i, n in enumerate(names)}
 
 
 def dense_to_blocks(H: torch.Tensor, shapes: dict[str, tuple[int, int]]) -> dict:

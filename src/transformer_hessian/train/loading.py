@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from ..checkpoints import CheckpointError, load_checkpoint
-from ..config import ConfigError
 from ..data import load_dataset
+from ..errors import ConfigError
 from ..model import ModelConfig, ViT
 
 if TYPE_CHECKING:

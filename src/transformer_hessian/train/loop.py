@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from ..checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from ..config import config_hash
+from ..errors import TrainingError  # noqa: F401  (re-exported: the class lives in errors.py)
 from ..io import save_metrics
 from ..model import ViT, count_parameters
 from ..progress import Progress
@@ -41,10 +42,6 @@ if TYPE_CHECKING:
 
 #: Test hook: kill the process (SIGKILL) right after saving this epoch's checkpoint.
 KILL_ENV = "TRANSFORMER_HESSIAN_KILL_AFTER_EPOCH"
-
-
-class TrainingError(RuntimeError):
-    """Training cannot go on (e.g. a non-finite loss)."""
 
 
 def train_step(forward, opt: torch.optim.Optimizer, xb: torch.Tensor, yb: torch.Tensor, *, amp=None, lr=None):

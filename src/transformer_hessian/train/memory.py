@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from ..model import ModelConfig, ViT, count_parameters
 
 

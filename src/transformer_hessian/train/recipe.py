@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from ..model import ViT
 
 if TYPE_CHECKING:

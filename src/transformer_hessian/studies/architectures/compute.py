@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...config_architectures import Arch
 from . import metrics
-from .config import Arch
 
 __all__ = ["PatchEncoder", "hessian_stage", "run_architecture", "train_model"]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from ...claims.schema import verdict
+from ...claim_schema import verdict
 from ...datanames import described
 from ...numfmt import fmt
 

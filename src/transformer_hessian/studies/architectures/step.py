@@ -27,10 +27,10 @@ def run_step(
     :class:`~transformer_hessian.settings.Experiment`: data set, split, caps), with its Hessian on
     the fixed batch (``section.hessian_batch_size``, ``section.seed``) at init and after training;
     the result written to ``out`` and returned."""
+    from ...config_architectures import architectures
     from ...hessian import fixed_batch
     from ...train import load_experiment_data
     from .compute import run_architecture
-    from .config import architectures
     from .result import save_result
 
     t0 = time.perf_counter()
@@ -77,7 +77,7 @@ def report_step(
     (a JSON list, for the claims rule's ``--rows``) and the summary section (JSON, for the summary
     rule's ``--section``) from the result file."""
     from ...io import save_json
-    from ...report import write_table
+    from ...tablefmt import write_table
     from .report import TABLE_CAPTION, claim_rows, summary_section, table
     from .result import load_result
 

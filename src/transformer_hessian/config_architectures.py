@@ -1,4 +1,4 @@
-"""The ``architectures:`` config section: the base architecture, its one-factor variants and the
+"""The ``architectures:`` config section (the architecture study, ``studies/architectures/``): the base architecture, its one-factor variants and the
 cross-key checks (each error names the key to change). No torch here: the config check imports it.
 
 Every default lives in the schema (``src/transformer_hessian/schema/config.schema.yaml``); this
@@ -57,18 +57,17 @@ def encoder_params(d_model: int, d_ff: int, num_layers: int, bias: bool) -> int:
     return num_layers * per
 
 
-def config_errors(config: Mapping[str, Any]) -> list[str]:
-    """Cross-key problems of an enabled ``architectures:`` section (each line names its key)."""
+def config_errors(config: Mapping[str, Any], dataset_shapes: Mapping[str, tuple]) -> list[str]:
+    """Cross-key problems of an enabled ``architectures:`` section (each line names its key);
+    ``dataset_shapes``: data set -> (side, ...), :data:`transformer_hessian.config.DATASET_SHAPES`."""
     s = config.get("architectures") or {}
     if not s.get("enabled"):
         return []
     out = []
     d = s["d_model"]
     exp = (config.get("experiments") or {}).get((config.get("hessian") or {}).get("experiment"), {})
-    from ...config import DATASET_SHAPES
-
-    if exp.get("dataset") in DATASET_SHAPES:
-        side = DATASET_SHAPES[exp["dataset"]][0]
+    if exp.get("dataset") in dataset_shapes:
+        side = dataset_shapes[exp["dataset"]][0]
         if side % s["patch_size"]:
             out.append(
                 f"  architectures.patch_size: {s['patch_size']} does not divide the {side}x{side} images of "
