@@ -77,91 +77,97 @@ def _value_gradient(layer, X, labels, head, V: torch.Tensor) -> torch.Tensor:
     return G
 
 
-def paper_kind_hessian(layer, X: torch.Tensor, labels: torch.Tensor, head, names: list[str]) -> torch.Tensor:
-    """Dense Hessian over the parameters ``names`` of ``layer`` (torch order of each parameter's
-    entries), for a layer that :func:`eligible` accepts."""
+def _paper_block(layer, X: torch.Tensor, labels: torch.Tensor, head):
+    """The nine-group closed-form Hessian of the paper's block at W_V = V = W_v^T W_o^T, and V."""
     from ..theory.model_loss import token_loss_parts
 
-    mha = layer.self_attn
-    d = mha.embed_dim
-    dt = X.dtype
-    Wq, Wk, Wv = mha.in_proj_weight.detach().to(X).split(d)
-    Wo = mha.out_proj.weight.detach().to(X)
-    W1, W2 = layer.linear1.weight.detach().to(X), layer.linear2.weight.detach().to(X)
-    d_ff = W1.shape[0]
+    d = layer.self_attn.embed_dim
+    Wq, Wk, Wv = layer.self_attn.in_proj_weight.detach().to(X).split(d)
+    V = Wv.T @ layer.self_attn.out_proj.weight.detach().to(X).T
     g1, b1 = _ln(layer.norm1, d, X)
     g2, b2 = _ln(layer.norm2, d, X)
-    V = Wv.T @ Wo.T
+    W1, W2 = layer.linear1.weight.detach().to(X), layer.linear2.weight.detach().to(X)
     p = {"W_Q": Wq.T, "W_K": Wk.T, "W_V": V, "W_1": W1.T, "W_2": W2.T}
     p.update(gamma1=g1, beta1=b1, gamma2=g2, beta2=b2, b_1=None, b_2=None)
     hb = None if head.bias is None else head.bias.detach().to(X)
-    H9 = token_loss_parts(X.detach(), p, layer.norm1.eps, head.weight.detach().to(X), hb, labels, ln=True)
-    dd, df = d * d, d * d_ff
-    # paper order: W_Q, W_K, W_V (d x d each), W_1 (d x d_ff), W_2 (d_ff x d), gamma1, beta1, gamma2, beta2
-    sizes = [dd, dd, dd, df, df, d, d, d, d]
-    offs = torch.tensor([0, *sizes]).cumsum(0).tolist()
-    sl = {k: slice(offs[i], offs[i + 1]) for i, k in enumerate(["Q", "K", "V", "1", "2", "g1", "b1", "g2", "b2"])}
+    return token_loss_parts(X.detach(), p, layer.norm1.eps, head.weight.detach().to(X), hb, labels, ln=True), V
 
-    # torch entry (o, i) of W^T stores paper entry (i, o): index permutations into the paper order
+
+def _torch_order(d: int, d_ff: int, device) -> tuple[torch.Tensor, slice]:
+    """Rows of the paper's nine-group Hessian in torch's storage order, every group but W_V
+    (W_q, W_k, linear1, linear2 as the transposes torch stores, then the LayerNorm rows), and the
+    rows of W_V."""
+    dd, df = d * d, d * d_ff
+    offs = torch.tensor([0, dd, dd, dd, df, df, d, d, d, d]).cumsum(0).tolist()
+
     def tperm(rows: int, cols: int, start: int) -> torch.Tensor:  # torch W (rows x cols) = paper^T
         return start + torch.arange(rows * cols).view(cols, rows).T.reshape(-1)
 
-    # rows of the paper Hessian that the pulled-back V rows replace: everything except V itself
     rest = torch.cat(
         [
-            tperm(d, d, sl["Q"].start),
-            tperm(d, d, sl["K"].start),
-            tperm(d_ff, d, sl["1"].start),
-            tperm(d, d_ff, sl["2"].start),
-            torch.arange(sl["g1"].start, offs[-1]),
+            tperm(d, d, offs[0]),
+            tperm(d, d, offs[1]),
+            tperm(d_ff, d, offs[3]),
+            tperm(d, d_ff, offs[4]),
+            torch.arange(offs[5], offs[-1]),
         ]
-    ).to(X.device)
-    H4 = H9[sl["V"], sl["V"]].reshape(d, d, d, d)  # [i, j, i', j'] of V
-    HVr = H9[sl["V"]][:, rest].reshape(d, d, -1)  # [i, j, r]
-    G = _value_gradient(layer, X, labels, head, V)
-    vv = torch.einsum("jk,ijIJ,JK->kiKI", Wo, H4, Wo).reshape(dd, dd)
-    oo = torch.einsum("ki,ijIJ,KI->jkJK", Wv, H4, Wv).reshape(dd, dd)
-    vo = torch.einsum("jk,ijIJ,KI->kiJK", Wo, H4, Wv) + torch.einsum(
-        "kK,iJ->kiJK", torch.eye(d, dtype=dt, device=X.device), G
     )
-    vo = vo.reshape(dd, dd)
-    vr = torch.einsum("jk,ijr->kir", Wo, HVr).reshape(dd, -1)
-    orr = torch.einsum("ki,ijr->jkr", Wv, HVr).reshape(dd, -1)
-    # the torch layout: in_proj (Wq, Wk, Wv), out_proj, linear1, linear2, norm1 (w, b), norm2 (w, b)
-    nq = 2 * dd  # Wq, Wk rows of in_proj come first in `rest`
+    return rest.to(device), slice(offs[2], offs[3])
+
+
+def _pullback(H9: torch.Tensor, rest, vsl: slice, Wv, Wo, G) -> dict[str, torch.Tensor]:
+    """The (W_v, W_o) rows of the torch Hessian from the paper's V rows (module docstring)."""
+    d = Wv.shape[0]
+    dd = d * d
+    H4 = H9[vsl, vsl].reshape(d, d, d, d)  # [i, j, i', j'] of V
+    HVr = H9[vsl][:, rest].reshape(d, d, -1)  # [i, j, r]
+    eye = torch.eye(d, dtype=H9.dtype, device=H9.device)
+    vo = torch.einsum("jk,ijIJ,KI->kiJK", Wo, H4, Wv) + torch.einsum("kK,iJ->kiJK", eye, G)
+    return {
+        "vv": torch.einsum("jk,ijIJ,JK->kiKI", Wo, H4, Wo).reshape(dd, dd),
+        "oo": torch.einsum("ki,ijIJ,KI->jkJK", Wv, H4, Wv).reshape(dd, dd),
+        "vo": vo.reshape(dd, dd),
+        "vr": torch.einsum("jk,ijr->kir", Wo, HVr).reshape(dd, -1),
+        "or": torch.einsum("ki,ijr->jkr", Wv, HVr).reshape(dd, -1),
+    }
+
+
+def paper_kind_hessian(layer, X: torch.Tensor, labels: torch.Tensor, head, names: list[str]) -> torch.Tensor:
+    """Dense Hessian over the parameters ``names`` of ``layer`` (torch order of each parameter's
+    entries), for a layer that :func:`eligible` accepts."""
+    mha = layer.self_attn
+    d = mha.embed_dim
+    Wv = mha.in_proj_weight.detach().to(X)[2 * d :]
+    Wo = mha.out_proj.weight.detach().to(X)
+    d_ff = layer.linear1.weight.shape[0]
+    dd, df = d * d, d * d_ff
+    H9, V = _paper_block(layer, X, labels, head)
+    rest, vsl = _torch_order(d, d_ff, X.device)
+    pb = _pullback(H9, rest, vsl, Wv, Wo, _value_gradient(layer, X, labels, head, V))
+    # torch layout: [W_q W_k | W_v | W_o | linear1 linear2 | LayerNorms]; `rest` is [W_q W_k | ffn | LN]
     Hr = H9[rest][:, rest]
+    nq = 2 * dd
     parts = {"qk": slice(0, nq), "ffn": slice(nq, nq + 2 * df), "ln": slice(nq + 2 * df, Hr.shape[0])}
-    # torch-order index blocks: [qk | v | o | ffn | ln]
     n_all = Hr.shape[0] + 2 * dd
-    Ht = X.new_empty(n_all, n_all)
     pos = {"qk": slice(0, nq), "v": slice(nq, nq + dd), "o": slice(nq + dd, nq + 2 * dd)}
     pos["ffn"] = slice(nq + 2 * dd, nq + 2 * dd + 2 * df)
     pos["ln"] = slice(pos["ffn"].stop, n_all)
+    Ht = X.new_empty(n_all, n_all)
     for a in ("qk", "ffn", "ln"):
         for b in ("qk", "ffn", "ln"):
             Ht[pos[a], pos[b]] = Hr[parts[a], parts[b]]
-        Ht[pos["v"], pos[a]] = vr[:, parts[a]]
-        Ht[pos[a], pos["v"]] = vr[:, parts[a]].T
-        Ht[pos["o"], pos[a]] = orr[:, parts[a]]
-        Ht[pos[a], pos["o"]] = orr[:, parts[a]].T
-    Ht[pos["v"], pos["v"]] = vv
-    Ht[pos["o"], pos["o"]] = oo
-    Ht[pos["v"], pos["o"]] = vo
-    Ht[pos["o"], pos["v"]] = vo.T
-    # the parameters' slices in Ht, then the ones asked for, in the order asked for
-    ln_names, o = {}, pos["ln"].start
-    for nm in ("norm1", "norm2"):
-        norm = getattr(layer, nm)
-        for kind in ("weight", "bias"):
-            if getattr(norm, kind) is not None:
-                ln_names[f"{nm}.{kind}"] = slice(o, o + d)
-            o += d
+        for r, key in (("v", "vr"), ("o", "or")):
+            Ht[pos[r], pos[a]] = pb[key][:, parts[a]]
+            Ht[pos[a], pos[r]] = pb[key][:, parts[a]].T
+    Ht[pos["v"], pos["v"]], Ht[pos["o"], pos["o"]] = pb["vv"], pb["oo"]
+    Ht[pos["v"], pos["o"]], Ht[pos["o"], pos["v"]] = pb["vo"], pb["vo"].T
     where = {
-        "self_attn.in_proj_weight": torch.arange(0, nq + dd),
-        "self_attn.out_proj.weight": torch.arange(pos["o"].start, pos["o"].stop),
-        "linear1.weight": torch.arange(pos["ffn"].start, pos["ffn"].start + df),
-        "linear2.weight": torch.arange(pos["ffn"].start + df, pos["ffn"].stop),
-        **{k: torch.arange(s.start, s.stop) for k, s in ln_names.items()},
+        "self_attn.in_proj_weight": range(0, nq + dd),
+        "self_attn.out_proj.weight": range(pos["o"].start, pos["o"].stop),
+        "linear1.weight": range(pos["ffn"].start, pos["ffn"].start + df),
+        "linear2.weight": range(pos["ffn"].start + df, pos["ffn"].stop),
     }
-    idx = torch.cat([where[n] for n in names]).to(X.device)
+    for k, nm in enumerate(("norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias")):
+        where[nm] = range(pos["ln"].start + k * d, pos["ln"].start + (k + 1) * d)
+    idx = torch.tensor([i for n in names for i in where[n]], device=X.device)
     return symmetrize_(Ht[idx][:, idx])
