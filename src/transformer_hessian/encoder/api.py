@@ -184,6 +184,18 @@ def _per_sample_bytes(P: int, T: int, d: int, d_ff: int, nhead: int, n_layers: i
     return 2 * P * itemsize * (per_layer * n_layers + 4 * T * d)
 
 
+def _check_memory(P: int, dtype: torch.dtype, device: torch.device) -> int:
+    """Bytes of the dense (P, P) result; MemoryError (with the numbers) when they are not available."""
+    need = P * P * torch.finfo(dtype).bits // 8
+    avail = _available_bytes(device)
+    if need > avail:
+        raise MemoryError(
+            f"exact_hessian: the dense Hessian over P = {P} parameters needs {need} bytes "
+            f"({need / 2**30:.2f} GiB) of {dtype}; {avail} bytes are available on {device}"
+        )
+    return need
+
+
 def exact_hessian(
     model,
     inputs,
@@ -223,13 +235,7 @@ def exact_hessian(
     B, T, _ = inputs.shape
     sizes = [named[n].numel() for n in names]
     P = sum(sizes)
-    need = P * P * torch.finfo(dtype).bits // 8
-    avail = _available_bytes(device)
-    if need > avail:
-        raise MemoryError(
-            f"exact_hessian: the dense Hessian over P = {P} parameters needs {need} bytes "
-            f"({need / 2**30:.2f} GiB) of {dtype}; {avail} bytes are available on {device}"
-        )
+    need = _check_memory(P, dtype, device)
     cols, off = {}, 0
     for n, s in zip(names, sizes, strict=True):
         cols[n] = slice(off, off + s)
