@@ -71,6 +71,19 @@ TINY = {
         "dense_max_params": 150,
         "jobs": 2,
     },
+    # the architecture study at toy size (its figure, table, claim rows and summary section are
+    # in the registry, so every output test below covers them): patch 4 -> 4 tokens, P <= 400
+    "architectures": {
+        "enabled": True,
+        "patch_size": 4,
+        "d_model": 4,
+        "dim_feedforward": 6,
+        "hessian_batch_size": 4,
+        "js_points": 200,
+        "train": {"epochs": 1, "batch_size": 64},
+        "base": {"norm_first": False, "nhead": 1, "activation": "relu", "num_layers": 1},
+        "variants": {"heads_2": {"nhead": 2}, "layers_2": {"num_layers": 2}},
+    },
     "spectrum": {
         "batch_size": 16,
         "n_eigenvalues": 3,
