@@ -4,7 +4,7 @@ and the machine lacks (``make gpu-carry``).
     python scripts/gpu_carry.py [--mnist DIR] [--no-wheels] [--out .carry]
 
 - ``.carry/mnist/*.gz``: the four MNIST IDX files gzip-compressed from ``--mnist`` (a folder with
-  the raw or .gz files; ``../shared`` does not travel to the device), checked by decompressing
+  the raw or .gz files; a folder outside the checkout does not travel to the device), checked by decompressing
   them again and comparing the bytes with the source.
 - ``.carry/COMMIT``: the checkout's commit (``-dirty`` when tracked files differ), which
   gpu_check.py reports where the tree has no ``.git`` (the device's copy).

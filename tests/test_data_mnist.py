@@ -1,6 +1,6 @@
 """MNIST a user already has (data.local, torchvision's layout, dotted names, re-compressed .gz)
 and the strict IDX reader. Fabricated IDX files are written here; the real files are used when
-``<repo>/../shared/data/mnist`` (or the folder in TH_MNIST_DIR) exists. No test uses the network:
+the folder in TH_MNIST_DIR holds them (.ci/run sets it when CI has a copy). No test uses the network:
 ``_fetch`` is replaced by a function that fails the test if it is called.
 """
 
@@ -292,13 +292,15 @@ def test_local_folder_with_missing_files_names_them_and_does_not_download(tmp_pa
 
 def real_mnist_dir() -> Path | None:
     env = os.environ.get("TH_MNIST_DIR")
-    path = Path(env) if env else REPO.parent / "shared" / "data" / "mnist"
+    if not env:
+        return None
+    path = Path(env)
     return path if all((path / t).is_file() for t in TARGETS) else None
 
 
 @pytest.mark.skipif(
     real_mnist_dir() is None,
-    reason="real MNIST not found: neither $TH_MNIST_DIR nor <repo>/../shared/data/mnist holds the four decompressed files",
+    reason="real MNIST not found: set TH_MNIST_DIR to a folder with the four decompressed MNIST files",
 )
 def test_real_mnist_from_a_local_folder(tmp_path, no_network):
     src = real_mnist_dir()

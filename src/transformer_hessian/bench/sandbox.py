@@ -114,3 +114,33 @@ def _tail(path: Path, n: int = 1500) -> str:
         return path.read_text(errors="replace")[-n:]
     except OSError:
         return ""
+
+
+class _Box:
+    """A one-item stand-in for a multiprocessing queue (in-process runs)."""
+
+    def put(self, item) -> None:
+        self.item = item
+
+
+def run_spawned(target, args: tuple, timeout: float, spawn: bool = True) -> dict:
+    """``target(*args, queue)`` in a spawned process; the one item it puts, or ``{"error": ...}`` after
+    ``timeout`` seconds (the child is killed). ``spawn=False`` runs it in this process (tests)."""
+    if not spawn:  # in this process (tests): no timeout, the peak is reset per case but shared
+        box = _Box()
+        target(*args, box)
+        return box.item
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=target, args=(*args, q))
+    p.start()
+    try:
+        res = q.get(timeout=timeout)
+    except Exception:  # noqa: BLE001 - queue.Empty on timeout
+        res = {"error": f"timeout after {timeout:.0f} s"}
+    p.join(5)
+    if p.is_alive():
+        p.kill()
+    return res

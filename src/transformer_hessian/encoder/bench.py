@@ -160,20 +160,9 @@ def _child(method: str, shape: dict, seed: int, repeats: int, path: str, queue) 
 
 def run_method(method: str, shape: dict, seed: int, repeats: int, path: str, timeout: float) -> dict:
     """One method on one shape in a spawned process; its row (times, peak memory or error)."""
-    import multiprocessing as mp
+    from ..bench.sandbox import run_spawned
 
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    p = ctx.Process(target=_child, args=(method, shape, seed, repeats, path, q))
-    p.start()
-    try:
-        res = q.get(timeout=timeout)
-    except Exception:  # noqa: BLE001 - queue.Empty on timeout
-        res = {"error": f"timeout after {timeout:.0f} s"}
-    p.join(5)
-    if p.is_alive():
-        p.kill()
-    return res
+    return run_spawned(_child, (method, shape, seed, repeats, path), timeout)
 
 
 def bench_encoder(

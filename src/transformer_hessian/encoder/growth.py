@@ -31,6 +31,8 @@ import statistics
 import time
 from pathlib import Path
 
+from ..bench.sandbox import run_spawned
+
 log = logging.getLogger(__name__)
 
 #: the base shape: a small GPT-like layer (biases, pre-norm, GELU, causal, MSE); d_ff = FF_MULT * d
@@ -147,37 +149,9 @@ def _gemm_child(n: int, repeats: int, queue) -> None:
         queue.put({"error": f"{type(err).__name__}: {err}"})
 
 
-class _Box:
-    """A one-item stand-in for a multiprocessing queue (in-process runs)."""
-
-    def put(self, item) -> None:
-        self.item = item
-
-
-def _spawn(target, args: tuple, timeout: float, spawn: bool = True) -> dict:
-    if not spawn:  # in this process (tests): no timeout, the peak is reset per case but shared
-        box = _Box()
-        target(*args, box)
-        return box.item
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    p = ctx.Process(target=target, args=(*args, q))
-    p.start()
-    try:
-        res = q.get(timeout=timeout)
-    except Exception:  # noqa: BLE001 - queue.Empty on timeout
-        res = {"error": f"timeout after {timeout:.0f} s"}
-    p.join(5)
-    if p.is_alive():
-        p.kill()
-    return res
-
-
 def gemm_peak(n: int = 2048, repeats: int = 5, timeout: float = 600.0, spawn: bool = True) -> dict:
     """float64 n x n x n matmul rate in a spawned process: median and best GFLOP/s."""
-    res = _spawn(_gemm_child, (n, repeats), timeout, spawn)
+    res = run_spawned(_gemm_child, (n, repeats), timeout, spawn)
     if "error" not in res:
         flops = 2 * n**3
         res["gflops_median"] = flops / statistics.median(res["times_s"]) / 1e9
@@ -243,7 +217,7 @@ def run_growth(
     for i, c in enumerate(cases.values()):
         s = c["shape"]
         log.info("bench encoder --growth: case %d/%d %s ...", i + 1, len(cases), s)
-        res = _spawn(_case_child, (s, seed, repeats), timeout, spawn)
+        res = run_spawned(_case_child, (s, seed, repeats), timeout, spawn)
         row = {**s, "sweeps": c["sweeps"], "N": s["B"] * s["T"], **res}
         if "error" not in res:
             row["median_s"] = statistics.median(res["times_s"])
