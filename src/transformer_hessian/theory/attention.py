@@ -25,6 +25,7 @@ from .vec import (
     chain_rule_second,
     commutation_matrix,
     kron,
+    outer_blocks,
     softmax_row_hessian,
     softmax_row_hessian_contract,
     softmax_row_jacobian,
@@ -204,8 +205,8 @@ def attention_outer_kron(X: torch.Tensor, params: dict, G_scale: float) -> dict[
 
 @torch.no_grad()
 def attention_hessian_from_loss_derivatives(
-    X: torch.Tensor, params: dict, g: torch.Tensor, G: torch.Tensor
-) -> tuple[dict, dict]:
+    X: torch.Tensor, params: dict, g: torch.Tensor, G: torch.Tensor | float | None
+) -> tuple[dict | None, dict]:
     """Loss-agnostic Gauss-Newton split for self-attention alone. With g = dl/dvec_r(F) (L d)
     and G = d^2 l / dvec_r(F)^2, block (i, j) = B_i^T G B_j + (g^T (x) I) d^2F/(dW_i dW_j),
     B_i = dF/dW_i. The functional part is computed in closed form (Thm 3.2), with
@@ -219,15 +220,18 @@ def attention_hessian_from_loss_derivatives(
         H_f(V,Q) = (X^T (x) R^T) K_{L,L} (dA/dT) dT/dW_Q
         H_f(V,K) = (X^T (x) R^T) K_{L,L} (dA/dT) dT/dW_K
         H_f(V,V) = 0    (F is linear in W_V).
+
+    ``G`` a float c stands for c I; ``G=None`` skips the outer part (returned as None).
     """
     X = _d(X)
     WQ, WK, WV = (_d(params[n]) for n in ATTENTION_GROUPS)
     L, d = X.shape
     k = WQ.shape[1]
     dt, dev = X.dtype, X.device
-    B = attention_jacobians(X, params)
-    BtG = {i: B[i].T @ G for i in ATTENTION_GROUPS}  # (B_i^T G) B_j, the order `B[i].T @ G @ B[j]` evaluates in
-    outer = {(i, j): BtG[i] @ B[j] for i in ATTENTION_GROUPS for j in ATTENTION_GROUPS}
+    outer = None
+    if G is not None:
+        B = attention_jacobians(X, params)
+        outer = outer_blocks({i: B[i] for i in ATTENTION_GROUPS}, G)  # (B_i^T G) B_j
     A = attention_forward(X, WQ, WK, WV)["A"]
     R = g.reshape(L, d)
     Gam = R @ WV.T @ X.T
@@ -266,8 +270,7 @@ def attention_loss_hessian_parts(X: torch.Tensor, params: dict, target: torch.Te
     F = attention_forward(X, WQ, WK, WV)["F"]
     c = 2.0 / (L * d)
     g = c * (F - target).reshape(-1)
-    G = c * torch.eye(L * d, dtype=X.dtype, device=X.device)
-    _, fun = attention_hessian_from_loss_derivatives(X, params, g, G)
+    _, fun = attention_hessian_from_loss_derivatives(X, params, g, None)  # the outer part: Thm 3.1
     return attention_outer_kron(X, params, c), fun
 
 

@@ -16,7 +16,7 @@ from .. import GROUPS
 from .factored import _dense_jacobian, _functional_factored, _token_factors
 from .layout import _prep
 from .reference import block_forward, block_output_hessian
-from .vec import contract_stacked
+from .vec import contract_stacked, outer_blocks
 
 
 @torch.no_grad()
@@ -24,12 +24,12 @@ def block_hessian_from_loss_derivatives(
     X: torch.Tensor,
     params: dict,
     g: torch.Tensor,
-    G: torch.Tensor,
+    G: torch.Tensor | float,
     eps: float = 1e-5,
     materialise: bool = False,
 ) -> tuple[dict, dict]:
     """Loss-agnostic Gauss-Newton split (Theorems 4-5 + chain rule). For any loss l(Z) with
-    gradient g = dl/dvec_r(Z) (L d) and Hessian G (L d x L d):
+    gradient g = dl/dvec_r(Z) (L d) and Hessian G (L d x L d; a float c stands for c I):
 
         H_ij = B_i^T G B_j  +  (g^T (x) I_{p_i q_i}) d^2Z/(dW_i dW_j),   B_i = dZ/dW_i.
 
@@ -42,11 +42,11 @@ def block_hessian_from_loss_derivatives(
         X = X.detach()
         L, d = X.shape
         g = g.detach().reshape(L * d)
-        G = G.detach().reshape(L * d, L * d)
+        if not isinstance(G, float):
+            G = G.detach().reshape(L * d, L * d)
         f = _token_factors(X.unsqueeze(0), p, eps)
         Bm = {n: _dense_jacobian(f, n)[0] for n in GROUPS}
-        BtG = {i: Bm[i].T @ G for i in GROUPS}  # (B_i^T G) B_j, the order `Bm[i].T @ G @ Bm[j]` evaluates in
-        outer = {(i, j): BtG[i] @ Bm[j] for i in GROUPS for j in GROUPS}
+        outer = outer_blocks(Bm, G)
         if materialise:
             d2Z = block_output_hessian(X, p, eps)
             fun = {(i, j): contract_stacked(g, d2Z[(i, j)], Bm[i].shape[1]) for i in GROUPS for j in GROUPS}
@@ -66,8 +66,7 @@ def block_loss_hessian_parts(
         Z = block_forward(X, params, eps)
         c = 2.0 / (L * d)
         g = c * (Z - target.detach()).reshape(-1)
-        G = c * torch.eye(L * d, dtype=X.dtype, device=X.device)
-        return block_hessian_from_loss_derivatives(X, params, g, G, eps, materialise)
+        return block_hessian_from_loss_derivatives(X, params, g, c, eps, materialise)  # G = c I
 
 
 @torch.no_grad()

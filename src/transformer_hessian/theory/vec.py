@@ -31,6 +31,8 @@ __all__ = [
     "softmax_row_hessian_contract",
     "chain_rule_second",
     "contract_stacked",
+    "left_products",
+    "outer_blocks",
 ]
 
 
@@ -199,3 +201,19 @@ def contract_stacked(g: torch.Tensor, D2: torch.Tensor, n_i: int) -> torch.Tenso
     second derivative of the scalar <g, vec_r(N)>."""
     nN = g.numel()
     return torch.einsum("a,aij->ij", g.reshape(-1), D2.reshape(nN, n_i, -1))
+
+
+def left_products(B: dict, G: torch.Tensor | float) -> dict:
+    """{i: B_i^T G}. ``G`` a float c stands for the output Hessian c I: then B_i^T G is c B_i^T,
+    written contiguous as the product would be, with the same bits (each entry of B_i^T (c I) is a
+    sum of one product c B[j, i] and exact zeros) and without the (L d)^2 P_i flops of a product
+    with a dense identity."""
+    if isinstance(G, float):
+        return {i: (G * b.T).contiguous() for i, b in B.items()}
+    return {i: b.T @ G for i, b in B.items()}
+
+
+def outer_blocks(B: dict, G: torch.Tensor | float) -> dict:
+    """All ordered pairs (i, j) of B_i^T G B_j, evaluated as (B_i^T G) B_j (:func:`left_products`)."""
+    BtG = left_products(B, G)
+    return {(i, j): BtG[i] @ B[j] for i in B for j in B}
