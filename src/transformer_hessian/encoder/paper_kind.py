@@ -159,7 +159,10 @@ def paper_kind_hessian(layer, X: torch.Tensor, labels: torch.Tensor, head, names
         for r, key in (("v", "vr"), ("o", "or")):
             Ht[pos[r], pos[a]] = pb[key][:, parts[a]]
             Ht[pos[a], pos[r]] = pb[key][:, parts[a]].T
-    Ht[pos["v"], pos["v"]], Ht[pos["o"], pos["o"]] = pb["vv"], pb["oo"]
+    # H9 is exactly symmetric and every off-diagonal block above is placed with its exact
+    # transpose, so only the two diagonal blocks of the pullback need symmetrising (the same bits
+    # as symmetrising the whole matrix: (a + b) / 2 of an exactly symmetric pair is a)
+    Ht[pos["v"], pos["v"]], Ht[pos["o"], pos["o"]] = symmetrize_(pb["vv"]), symmetrize_(pb["oo"])
     Ht[pos["v"], pos["o"]], Ht[pos["o"], pos["v"]] = pb["vo"], pb["vo"].T
     where = {
         "self_attn.in_proj_weight": range(0, nq + dd),
@@ -169,5 +172,8 @@ def paper_kind_hessian(layer, X: torch.Tensor, labels: torch.Tensor, head, names
     }
     for k, nm in enumerate(("norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias")):
         where[nm] = range(pos["ln"].start + k * d, pos["ln"].start + (k + 1) * d)
-    idx = torch.tensor([i for n in names for i in where[n]], device=X.device)
-    return symmetrize_(Ht[idx][:, idx])
+    idx = [i for n in names for i in where[n]]
+    if idx == list(range(n_all)):  # every parameter in torch's order: no gather
+        return Ht
+    idx_t = torch.tensor(idx, device=X.device)
+    return Ht.index_select(0, idx_t).index_select(1, idx_t)
