@@ -358,6 +358,7 @@ def test_paper_kind_fast_path_matches_autograd(prob):
             H = exact_hessian(model, x, y, loss="cross_entropy", head=head, params=params)
             R = reference_hessian(model, x, y, loss="cross_entropy", head=head, params=params)
             assert rel_err(H, R) <= TOL
+            assert torch.equal(H, H.T)  # exactly symmetric, as the sweep's result is
     assert len(calls) == 2
 
 
