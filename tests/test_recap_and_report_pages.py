@@ -52,11 +52,12 @@ def test_recap_counts_names_the_failures_and_stays_short(tmp_path, n_failed):
 
 
 def test_recap_without_fig3_opens_the_first_figure(tmp_path):
-    from transformer_hessian.recap import format_duration, recap_lines
+    from transformer_hessian.progress import format_seconds
+    from transformer_hessian.recap import recap_lines
 
     path, _ = _claims(tmp_path, [REPRODUCED])
     assert "Open first: paper/figures/fig2.png" in "\n".join(recap_lines(path, {"fig2": "paper/figures/fig2.png"}, 5))
-    assert [format_duration(s) for s in (0.4, 59.6, 75.2, 3600)] == ["0 s", "1 min 0 s", "1 min 15 s", "1 h 00 min"]
+    assert [format_seconds(s) for s in (0.4, 59.6, 75.2, 3600)] == ["0 s", "1 min 00 s", "1 min 15 s", "1 h 00 min"]
 
 
 def test_report_pages_hold_every_claim_table_row_config_and_provenance(tmp_path):

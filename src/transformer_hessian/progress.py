@@ -33,13 +33,14 @@ EVERY = 10.0
 
 
 def format_seconds(s: float) -> str:
-    """``"42 s"``, ``"3 min 05 s"``, ``"1 h 02 min"``."""
-    s = max(0.0, float(s))
+    """A duration rounded to the second: ``"42 s"``, ``"3 min 05 s"``, ``"1 h 02 min"`` (the
+    progress lines and the end-of-run recap write durations with it)."""
+    s = round(max(0.0, float(s)))
     if s < 60:
-        return f"{s:.0f} s"
+        return f"{s} s"
     if s < 3600:
-        return f"{int(s // 60)} min {int(s % 60):02d} s"
-    return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
 def _terminal() -> TextIO | None:

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .claims.schema import NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED
+from .progress import format_seconds
 
-__all__ = ["MAX_LINES", "FIRST_FIGURES", "format_duration", "recap_lines"]
+__all__ = ["MAX_LINES", "FIRST_FIGURES", "recap_lines"]
 
 #: The recap never has more lines than this.
 MAX_LINES = 20
@@ -27,16 +28,6 @@ FIRST_FIGURES = {
 WIDTH = 100
 #: Lines of claim names per verdict at most (the rest: "... and N more").
 NAME_LINES = 6
-
-
-def format_duration(seconds: float) -> str:
-    """``75.2`` -> ``"1 min 15 s"``; under a minute ``"42 s"``; from an hour ``"1 h 02 min"``."""
-    seconds = max(0, round(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
 def _wrapped(label: str, words: Sequence[str]) -> list[str]:
@@ -70,7 +61,7 @@ def recap_lines(
     rows = json.loads(Path(claims_json).read_text(encoding="utf-8"))["claims"]
     by = {v: [r["id"] for r in rows if r["verdict"] == v] for v in (REPRODUCED, NOT_REPRODUCED, NOT_TESTABLE)}
     lines = [
-        f"Finished in {format_duration(seconds)}. Everything is in {paper_dir}/: figures/ (PDF, PNG), tables/ "
+        f"Finished in {format_seconds(seconds)}. Everything is in {paper_dir}/: figures/ (PDF, PNG), tables/ "
         "(CSV, LaTeX, Markdown),",
         "  summary.json (every number, provenance), claims.md (the verdict on each claim of the paper).",
         f"Claims: {len(by[REPRODUCED])} reproduced, {len(by[NOT_REPRODUCED])} not reproduced, "
