@@ -177,13 +177,30 @@ def _add_token_sums(f: SimpleNamespace, g: torch.Tensor, sums: _TokenSums) -> No
     under ("sym", W_i, W_i) (about a quarter of the flops), the cross terms in their own index
     order under ("cross", W_i, W_j); :func:`_reduced_blocks` assembles the blocks. Products with
     the shared W_1, W_2 are plain matrix products, not per-token batches, and products with an
-    identity factor (W_V's Phi^F) are skipped.
+    identity factor (W_V's Phi^F) are skipped. The attention rows: :func:`_attention_token_sums`;
+    the FFN's own blocks: :func:`_ffn_token_sums`.
     """
-    p = f.p
-    eps = f.eps
-    W1, W2 = p["W_1"], p["W_2"]
-    Bn, L, d = f.X.shape
-    k = f.k
+    t = _pulled_back(f, g)
+    # bilinear scores: <Delta, dT/dW_QK> = X^T Delta X / s, summed over the samples
+    sums.add("grad", t.flat(f.X).T, t.flat(t.Delta @ f.X))
+    y, R = t.alpha["W_1"], t.alpha["W_2"]
+    # one scratch buffer for the chunked left operands (d x max(d, d_ff) per token)
+    scratch = y.new_empty(min(t.n, _CHUNK_TOKENS) * y.shape[1] * max(y.shape[1], R.shape[1]))
+    _attention_token_sums(f, t, sums, scratch)
+    _ffn_token_sums(f, t, sums, scratch)
+
+
+def _pulled_back(f: SimpleNamespace, g: torch.Tensor) -> SimpleNamespace:
+    """The loss gradient g (B, L, d) pushed back through LN_2, the FFN, LN_1 and the softmax
+    (:func:`_add_token_sums`), and every per-token factor the token sums read, flattened to
+    (B L, ...) rows (``flat``; ``n`` = B L tokens)."""
+    p, eps = f.p, f.eps
+    Bn, L, _ = f.X.shape
+    n = Bn * L
+
+    def flat(x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(n, *x.shape[2:])
+
     gs = layernorm_vjp(f.S, p["gamma2"], eps, g)
     Om2 = layernorm_hessian_contract(f.S, p["gamma2"], eps, g)
     gy = (f.Js.transpose(-1, -2) @ gs.unsqueeze(-1)).squeeze(-1)
@@ -191,86 +208,113 @@ def _add_token_sums(f: SimpleNamespace, g: torch.Tensor, sums: _TokenSums) -> No
     gf = layernorm_vjp(f.U1, p["gamma1"], eps, gy)
     Gam = gf @ f.XV.transpose(-1, -2)  # gamma_l = X W_V g_F,l: Gam[b, l, j]
     Delta = f.A * (Gam - (f.A * Gam).sum(-1, keepdim=True))  # dl/dT, (B, L, L)
-    n = Bn * L
+    Om2f = flat(Om2)
+    gsl, Ml = flat(gs), flat(f.M)
+    return SimpleNamespace(
+        n=n,
+        flat=flat,
+        Delta=Delta,
+        alpha={nm: flat(f.alpha[nm]) for nm in REDUCED_GROUPS},
+        phi_s={nm: flat(f.phi_s[nm]) for nm in _REDUCED_ATTENTION},
+        Om1f=flat(Om1),
+        Om2f=Om2f,
+        Om2p=_packed_cols(Om2f),
+        gfl=flat(gf),
+        gsl=gsl,
+        Ml=Ml,
+        h=Ml * (gsl @ f.p["W_2"].T),  # m_f (W_2 g_S)_f
+    )
 
-    def flat(t: torch.Tensor) -> torch.Tensor:
-        return t.reshape(n, *t.shape[2:])
 
-    alpha = {nm: flat(f.alpha[nm]) for nm in REDUCED_GROUPS}
-    phi_s = {nm: flat(f.phi_s[nm]) for nm in _REDUCED_ATTENTION}
-    Om1f, Om2f = flat(Om1), flat(Om2)
-    gfl, gsl, Ml = flat(gf), flat(gs), flat(f.M)
-    Xf = flat(f.X)
-    # bilinear scores: <Delta, dT/dW_QK> = X^T Delta X / s, summed over the samples
-    sums.add("grad", Xf.T, flat(Delta @ f.X))
+def _chunked(sums: _TokenSums, n: int, key, left, right) -> None:
+    """sums[key] += sum over token chunks of left(sl)^T right(sl), for the terms whose operands
+    have (tokens x 1024) or more entries: only one chunk of them exists at a time."""
+    for c0 in range(0, n, _CHUNK_TOKENS):
+        sl = slice(c0, c0 + _CHUNK_TOKENS)
+        sums.add(key, left(sl).T, right(sl))
+
+
+def _attention_token_sums(f: SimpleNamespace, t: SimpleNamespace, sums: _TokenSums, scratch: torch.Tensor) -> None:
+    """The token sums of the rows of the two attention groups (W_QK, W_V) of :func:`_add_token_sums`:
+    with each other, with W_1 and with W_2 (main and cross terms)."""
+    W1, W2 = f.p["W_1"], f.p["W_2"]
+    phi_s, Ml, n = t.phi_s, t.Ml, t.n
     # Phi^S_i^T Omega_2 and Phi^F_i^T Omega_1 (Phi^F of W_V is the identity)
-    so2 = {nm: phi_s[nm].transpose(-1, -2) @ Om2f for nm in _REDUCED_ATTENTION}
-    phi_qk = flat(f.phi_f["W_QK"])
-    fo1 = {"W_QK": phi_qk.transpose(-1, -2) @ Om1f, "W_V": Om1f}
-    h = Ml * (gsl @ W2.T)  # m_f (W_2 g_S)_f
-    Om2p = _packed_cols(Om2f)
+    so2 = {nm: phi_s[nm].transpose(-1, -2) @ t.Om2f for nm in _REDUCED_ATTENTION}
+    phi_qk = t.flat(f.phi_f["W_QK"])
+    fo1 = {"W_QK": phi_qk.transpose(-1, -2) @ t.Om1f, "W_V": t.Om1f}
 
     def c_attention(gi: str, gj: str) -> torch.Tensor:
         """C_n of two attention groups: Phi^S_i^T Omega_2 Phi^S_j + Phi^F_i^T Omega_1 Phi^F_j (+ Psi)."""
         C = (so2[gi] @ phi_s[gj]).add_(fo1[gi] @ phi_qk if gj == "W_QK" else fo1[gi])
         if (gi, gj) == ("W_QK", "W_QK"):  # the softmax's own curvature
-            C.add_(flat(_psi_sandwich(f.X, f.X, f.A, Delta)).div_(k))
+            C.add_(t.flat(_psi_sandwich(f.X, f.X, f.A, t.Delta)).div_(f.k))
         return C
 
-    def chunked(key, left, right) -> None:
-        """sums[key] += sum over token chunks of left(sl)^T right(sl), for the terms whose
-        operands have (tokens x 1024) or more entries: only one chunk of them exists at a time."""
-        for c0 in range(0, n, _CHUNK_TOKENS):
-            sl = slice(c0, c0 + _CHUNK_TOKENS)
-            sums.add(key, left(sl).T, right(sl))
-
-    y, R = alpha["W_1"], alpha["W_2"]
-    # one scratch buffer for the chunked left operands (d x max(d, d_ff) per token)
-    scratch = y.new_empty(min(n, _CHUNK_TOKENS) * d * max(d, R.shape[1]))
+    y, R, gsl = t.alpha["W_1"], t.alpha["W_2"], t.gsl
     for gi in _REDUCED_ATTENTION:
-        ai = alpha[gi]
-        phi_y = flat(f.phi_y[gi])
+        ai = t.alpha[gi]
+        phi_y = t.flat(f.phi_y[gi])
         sums.add(("sym", gi, gi), _packed_outer_t(ai.T.contiguous()), _packed_cols(c_attention(gi, gi)))
         if gi == "W_QK":
-            sums.add(("main", gi, "W_V"), _outer_rows(ai, alpha["W_V"]).T, c_attention(gi, "W_V").reshape(n, -1))
+            sums.add(("main", gi, "W_V"), _outer_rows(ai, t.alpha["W_V"]).T, c_attention(gi, "W_V").reshape(n, -1))
             # F bilinear in (A, W_V): d^2<g_F, F>/(dW_QK dW_V), [m, q, p, r]
-            sums.add(("cross", gi, "W_V"), _outer_rows(ai, gfl).T, flat(f.XJX).reshape(n, -1))
+            sums.add(("cross", gi, "W_V"), _outer_rows(ai, t.gfl).T, t.flat(f.XJX).reshape(n, -1))
         # attention x W_1: C = Phi^S_i^T Omega_2 W_2^T diag(m); y-W_1 cross term of S (Lemma 1)
         # contracted with g_S, [i, f, a, j]
-        chunked(
+        _chunked(
+            sums,
+            n,
             ("main", gi, "W_1"),
             lambda sl, ai=ai: _outer_rows(ai[sl], y[sl], scratch),
             lambda sl, gi=gi: (so2[gi][sl] @ W2.T).mul_(Ml[sl].unsqueeze(-2)).flatten(1),
         )
-        chunked(
+        _chunked(
+            sums,
+            n,
             ("cross", gi, "W_1"),
-            lambda sl, ai=ai: _outer_rows(ai[sl], h[sl], scratch),
+            lambda sl, ai=ai: _outer_rows(ai[sl], t.h[sl], scratch),
             lambda sl, py=phi_y: py[sl].flatten(1),
         )
         # attention x W_2: C = Phi^S_i^T Omega_2; cross term [i, c, j, f] with
         # Xi = (Phi^Y^T W_1) diag(m), [n, j, f]
-        chunked(
+        _chunked(
+            sums,
+            n,
             ("main", gi, "W_2"),
             lambda sl, ai=ai: _outer_rows(ai[sl], R[sl], scratch),
             lambda sl, gi=gi: so2[gi][sl].flatten(1),
         )
-        chunked(
+        _chunked(
+            sums,
+            n,
             ("cross", gi, "W_2"),
             lambda sl, ai=ai: _outer_rows(ai[sl], gsl[sl], scratch),
             # Phi^Y^T made contiguous first: then one product with the shared W_1, not a batch
             lambda sl, py=phi_y: (py[sl].mT.contiguous() @ W1).mul_(Ml[sl].unsqueeze(-2)).flatten(1),
         )
+
+
+def _ffn_token_sums(f: SimpleNamespace, t: SimpleNamespace, sums: _TokenSums, scratch: torch.Tensor) -> None:
+    """The token sums of the FFN's own blocks (W_1 x W_1, W_1 x W_2, W_2 x W_2) of
+    :func:`_add_token_sums`."""
+    W2 = f.p["W_2"]
+    y, R, Om2f, Ml, gsl, n = t.alpha["W_1"], t.alpha["W_2"], t.Om2f, t.Ml, t.gsl, t.n
     # W_1 x W_1: diag(m) W_2 Omega_2 W_2^T diag(m), the mask applied packed
     yy = _packed_outer_t(y.T.contiguous())
-    chunked(("sym", "W_1", "W_1"), lambda sl: yy[:, sl].T, lambda sl: _packed_sandwich_t(Om2f[sl], W2, Ml[sl]).T)
+    _chunked(
+        sums, n, ("sym", "W_1", "W_1"), lambda sl: yy[:, sl].T, lambda sl: _packed_sandwich_t(Om2f[sl], W2, Ml[sl]).T
+    )
     # W_1 x W_2: C = diag(m) W_2 Omega_2, plus [a, f, f, c] += sum_n y_a m_f g_S,c
-    chunked(
+    _chunked(
+        sums,
+        n,
         ("main", "W_1", "W_2"),
         lambda sl: _outer_rows(y[sl], R[sl], scratch),
         lambda sl: torch.matmul(W2, Om2f[sl]).mul_(Ml[sl].unsqueeze(-1)).flatten(1),  # W_2 Omega_2 (symmetric)
     )
-    chunked(("diag", "W_1", "W_2"), lambda sl: _outer_rows(y[sl], Ml[sl], scratch), lambda sl: gsl[sl])
-    chunked(("sym", "W_2", "W_2"), lambda sl: _packed_outer_t(R[sl].T.contiguous()).T, lambda sl: Om2p[sl])
+    _chunked(sums, n, ("diag", "W_1", "W_2"), lambda sl: _outer_rows(y[sl], Ml[sl], scratch), lambda sl: gsl[sl])
+    _chunked(sums, n, ("sym", "W_2", "W_2"), lambda sl: _packed_outer_t(R[sl].T.contiguous()).T, lambda sl: t.Om2p[sl])
 
 
 def _reduced_blocks(sums: _TokenSums, f: SimpleNamespace):

@@ -66,33 +66,65 @@ def ln_columns(
     False), ``g`` = dl/dZ (B, L, d), ``WJ`` = W_h J_2 (B, L, C, d), the CE square-root factor ``Vb``
     (B, C, C-1) and the five-group weighted logit Jacobian ``Jw`` (B (C-1), P') over the reduced
     groups with offsets ``off_r`` (all from :func:`.model_loss._model_parts`)."""
-    p, eps = f.p, f.eps
-    W1, W2, WQ, WK = p["W_1"], p["W_2"], p["W_Q"], p["W_K"]
-    Bn, L, d = f.X.shape
-    n = Bn * L
-    dt, dev = f.X.dtype, f.X.device
-    ones = torch.ones(d, dtype=dt, device=dev)
-
-    def flat(t: torch.Tensor) -> torch.Tensor:
-        return t.reshape(n, *t.shape[2:])
-
+    p = f.p
+    d = f.X.shape[-1]
     # --- Gauss-Newton part: the logit Jacobian's LayerNorm columns, weighted like Jw
     JwN = torch.einsum("bor,boP->brP", Vb, ln_logit_jacobian(f, WJ, Wh)).reshape(-1, 4 * d)
     outer_w = Jw.T @ JwN  # (P', 4 d), reduced groups
     outer_n = JwN.T @ JwN  # (4 d, 4 d)
+    t = _ln_token_factors(f, g)
+    fun_w = _ln_functional_rows(f, t)
+    ln = _ln_ln_block(t, outer_n, d)
+    # --- reduced rows W_QK -> W_Q, W_K (docs/theory.md §19), assembled in GROUPS order
+    red = {nm: outer_w[off_r[nm]] + fun_w[nm] for nm in REDUCED_GROUPS}
+    tqk = red.pop("W_QK").view(d, d, 4 * d)  # [i, j, column]
+    rows = [
+        torch.einsum("ijc,ja->iac", tqk, p["W_K"]).reshape(-1, 4 * d),
+        torch.einsum("ijc,ia->jac", tqk, p["W_Q"]).reshape(-1, 4 * d),
+        red["W_V"],
+        red["W_1"],
+        red["W_2"],
+        ln,
+    ]
+    return torch.cat(rows, dim=0)
 
-    # --- functional part, per token
-    x1 = flat(layernorm_row_stats(f.U1, eps)[0])
+
+def _ln_token_factors(f: SimpleNamespace, g: torch.Tensor) -> SimpleNamespace:
+    """The per-token factors of the functional part of :func:`ln_columns`, flattened to (B L, ...)
+    rows: xhat1, g_S, Js, Q = Js^T Omega_2, G2 = diag(g) Jx_2, E1 = diag(g_Y) Jx_1, the mask."""
+    p, eps = f.p, f.eps
+    Bn, L, d = f.X.shape
+    n = Bn * L
+    ones = torch.ones(d, dtype=f.X.dtype, device=f.X.device)
+
+    def flat(x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(n, *x.shape[2:])
+
     gs = layernorm_vjp(f.S, p["gamma2"], eps, g)
     Om2 = layernorm_hessian_contract(f.S, p["gamma2"], eps, g)
     gy = (f.Js.transpose(-1, -2) @ gs.unsqueeze(-1)).squeeze(-1)
     Js = flat(f.Js)
-    Q = Js.transpose(-1, -2) @ flat(Om2)  # Js^T Omega_2, [e, c]
-    G2 = flat(g).unsqueeze(-1) * flat(layernorm_jacobian_rows(f.S, ones, eps))  # diag(g) Jx_2
-    E1 = flat(gy).unsqueeze(-1) * flat(layernorm_jacobian_rows(f.U1, ones, eps))  # diag(g_Y) Jx_1
-    gsl, Ml = flat(gs), flat(f.M)
-    phi_s = {nm: flat(f.phi_s[nm]) for nm in ("W_QK", "W_V")}
-    phi_qk = flat(f.phi_f["W_QK"])
+    return SimpleNamespace(
+        n=n,
+        flat=flat,
+        x1=flat(layernorm_row_stats(f.U1, eps)[0]),
+        Js=Js,
+        Q=Js.transpose(-1, -2) @ flat(Om2),  # Js^T Omega_2, [e, c]
+        G2=flat(g).unsqueeze(-1) * flat(layernorm_jacobian_rows(f.S, ones, eps)),  # diag(g) Jx_2
+        E1=flat(gy).unsqueeze(-1) * flat(layernorm_jacobian_rows(f.U1, ones, eps)),  # diag(g_Y) Jx_1
+        gsl=flat(gs),
+        Ml=flat(f.M),
+    )
+
+
+def _ln_functional_rows(f: SimpleNamespace, t: SimpleNamespace) -> dict[str, torch.Tensor]:
+    """The functional part of the LayerNorm columns, per reduced group (rows (i, j) of the group,
+    columns gamma1, beta1, gamma2, beta2), with the FFN's Lemma-1 cross terms."""
+    W1, W2 = f.p["W_1"], f.p["W_2"]
+    d = f.X.shape[-1]
+    Q, G2, x1, Ml, E1, n = t.Q, t.G2, t.x1, t.Ml, t.E1, t.n
+    phi_s = {nm: t.flat(f.phi_s[nm]) for nm in ("W_QK", "W_V")}
+    phi_qk = t.flat(f.phi_f["W_QK"])
 
     def k_of(name: str, sl: slice) -> torch.Tensor:
         """(tokens, 3, d, q): K^gamma1, K^beta1, K^gamma2 of group ``name`` on tokens ``sl``."""
@@ -112,18 +144,19 @@ def ln_columns(
 
     fun_w = {}
     for name in REDUCED_GROUPS:
-        a = flat(f.alpha[name])
+        a = t.flat(f.alpha[name])
         acc = None
         for c0 in range(0, n, _CHUNK_TOKENS):
             sl = slice(c0, c0 + _CHUNK_TOKENS)
             K = k_of(name, sl)
-            t = a[sl].T @ K.reshape(K.shape[0], -1)
-            acc = t if acc is None else acc.add_(t)
+            prod = a[sl].T @ K.reshape(K.shape[0], -1)
+            acc = prod if acc is None else acc.add_(prod)
         pw, qw = a.shape[1], K.shape[-1]
         # [i, (l, e), j] -> rows (i, j), columns (l, e); the fourth (beta2) column block is zero
         blk = acc.view(pw, 3 * d, qw).permute(0, 2, 1).reshape(pw * qw, 3 * d)
         fun_w[name] = torch.cat([blk, blk.new_zeros(pw * qw, d)], dim=1)
     # Lemma-1 cross terms of the FFN (Y x W_1, Y x W_2) along dY/dgamma1, dY/dbeta1, contracted with g_S
+    gsl = t.gsl
     h = Ml * (gsl @ W2.T)  # m_f (W_2 g_S)_f
     dff = W1.shape[1]
     t1 = fun_w["W_1"].view(d, dff, 4, d)  # rows (a, f), columns (group, e); nonzero at e = a
@@ -134,10 +167,15 @@ def ln_columns(
     t2 = fun_w["W_2"].view(dff, d, 4, d)  # rows (f, c), columns (group, e)
     t2[:, :, 0, :].add_((cg * W1.unsqueeze(-1)).permute(1, 2, 0))
     t2[:, :, 1, :].add_(cb.unsqueeze(-1) * W1.T.unsqueeze(1))
+    return fun_w
 
-    # --- LayerNorm x LayerNorm (4 d x 4 d): gamma1, beta1, gamma2, beta2
-    QJ = Q @ Js  # Js^T Omega_2 Js
-    G2J = G2 @ Js  # diag(g) Jx_2 Js
+
+def _ln_ln_block(t: SimpleNamespace, outer_n: torch.Tensor, d: int) -> torch.Tensor:
+    """The LayerNorm x LayerNorm block (4 d x 4 d; gamma1, beta1, gamma2, beta2): the Gauss-Newton
+    part ``outer_n`` (added to in place) plus the functional part."""
+    x1 = t.x1
+    QJ = t.Q @ t.Js  # Js^T Omega_2 Js
+    G2J = t.G2 @ t.Js  # diag(g) Jx_2 Js
     ln = outer_n
     gg = torch.einsum("ne,nef,nf->ef", x1, QJ, x1)
     gb = torch.einsum("ne,nef->ef", x1, QJ)
@@ -150,19 +188,7 @@ def ln_columns(
         if r != c:
             ln[c * d : (c + 1) * d, r * d : (r + 1) * d] += b.T
     _symmetrize(ln)
-
-    # --- reduced rows W_QK -> W_Q, W_K (docs/theory.md §19), assembled in GROUPS order
-    red = {nm: outer_w[off_r[nm]] + fun_w[nm] for nm in REDUCED_GROUPS}
-    tqk = red.pop("W_QK").view(d, d, 4 * d)  # [i, j, column]
-    rows = [
-        torch.einsum("ijc,ja->iac", tqk, WK).reshape(-1, 4 * d),
-        torch.einsum("ijc,ia->jac", tqk, WQ).reshape(-1, 4 * d),
-        red["W_V"],
-        red["W_1"],
-        red["W_2"],
-        ln,
-    ]
-    return torch.cat(rows, dim=0)
+    return ln
 
 
 __all__ = ["ln_columns", "ln_logit_jacobian"]
