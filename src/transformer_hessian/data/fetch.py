@@ -150,13 +150,7 @@ def download(
     ------
     DataError naming the data set, the url(s) tried and where to place the files by hand.
     """
-    check_name(name)
-    if mirror:
-        parsed = urllib.parse.urlparse(mirror)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc or any(c.isspace() for c in mirror):
-            raise DataError(f"data.mirror: {mirror!r} is not an http(s) url (e.g. https://example.org/mnist/)")
-    if not (isinstance(deadline, (int, float)) and deadline > 0 and timeout > 0):
-        raise DataError(f"data.deadline must be a positive number of seconds, got {deadline!r}")
+    _check_arguments(name, mirror, timeout, deadline)
     if name == "digits":
         return _digits_manifest()
 
@@ -168,24 +162,13 @@ def download(
     bases = {u.rsplit("/", 1)[0] + "/" for u in primary}
     source = primary[0] if len(primary) == 1 else (bases.pop() if len(bases) == 1 else " ".join(primary))
 
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise DataError(f"data set {name!r}: cannot create the data folder {folder}: {err}") from err
-
-    # Temp files (.<file>.<host>.<pid>.*.part, .extract-*) of a killed run on this host.
-    remove_stale_temp_files(folder)
-    remove_stale_extract_dirs(folder)
+    _make_folder(name, folder)
 
     # A cluster copy of CIFAR-100 may hold only the extracted files (torchvision's layout).
     if name == "cifar100" and resources is None and not (folder / sources.cifar100().filename).exists():
         if _cifar_extracted_ok(folder):
             log.info("cifar100: extracted files in %s verify; nothing to download", folder / sources.cifar100_dir())
-            entries = [
-                _file_entry(folder / sources.cifar100_dir() / f, name=f"{sources.cifar100_dir()}/{f}", md5=m)
-                for f, m in sources.cifar100_members()
-            ]
-            return {"dataset": name, "files": entries, "source": source}
+            return {"dataset": name, "files": _cifar_extracted_entries(folder), "source": source}
 
     local_dir = _local_dir(name, local)
     if name == "mnist" and sorted(f for f, _, _ in files) == sorted(f"{t}.gz" for t in mnist_targets()):
@@ -193,41 +176,76 @@ def download(
         entries = _mnist_files(folder, files, raw, local_dir, timeout, deadline)
         return {"dataset": name, "files": entries, "source": str(local_dir) if local_dir else source}
 
-    entries = []
-    for filename, md5, urls in files:
-        dest = folder / filename
-        if local_dir is not None and not dest.exists():
-            src = local_dir / filename
-            if not src.is_file():
-                raise DataError(
-                    f"data set {name!r}: {filename} is not in the folder data.local = {local_dir}/ (no download is "
-                    "tried when data.local is set)\n" + _hand_placement(name, folder, files)
-                )
-            got = calculate_md5(src)
-            if got != md5:
-                raise DataError(
-                    f"data set {name!r}: {Rejected(src, md5, got, src.stat().st_size)}; it was left where it is. "
-                    "Replace it with an intact copy (or unset data.local to download it), then run again."
-                )
-            with atomic_path(dest) as tmp:
-                shutil.copyfile(src, tmp)
-            log.info("%s: %s verifies; copied to %s", name, src, dest)
-        if dest.exists():
-            got = calculate_md5(dest)
-            if got == md5:
-                log.info("%s: %s is in place and verifies", name, dest)
-                entries.append(_file_entry(dest, md5=md5))
-                continue
-            raise DataError(
-                f"data set {name!r}: {dest} ({dest.stat().st_size:,} bytes) has md5 {got}, expected {md5}; it was "
-                "left in place. Replace it with an intact copy, or move it out of the way so that it is downloaded "
-                "again, then run again."
-            )
-        _download_file(name, filename, md5, urls, dest, timeout, deadline, files, folder)
-        entries.append(_file_entry(dest, md5=md5))
-
+    entries = [_place_file(name, item, folder, files, local_dir, timeout, deadline) for item in files]
     prepare(name, folder)
     return {"dataset": name, "files": entries, "source": source}
+
+
+def _check_arguments(name: str, mirror: str | None, timeout: float, deadline: float) -> None:
+    """DataError for an unknown data set, a mirror that is not an http(s) url or a deadline or
+    timeout that is not a positive number of seconds."""
+    check_name(name)
+    if mirror:
+        parsed = urllib.parse.urlparse(mirror)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc or any(c.isspace() for c in mirror):
+            raise DataError(f"data.mirror: {mirror!r} is not an http(s) url (e.g. https://example.org/mnist/)")
+    if not (isinstance(deadline, (int, float)) and deadline > 0 and timeout > 0):
+        raise DataError(f"data.deadline must be a positive number of seconds, got {deadline!r}")
+
+
+def _make_folder(name: str, folder: Path) -> None:
+    """Create the data set's ``folder`` (DataError if it cannot be) and remove the temp files
+    (``.<file>.<host>.<pid>.*.part``, ``.extract-*``) a killed run on this host left in it."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise DataError(f"data set {name!r}: cannot create the data folder {folder}: {err}") from err
+    remove_stale_temp_files(folder)
+    remove_stale_extract_dirs(folder)
+
+
+def _cifar_extracted_entries(folder: Path) -> list[dict[str, Any]]:
+    """The manifest entries of CIFAR-100's extracted files (verified by :func:`_cifar_extracted_ok`)."""
+    return [
+        _file_entry(folder / sources.cifar100_dir() / f, name=f"{sources.cifar100_dir()}/{f}", md5=m)
+        for f, m in sources.cifar100_members()
+    ]
+
+
+def _place_file(name: str, item, folder: Path, files, local_dir: Path | None, timeout, deadline) -> dict[str, Any]:
+    """The manifest entry of one raw file ``item`` = (filename, md5, urls) of data set ``name``:
+    copied from ``local_dir`` when given, else kept when in place and verified, else downloaded.
+    A file that does not verify is left where it is (DataError naming it)."""
+    filename, md5, urls = item
+    dest = folder / filename
+    if local_dir is not None and not dest.exists():
+        src = local_dir / filename
+        if not src.is_file():
+            raise DataError(
+                f"data set {name!r}: {filename} is not in the folder data.local = {local_dir}/ (no download is "
+                "tried when data.local is set)\n" + _hand_placement(name, folder, files)
+            )
+        got = calculate_md5(src)
+        if got != md5:
+            raise DataError(
+                f"data set {name!r}: {Rejected(src, md5, got, src.stat().st_size)}; it was left where it is. "
+                "Replace it with an intact copy (or unset data.local to download it), then run again."
+            )
+        with atomic_path(dest) as tmp:
+            shutil.copyfile(src, tmp)
+        log.info("%s: %s verifies; copied to %s", name, src, dest)
+    if dest.exists():
+        got = calculate_md5(dest)
+        if got == md5:
+            log.info("%s: %s is in place and verifies", name, dest)
+            return _file_entry(dest, md5=md5)
+        raise DataError(
+            f"data set {name!r}: {dest} ({dest.stat().st_size:,} bytes) has md5 {got}, expected {md5}; it was "
+            "left in place. Replace it with an intact copy, or move it out of the way so that it is downloaded "
+            "again, then run again."
+        )
+    _download_file(name, filename, md5, urls, dest, timeout, deadline, files, folder)
+    return _file_entry(dest, md5=md5)
 
 
 def _local_dir(name: str, local: str | Path | None) -> Path | None:
