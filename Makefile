@@ -51,7 +51,8 @@ PYTEST_ARGS ?=
 test: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest $(ARGS) $(PYTEST_ARGS)
 
-# Unit and property tests only: no snakemake jobs, no workflow or SLURM runs (marker `workflow`).
+# Unit and property tests only: no snakemake jobs, no workflow or SLURM runs (marker `workflow`), and
+# none marked `slow` (the tests of tests/conftest.py SLOW_IN_FAST among them); `make test` runs them all.
 test-fast: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -m "not workflow and not slow" $(ARGS) $(PYTEST_ARGS)
 

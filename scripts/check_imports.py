@@ -66,7 +66,10 @@ LAYERS: dict[str, int] = {
     "data": DATA,
     # config: validation, cross-key checks, the typed sections
     "config": CONFIG,
+    "config_yaml": CONFIG,  # the strict YAML reader of a config file
+    "config_checks": CONFIG,  # the cross-key checks
     "settings": CONFIG,
+    "settings_base": CONFIG,  # the Section base of the typed sections
     "schema": CONFIG,
     # train: training, checkpoints
     "train": TRAIN,

@@ -1,7 +1,7 @@
 """MNIST a user already has (data.local, torchvision's layout, dotted names, re-compressed .gz)
 and the strict IDX reader. Fabricated IDX files are written here; the real files are used when
 the folder in TH_MNIST_DIR holds them (.ci/run sets it when CI has a copy). No test uses the network:
-``_fetch`` is replaced by a function that fails the test if it is called.
+``transfer.fetch_file`` is replaced by a function that fails the test if it is called.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from transformer_hessian.data import DataError, download, fetch, load_dataset
+from transformer_hessian.data import DataError, download, load_dataset, transfer
 from transformer_hessian.data.idx import read_idx_images, read_idx_labels
 from transformer_hessian.data.local import MNIST_RAW, dotted_name
 
@@ -40,7 +40,7 @@ def no_network(monkeypatch):
     def refuse(url, *args, **kwargs):
         raise AssertionError(f"the network was used: {url}")
 
-    monkeypatch.setattr(fetch, "_fetch", refuse)
+    monkeypatch.setattr(transfer, "fetch_file", refuse)
 
 
 def fabricated(seed: int = 0, n_train: int = 30, n_test: int = 12) -> dict[str, bytes]:
@@ -246,7 +246,7 @@ def test_file_failing_verification_is_reported_and_left_in_place(tmp_path, no_ne
 def test_failing_file_in_data_folder_blocks_download_instead_of_being_replaced(tmp_path, monkeypatch):
     """Without data.local the network is tried only for a file with nothing in its way."""
     calls = []
-    monkeypatch.setattr(fetch, "_fetch", lambda url, *a, **k: calls.append(url))
+    monkeypatch.setattr(transfer, "fetch_file", lambda url, *a, **k: calls.append(url))
     bodies = fabricated(seed=5)
     resources, raw = tables(bodies)
     folder = tmp_path / "mnist"

@@ -359,7 +359,7 @@ def test_issue_config_fault_rejected(case, tmp_path):
 
 
 def test_yaml_loader_rejects_duplicates_and_names_lines(tmp_path):
-    from transformer_hessian.config import load_yaml
+    from transformer_hessian.config_yaml import load_yaml
 
     p = tmp_path / "c.yaml"
     p.write_text("a:\n  b: 1\n  c: 2\n  b: 3\n")
@@ -371,7 +371,7 @@ def test_yaml_loader_rejects_duplicates_and_names_lines(tmp_path):
 
 def test_training_memory_estimate_counts_parameters_exactly():
     """The parse-time estimate (no torch) against count_parameters of the real model."""
-    from transformer_hessian.config import DATASET_SHAPES, training_bytes_estimate
+    from transformer_hessian.config_checks import DATASET_SHAPES, training_bytes_estimate
     from transformer_hessian.resources import hessian_group_size
 
     rng = random.Random(8)

@@ -101,7 +101,8 @@ def _bomb(kind: str, levels: int = 9) -> str:
 @pytest.mark.parametrize("kind", ["list", "mapping"])
 def test_yaml_alias_bomb_refused_in_under_a_second(kind, tmp_path):
     """Item 2: the project's loader counts aliases instead of expanding them (linear in the file)."""
-    from transformer_hessian.config import ConfigError, load_yaml
+    from transformer_hessian.config_yaml import load_yaml
+    from transformer_hessian.errors import ConfigError
 
     path = tmp_path / "bomb.yaml"
     path.write_text(_bomb(kind))
@@ -264,7 +265,8 @@ def _config_file_faults(tmp_path: Path) -> list[tuple[str, Path, str]]:
 
 def test_config_file_faults_one_line_each(tmp_path):
     """Item 7: each bad --configfile is refused by the project's loader with one message naming it."""
-    from transformer_hessian.config import ConfigError, load_yaml
+    from transformer_hessian.config_yaml import load_yaml
+    from transformer_hessian.errors import ConfigError
 
     for cid, path, reason in _config_file_faults(tmp_path):
         t0 = time.perf_counter()
@@ -373,9 +375,9 @@ def _huge(conn, stop):
 def test_download_deadline_covers_status_line_and_headers(case, tmp_path):
     """Item 3: one header byte per second no longer outlasts ``data.deadline``."""
     from transformer_hessian.data import DataError, download
-    from transformer_hessian.data.fetch import _user_agent
+    from transformer_hessian.data.transfer import user_agent
 
-    _user_agent()  # torchvision imported before the clock starts
+    user_agent()  # torchvision imported before the clock starts
     server = _RawServer(_trickle(case[1]))
     try:
         t0 = time.monotonic()
@@ -392,9 +394,9 @@ def test_download_refuses_content_length_above_the_known_size_and_full_disk(tmp_
     """Item 3: a Content-Length of 10^15 is refused before anything is written; so is a file that does not
     fit the free disk space; a body that runs past the known size is cut off."""
     from transformer_hessian.data import DataError, download
-    from transformer_hessian.data.fetch import _user_agent
+    from transformer_hessian.data.transfer import user_agent
 
-    _user_agent()  # torchvision imported before the clock starts
+    user_agent()  # torchvision imported before the clock starts
     server = _RawServer(_huge)
     try:
         t0 = time.monotonic()
@@ -420,13 +422,13 @@ def test_download_refuses_content_length_above_the_known_size_and_full_disk(tmp_
     finally:
         server.close()
 
-    import transformer_hessian.data.fetch as fetch
+    import transformer_hessian.data.transfer as transfer
 
     def full(conn, stop):
         conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 4000\r\n\r\n" + bytes(4000))
 
     server = _RawServer(full)
-    monkeypatch.setattr(fetch.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**9, 10**9 - 1000, 1000))
+    monkeypatch.setattr(transfer.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**9, 10**9 - 1000, 1000))
     try:
         with pytest.raises(DataError, match=r"needs 4,000 bytes but .* has only 1,000 free"):
             download("mnist", tmp_path, mirror=server.base, resources=[("blob.bin", "3" * 32)], deadline=30)

@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from transformer_hessian import settings as S
 from transformer_hessian.config import ConfigError, load_config, load_schema, validate_config
 from transformer_hessian.landscape import analyse_landscape
+from transformer_hessian.settings_base import Section
 
-SECTIONS = [c for c in vars(S).values() if isinstance(c, type) and issubclass(c, S.Section) and c is not S.Section]
+SECTIONS = [c for c in vars(S).values() if isinstance(c, type) and issubclass(c, Section) and c is not Section]
 
 
 def _node(cls):

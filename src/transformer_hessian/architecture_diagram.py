@@ -79,6 +79,37 @@ def _arrow(ax: Axes, start: tuple[float, float], end: tuple[float, float], **kw)
     return arrow
 
 
+def _block_frame(ax: Axes, x: float, w: float, depth: int, fontsize: float) -> tuple[FancyBboxPatch, list[str]]:
+    """The dashed frame around the repeated block, labelled ``<depth> x`` and "post-norm block";
+    returns the frame and the two texts."""
+    # the repeated block
+    frame = FancyBboxPatch(
+        (x - w / 2 - 0.35, 4.6),
+        w + 1.55,
+        9.75,
+        boxstyle="round,pad=0.05,rounding_size=0.25",
+        facecolor="none",
+        edgecolor="0.35",
+        linestyle="--",
+        linewidth=1.0,
+        zorder=1,
+    )
+    ax.add_patch(frame)
+    depth_text = f"{depth} x"
+    ax.text(x - w / 2 - 0.55, 9.6, depth_text, ha="right", va="center", fontsize=fontsize + 2, fontweight="bold")
+    ax.text(
+        x - w / 2 - 0.55,
+        8.7,
+        "post-norm\nblock",
+        ha="right",
+        va="top",
+        fontsize=fontsize,
+        style="italic",
+        color="0.3",
+    )
+    return frame, [depth_text, "post-norm\nblock"]
+
+
 def draw_architecture(
     ax: Axes, model: Mapping[str, Any], title: str | None = None, fontsize: float = 6.6
 ) -> dict[str, Any]:
@@ -132,32 +163,8 @@ def draw_architecture(
     for src_y, add in ((4.95, "add1"), (9.65, "add2")):
         ax.plot([x, xr, xr], [src_y, src_y, ys[add]], color="0.15", linewidth=0.9, zorder=2)
         residuals.append(_arrow(ax, (xr, ys[add]), (x + 0.82, ys[add])))
-    # the repeated block
-    frame = FancyBboxPatch(
-        (x - w / 2 - 0.35, 4.6),
-        w + 1.55,
-        9.75,
-        boxstyle="round,pad=0.05,rounding_size=0.25",
-        facecolor="none",
-        edgecolor="0.35",
-        linestyle="--",
-        linewidth=1.0,
-        zorder=1,
-    )
-    ax.add_patch(frame)
-    depth_text = f"{s['depth']} x"
-    ax.text(x - w / 2 - 0.55, 9.6, depth_text, ha="right", va="center", fontsize=fontsize + 2, fontweight="bold")
-    ax.text(
-        x - w / 2 - 0.55,
-        8.7,
-        "post-norm\nblock",
-        ha="right",
-        va="top",
-        fontsize=fontsize,
-        style="italic",
-        color="0.3",
-    )
-    texts += [depth_text, "post-norm\nblock"]
+    frame, frame_texts = _block_frame(ax, x, w, s["depth"], fontsize)
+    texts += frame_texts
     if title:
         ax.set_title(title, fontsize=fontsize + 1.5)
     return {"boxes": boxes, "residuals": residuals, "sizes": s, "texts": texts, "frame": frame}

@@ -59,7 +59,7 @@ def encoder_params(d_model: int, d_ff: int, num_layers: int, bias: bool) -> int:
 
 def config_errors(config: Mapping[str, Any], dataset_shapes: Mapping[str, tuple]) -> list[str]:
     """Cross-key problems of an enabled ``architectures:`` section (each line names its key);
-    ``dataset_shapes``: data set -> (side, ...), :data:`transformer_hessian.config.DATASET_SHAPES`."""
+    ``dataset_shapes``: data set -> (side, ...), :data:`transformer_hessian.config_checks.DATASET_SHAPES`."""
     s = config.get("architectures") or {}
     if not s.get("enabled"):
         return []

@@ -12,8 +12,9 @@ import pytest
 import torch
 from scipy.spatial.distance import jensenshannon
 
-from transformer_hessian.config import DATASET_SHAPES, ConfigError, load_config, validate_config
+from transformer_hessian.config import ConfigError, load_config, validate_config
 from transformer_hessian.config_architectures import architectures, config_errors, encoder_params
+from transformer_hessian.config_checks import DATASET_SHAPES
 from transformer_hessian.studies.architectures import metrics
 
 CONFIG = Path(__file__).resolve().parents[2] / "config"

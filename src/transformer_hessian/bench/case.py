@@ -41,13 +41,28 @@ def run_case(label: str, width: int, s: BenchSettings, workdir: Path) -> dict:
     spec_path = workdir / f"{tag}.spec.json"
     write_json(spec, spec_path)
     log_path = workdir / f"{tag}.log"
+    rc, timed_out, wall = _launch(spec_path, log_path, s.timeout)
+    try:
+        with open(spec["result"]) as fh:
+            res = json.load(fh)
+    except (OSError, json.JSONDecodeError):
+        res = {"status": ERROR, "times_s": [], "warmup_s": None, "stage": "not started"}
+    row = _row(label, width, s, spec, res, wall, rc)
+    _judge(row, res, rc, timed_out, s.timeout, log_path)
+    row["_hessian_path"] = spec["hessian_out"] if row["status"] == OK else None
+    return row
+
+
+def _launch(spec_path: Path, log_path: Path, timeout: float) -> tuple[int, bool, float]:
+    """Run the worker on ``spec_path`` in its own session, output to ``log_path``; killed (its whole
+    group) after ``timeout`` seconds or when the parent is interrupted. ``(returncode, timed out, wall s)``."""
     cmd = [sys.executable, "-m", "transformer_hessian.bench.worker", "--worker", str(spec_path)]
     t0 = time.perf_counter()
     timed_out = False
     with open(log_path, "w") as logf:
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            rc = proc.wait(timeout=s.timeout)
+            rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
             os.killpg(proc.pid, signal.SIGKILL)
@@ -56,20 +71,20 @@ def run_case(label: str, width: int, s: BenchSettings, workdir: Path) -> dict:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             raise
-    wall = time.perf_counter() - t0
-    try:
-        with open(spec["result"]) as fh:
-            res = json.load(fh)
-    except (OSError, json.JSONDecodeError):
-        res = {"status": ERROR, "times_s": [], "warmup_s": None, "stage": "not started"}
-    row = {
+    return rc, timed_out, time.perf_counter() - t0
+
+
+def _row(label: str, width: int, s: BenchSettings, spec: dict, res: dict, wall: float, rc: int) -> dict:
+    """The table row of one case from the worker's result ``res`` (before :func:`_judge`)."""
+    method = spec["method"]
+    return {
         "width": width,
         "label": label,
         "method": method,
         "description": DESCRIPTIONS[method],
         "n_params": n_group_params(width),
         "batch_size": s.batch_size,
-        "repeats": repeats,
+        "repeats": spec["repeats"],
         "warmup": spec["warmup"],
         "status": res.get("status", ERROR),
         "median_s": None,
@@ -96,6 +111,12 @@ def run_case(label: str, width: int, s: BenchSettings, workdir: Path) -> dict:
         "oom_by": res.get("oom_by"),
         "message": res.get("message"),
     }
+
+
+def _judge(row: dict, res: dict, rc: int, timed_out: bool, timeout: float, log_path: Path) -> None:
+    """Set ``row``'s status (and message, ``oom_by``, ``median_s``) from the child's report, its exit
+    code and the timeout: a child that died without reporting is an OOM (SIGKILL) or an error."""
+    repeats = row["repeats"]
     if "resolved_method" in res:
         row["resolved_method"] = res["resolved_method"]
     if "n_params" in res and res["n_params"] != row["n_params"]:
@@ -103,7 +124,7 @@ def run_case(label: str, width: int, s: BenchSettings, workdir: Path) -> dict:
     if timed_out:
         row["status"] = TIMEOUT
         row["message"] = (
-            f"killed after {s.timeout:g} s (stage: {res.get('stage')}; {len(row['times_s'])} timed runs done)"
+            f"killed after {timeout:g} s (stage: {res.get('stage')}; {len(row['times_s'])} timed runs done)"
         )
     elif row["status"] == OOM:
         pass
@@ -122,5 +143,3 @@ def run_case(label: str, width: int, s: BenchSettings, workdir: Path) -> dict:
             row["status"], row["message"] = ERROR, f"{len(row['times_s'])} timed runs, expected {repeats}"
         else:
             row["median_s"] = statistics.median(row["times_s"])
-    row["_hessian_path"] = spec["hessian_out"] if row["status"] == OK else None
-    return row

@@ -127,6 +127,17 @@ def benchmark(s: BenchSettings) -> dict:
                 Path(ref["_hessian_path"]).unlink(missing_ok=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    _add_verdicts(result)
+    result["complete"] = True
+    write()
+    for r in result["rows"]:
+        r.pop("_hessian_path", None)
+    return result
+
+
+def _add_verdicts(result: dict) -> None:
+    """``disagreements`` (rows whose Hessian differs from their reference), ``errors`` (rows that
+    failed) and ``passed`` (neither) of a finished benchmark ``result``."""
     rows = result["rows"]
     result["disagreements"] = [
         f"d={r['width']} ({r['label']}) {r['method']}: {fmt(r['rel_error_vs_a'], '.3e', 'non-finite')} "
@@ -138,11 +149,6 @@ def benchmark(s: BenchSettings) -> dict:
         f"d={r['width']} ({r['label']}) {r['method']}: {r['message']}" for r in rows if r["status"] == ERROR
     ]
     result["passed"] = not result["disagreements"] and not result["errors"]
-    result["complete"] = True
-    write()
-    for r in rows:
-        r.pop("_hessian_path", None)
-    return result
 
 
 def run_bench(a) -> dict:

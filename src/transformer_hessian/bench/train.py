@@ -87,6 +87,30 @@ def _sync(dev: torch.device) -> None:
         torch.cuda.synchronize(dev)
 
 
+def _bench_data(spec: Experiment, data: dict | None, synthetic: bool, data_root: str, n_images: int) -> dict:
+    """The data of :func:`bench_experiment`: ``data`` as given, else random tensors of the data
+    set's shape (at most ``n_images``, seeded by ``train.seed``) when ``synthetic``, else the
+    experiment's training data read from ``data_root``."""
+    if data is not None:
+        if synthetic:
+            raise ValueError("bench_experiment: give either data or synthetic=True, not both")
+        return data
+    if synthetic:
+        side, ch, classes, n_full = DATASET_SHAPES[spec.dataset]
+        n = min(n_full, n_images)
+        gen = torch.Generator().manual_seed(int(spec.train.seed))
+        return {
+            "train_x": torch.randn(n, ch, side, side, generator=gen),
+            "train_y": torch.randint(0, classes, (n,), generator=gen),
+            "image_size": side,
+            "channels": ch,
+            "num_classes": classes,
+        }
+    from ..train import load_experiment_data
+
+    return load_experiment_data(spec, data_root)
+
+
 def bench_experiment(
     name: str,
     spec: Experiment,
@@ -107,24 +131,7 @@ def bench_experiment(
     t = spec.train
     bs = int(t.batch_size)
     seed = int(t.seed)
-    if data is not None:
-        if synthetic:
-            raise ValueError("bench_experiment: give either data or synthetic=True, not both")
-    elif synthetic:
-        side, ch, classes, n_full = DATASET_SHAPES[spec.dataset]
-        n = min(n_full, bs * (steps + warmup))
-        gen = torch.Generator().manual_seed(seed)
-        data = {
-            "train_x": torch.randn(n, ch, side, side, generator=gen),
-            "train_y": torch.randint(0, classes, (n,), generator=gen),
-            "image_size": side,
-            "channels": ch,
-            "num_classes": classes,
-        }
-    else:
-        from ..train import load_experiment_data
-
-        data = load_experiment_data(spec, data_root)
+    data = _bench_data(spec, data, synthetic, data_root, bs * (steps + warmup))
     xtr, ytr = data["train_x"].to(device), data["train_y"].to(device)
     mcfg = model_config_for(spec, data)
     torch.manual_seed(seed)

@@ -44,17 +44,12 @@ def run_worker(spec: dict) -> dict:
     if spec.get("threads"):
         torch.set_num_threads(int(spec["threads"]))
     res["threads"] = torch.get_num_threads()
-    try:
-        device = spec.get("device", "cpu")
-        model, images, labels = build_problem(
-            spec["width"], spec["batch_size"], spec["seed"], spec.get("shape", "default"), device
-        )
-        fn, extra = _method_fn(spec["method"], model, images, labels)
-        res.update(extra)
-    except Exception as err:  # e.g. the closed form not importable
-        res["message"] = f"set-up failed: {type(err).__name__}: {err}"
+    problem = _set_up(spec, res)
+    if problem is None:
         save()
         return res
+    model, fn = problem
+    device = spec.get("device", "cpu")
     from ..hessian import group_layout
 
     res["n_params"] = int(group_layout(model, 0)[2][-1])
@@ -69,6 +64,48 @@ def run_worker(spec: dict) -> dict:
         torch.cuda.reset_peak_memory_stats(device)
     res["stage"] = "running"
     save()
+    H = _run_under_cap(spec, res, fn, baseline, save)
+    st = _proc_status()
+    peak = (
+        st.get("VmHWM") if res["peak_source"] == "VmHWM" else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    )
+    res["peak_rss_mib"] = peak / _MIB
+    res["peak_above_baseline_mib"] = max(peak - baseline, 0) / _MIB
+    if on_cuda:
+        res["peak_device_mib"] = torch.cuda.max_memory_allocated(device) / _MIB
+    res["stage"] = "done"
+    if res["status"] == OK:
+        H = H.detach().to("cpu")
+        if H.dtype != torch.float64:
+            res["status"], res["message"] = ERROR, f"Hessian dtype is {H.dtype}, not float64"
+        else:
+            np.save(spec["hessian_out"], H.numpy())
+            res["shape"] = list(H.shape)
+    save()
+    return res
+
+
+def _set_up(spec: dict, res: dict):
+    """``(model, fn)``: the problem of ``spec`` and its timed method (``res`` takes the method's
+    extra keys); None with ``res["message"]`` when the set-up fails."""
+    try:
+        device = spec.get("device", "cpu")
+        model, images, labels = build_problem(
+            spec["width"], spec["batch_size"], spec["seed"], spec.get("shape", "default"), device
+        )
+        fn, extra = _method_fn(spec["method"], model, images, labels)
+        res.update(extra)
+    except Exception as err:  # e.g. the closed form not importable
+        res["message"] = f"set-up failed: {type(err).__name__}: {err}"
+        return None
+    return model, fn
+
+
+def _run_under_cap(spec: dict, res: dict, fn, baseline: int, save):
+    """The warm-up and timed runs of ``fn`` under the memory cap (``baseline`` + ``spec["cap_bytes"]``),
+    each recorded in ``res`` and saved; the last Hessian, or None when a run failed (``res`` says why:
+    out of memory or an error). The RSS watchdog writes its own report before the process exits."""
+    device = spec.get("device", "cpu")
 
     def fire(rss: int) -> None:  # runs in the watchdog thread, then the process exits
         snapshot = dict(res, times_s=list(res["times_s"]), memory_mechanisms=list(res.get("memory_mechanisms", [])))
@@ -81,7 +118,7 @@ def run_worker(spec: dict) -> dict:
             message=f"RSS {rss / _MIB:.0f} MiB exceeded baseline + cap "
             f"({(baseline + spec['cap_bytes']) / _MIB:.0f} MiB)",
         )
-        write_json(snapshot, result_path)
+        write_json(snapshot, spec["result"])
 
     cap = _MemoryCap(spec["cap_bytes"], baseline, fire)
     res["memory_mechanisms"] = cap.mechanisms  # filled in by arm()
@@ -118,24 +155,7 @@ def run_worker(spec: dict) -> dict:
             res["oom_by"] = "rlimit_as" if "rlimit_as" in cap.mechanisms else "allocation failure"
         del err
         gc.collect()
-    st = _proc_status()
-    peak = (
-        st.get("VmHWM") if res["peak_source"] == "VmHWM" else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    )
-    res["peak_rss_mib"] = peak / _MIB
-    res["peak_above_baseline_mib"] = max(peak - baseline, 0) / _MIB
-    if on_cuda:
-        res["peak_device_mib"] = torch.cuda.max_memory_allocated(device) / _MIB
-    res["stage"] = "done"
-    if res["status"] == OK:
-        H = H.detach().to("cpu")
-        if H.dtype != torch.float64:
-            res["status"], res["message"] = ERROR, f"Hessian dtype is {H.dtype}, not float64"
-        else:
-            np.save(spec["hessian_out"], H.numpy())
-            res["shape"] = list(H.shape)
-    save()
-    return res
+    return H
 
 
 def _worker_main(argv: list[str]) -> int:

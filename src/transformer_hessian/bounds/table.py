@@ -66,7 +66,14 @@ def claim_rows(results: dict) -> list[dict]:
     estimates held on every LN_1 input and on the zero-mean-row case."""
     if "records" in results:
         results = {results.get("stage") or "stage": results}
-    rows = []
+    rows = [_theorem1_row(results), _theorem6_row(results), _lemma4_row(results)]
+    for r in rows:
+        r["evidence"] = r["evidence"].replace("<exp>", str(next(iter(results.values())).get("experiment")))
+    return rows
+
+
+def _theorem1_row(results: dict) -> dict:
+    """``theorem1_bound``: the printed M on the theory-setting samples and the rescaled-keys scan."""
     th1 = {s: r["summary"]["paper_holds_fraction"] for s, r in results.items()}
     ce = {s: r["counterexample"] for s, r in results.items()}
     holds1 = all(v[f"theorem1_{f}"] == 1.0 for v in th1.values() for f in ("statement", "appendix"))
@@ -83,66 +90,65 @@ def claim_rows(results: dict) -> list[dict]:
         f"at delta = {fmt(ce[s]['delta'])} ||H||/M = {fmt(ce[s]['ratio_statement'])} / {fmt(ce[s]['ratio_appendix'])}"
         for s in results
     )
-    rows.append(
-        {
-            "id": "theorem1_bound",
-            "claim": r"Let $\|\cdot\|_2$ be a spectral matrix norm, then for a single Self-Attention layer we have "
-            r"$\|\mathbf{H}_i(\mathbf{w}^*)\|_2 \leq M$",
-            "source": "Sec. 4.1, Theorem 1 (proof: App. C.1)",
-            "measured": meas,
-            "verdict": "reproduced" if holds1 and not fails_ce else "not reproduced",
-            "rule": "the printed M (both forms) bounds ||H||_2 on every theory-setting sample and on the W_Q/delta, W_K*delta scan",
-            "evidence": "results/<exp>/bounds/{init,trained}.json",
-        }
-    )
+    return {
+        "id": "theorem1_bound",
+        "claim": r"Let $\|\cdot\|_2$ be a spectral matrix norm, then for a single Self-Attention layer we have "
+        r"$\|\mathbf{H}_i(\mathbf{w}^*)\|_2 \leq M$",
+        "source": "Sec. 4.1, Theorem 1 (proof: App. C.1)",
+        "measured": meas,
+        "verdict": "reproduced" if holds1 and not fails_ce else "not reproduced",
+        "rule": "the printed M (both forms) bounds ||H||_2 on every theory-setting sample and on the W_Q/delta, W_K*delta scan",
+        "evidence": "results/<exp>/bounds/{init,trained}.json",
+    }
+
+
+def _theorem6_row(results: dict) -> dict:
+    """``theorem6_bound``: Theorem 6's right-hand side (Lemma 4 as stated) on the theory-setting samples."""
     th6 = {s: r["summary"]["paper_holds_fraction"] for s, r in results.items()}
     holds6 = all(v["theorem6_statement"] == 1.0 for v in th6.values())
-    rows.append(
-        {
-            "id": "theorem6_bound",
-            "claim": r"$\|\mathbf{H}_{\mathrm{tr}}\|_2 \le \sqrt{m_b n_b}\; \max_{i,j} \left(\frac{2}{L d_V}"
-            r"\|\frac{\partial \mathbf{Z}}{\partial \mathbf{W}_i}\|_2 \|\frac{\partial \mathbf{Z}}{\partial "
-            r"\mathbf{W}_j}\|_2 + \|\mathbf{R}^{\text{tr}}_m\|_2 \|\mathbf{H}_{\text{tr}}^{(i,j)}\|_2 \right)$",
-            "source": "Sec. 4.2, Theorem 6 (explicit terms: App. C.6, Lemma 4)",
-            "measured": "; ".join(
-                f"{s}: holds on {fmt_pct(th6[s]['theorem6_statement'])} (Lemma 4 sigma_min as stated) / "
-                f"{fmt_pct(th6[s]['theorem6_proof'])} (as in the proof) of the {results[s]['n_samples']} theory-setting "
-                f"samples, median bound/measured of the block pairs "
-                f"{fmt(statistics.median(x['paper_statement'] / x['measured'] for x in results[s]['records'] if x['setting'] == 'theory' and x['layer'] == 'block'))}"
-                for s in results
-            ),
-            "verdict": "reproduced" if holds6 else "not reproduced",
-            "rule": "Theorem 6's right-hand side (explicit proof terms, Lemma 4 as stated) bounds ||H_tr||_2 on every theory-setting sample",
-            "evidence": "results/<exp>/bounds/{init,trained}.json",
-        }
-    )
+    return {
+        "id": "theorem6_bound",
+        "claim": r"$\|\mathbf{H}_{\mathrm{tr}}\|_2 \le \sqrt{m_b n_b}\; \max_{i,j} \left(\frac{2}{L d_V}"
+        r"\|\frac{\partial \mathbf{Z}}{\partial \mathbf{W}_i}\|_2 \|\frac{\partial \mathbf{Z}}{\partial "
+        r"\mathbf{W}_j}\|_2 + \|\mathbf{R}^{\text{tr}}_m\|_2 \|\mathbf{H}_{\text{tr}}^{(i,j)}\|_2 \right)$",
+        "source": "Sec. 4.2, Theorem 6 (explicit terms: App. C.6, Lemma 4)",
+        "measured": "; ".join(
+            f"{s}: holds on {fmt_pct(th6[s]['theorem6_statement'])} (Lemma 4 sigma_min as stated) / "
+            f"{fmt_pct(th6[s]['theorem6_proof'])} (as in the proof) of the {results[s]['n_samples']} theory-setting "
+            f"samples, median bound/measured of the block pairs "
+            f"{fmt(statistics.median(x['paper_statement'] / x['measured'] for x in results[s]['records'] if x['setting'] == 'theory' and x['layer'] == 'block'))}"
+            for s in results
+        ),
+        "verdict": "reproduced" if holds6 else "not reproduced",
+        "rule": "Theorem 6's right-hand side (explicit proof terms, Lemma 4 as stated) bounds ||H_tr||_2 on every theory-setting sample",
+        "evidence": "results/<exp>/bounds/{init,trained}.json",
+    }
+
+
+def _lemma4_row(results: dict) -> dict:
+    """``lemma4_layernorm``: Lemma 4's J and H estimates on every LN_1 input and on a zero-mean row."""
     l4 = {s: r["summary"] for s, r in results.items()}
     l4c = next(iter(results.values())).get("lemma4_counterexample") or lemma4_counterexample()
     holds4 = l4c["J_statement"] >= l4c["true_J"] * (1 - 1e-12) and all(
         v["lemma4_statement_J_holds_fraction"] == 1.0 and v["lemma4_statement_H_holds_fraction"] == 1.0
         for v in l4.values()
     )
-    rows.append(
-        {
-            "id": "lemma4_layernorm",
-            "claim": r"$\big\|\mathbf{J}_{\mathrm{LN}}(\mathbf{X})\big\|_2 \le \frac{1}{\sigma_{\min}} + "
-            r"\frac{\|\mathbf{X}\|_2^2}{\sqrt{n}\,\sigma_{\min}^3}$ ... where $\sigma_{\min}$ denotes "
-            r"$\min \limits_i \|\mathbf{M}_i \|_2$",
-            "source": "App. C.6, Lemma 4",
-            "measured": "; ".join(
-                f"{s}: J bound holds on {fmt_pct(v['lemma4_statement_J_holds_fraction'])} (sigma_min = min row norm, as "
-                f"stated) / {fmt_pct(v['lemma4_proof_J_holds_fraction'])} (min row std); H bound "
-                f"{fmt_pct(v['lemma4_statement_H_holds_fraction'])} / {fmt_pct(v['lemma4_proof_H_holds_fraction'])} of the "
-                f"{v['n_samples']} LN_1 inputs"
-                for s, v in l4.items()
-            )
-            + f"; on {l4c['input']}: ||J_LN|| = {fmt(l4c['true_J'])} vs bound {fmt(l4c['J_statement'])} as stated "
-            f"(ratio {fmt(l4c['ratio_J_statement'])}), {fmt(l4c['J_proof'])} with the row std",
-            "verdict": "reproduced" if holds4 else "not reproduced",
-            "rule": "Lemma 4's J and H estimates with sigma_min as stated hold on every LN_1 input and on a zero-mean row",
-            "evidence": "results/<exp>/bounds/{init,trained}.json",
-        }
-    )
-    for r in rows:
-        r["evidence"] = r["evidence"].replace("<exp>", str(next(iter(results.values())).get("experiment")))
-    return rows
+    return {
+        "id": "lemma4_layernorm",
+        "claim": r"$\big\|\mathbf{J}_{\mathrm{LN}}(\mathbf{X})\big\|_2 \le \frac{1}{\sigma_{\min}} + "
+        r"\frac{\|\mathbf{X}\|_2^2}{\sqrt{n}\,\sigma_{\min}^3}$ ... where $\sigma_{\min}$ denotes "
+        r"$\min \limits_i \|\mathbf{M}_i \|_2$",
+        "source": "App. C.6, Lemma 4",
+        "measured": "; ".join(
+            f"{s}: J bound holds on {fmt_pct(v['lemma4_statement_J_holds_fraction'])} (sigma_min = min row norm, as "
+            f"stated) / {fmt_pct(v['lemma4_proof_J_holds_fraction'])} (min row std); H bound "
+            f"{fmt_pct(v['lemma4_statement_H_holds_fraction'])} / {fmt_pct(v['lemma4_proof_H_holds_fraction'])} of the "
+            f"{v['n_samples']} LN_1 inputs"
+            for s, v in l4.items()
+        )
+        + f"; on {l4c['input']}: ||J_LN|| = {fmt(l4c['true_J'])} vs bound {fmt(l4c['J_statement'])} as stated "
+        f"(ratio {fmt(l4c['ratio_J_statement'])}), {fmt(l4c['J_proof'])} with the row std",
+        "verdict": "reproduced" if holds4 else "not reproduced",
+        "rule": "Lemma 4's J and H estimates with sigma_min as stated hold on every LN_1 input and on a zero-mean row",
+        "evidence": "results/<exp>/bounds/{init,trained}.json",
+    }

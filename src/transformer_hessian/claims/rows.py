@@ -85,9 +85,24 @@ def hessian_claim_rows(
     """
     sizes = block_sizes(metrics["model"])
     note = _data_note(metrics, "MNIST")
-    rms0, rms1 = _rms(norms_init, sizes), _rms(norms_trained, sizes)
-    rows = []
+    trained = (
+        ("RMS entry", _rms(norms_trained, sizes)),
+        ("Frobenius norm", _blocks(norms_trained, "fro")),
+        ("spectral norm", _blocks(norms_trained, "spectral")),
+    )
+    return [
+        _heterogeneity_row(note, _rms(norms_init, sizes), spread, evidence),
+        _values_row(note, _row_rms(norms_init, sizes), evidence),
+        _growth_row(note, _blocks(norms_init, "fro"), _blocks(norms_trained, "fro"), evidence),
+        _vv_row(note, trained, evidence),
+        _keys_values_row(note, trained, evidence),
+    ]
 
+
+def _heterogeneity_row(
+    note: str, rms0: Mapping[tuple[str, str], float], spread: Mapping[str, float] | None, evidence: str
+) -> dict[str, Any]:
+    """``hessian_heterogeneity``: the spread of the nonzero |H_ij| at init (``spread``; rms0: block RMS)."""
     hi, lo = max(rms0, key=rms0.get), min(rms0, key=rms0.get)
     if spread is None:
         measured_h, holds_h = f"{note}: entry quantiles not given", None
@@ -99,75 +114,79 @@ def hessian_claim_rows(
             f"entries from {_pair(lo)} {fmt(rms0[lo])} to {_pair(hi)} {fmt(rms0[hi])}"
         )
         holds_h = decades >= 2.0
-    rows.append(
-        {
-            "id": "hessian_heterogeneity",
-            "claim": "Visualizing it in a log-scale, in Figure~\\ref{fig:hessian_entries} we emphasize the "
-            "heterogenity in the magnitues of the entries.",
-            "source": "Sec. 5, Hessian entries (Fig. 3 text)",
-            "rule": "at init, the 1% and 99% quantiles of the nonzero |H_ij| are at least 2 decades apart",
-            "measured": measured_h,
-            "verdict": verdict(holds_h),
-            "evidence": evidence,
-        }
-    )
+    return {
+        "id": "hessian_heterogeneity",
+        "claim": "Visualizing it in a log-scale, in Figure~\\ref{fig:hessian_entries} we emphasize the "
+        "heterogenity in the magnitues of the entries.",
+        "source": "Sec. 5, Hessian entries (Fig. 3 text)",
+        "rule": "at init, the 1% and 99% quantiles of the nonzero |H_ij| are at least 2 decades apart",
+        "measured": measured_h,
+        "verdict": verdict(holds_h),
+        "evidence": evidence,
+    }
 
-    rr = _row_rms(norms_init, sizes)
+
+def _values_row(note: str, rr: Mapping[str, float], evidence: str) -> dict[str, Any]:
+    """``values_larger_at_init``: the block-row RMS entries ``rr`` at init."""
     order = sorted(rr, key=rr.get, reverse=True)
-    rows.append(
-        {
-            "id": "values_larger_at_init",
-            "claim": "We see the entire magnitudes' heterogeneity, while the Values corresponding blocks have "
-            "larger values.",
-            "source": "Fig. 3 caption (initialized model)",
-            "rule": "at init, the W_V block row has the largest RMS entry ||H_i,:||_F/sqrt(n_i P) of the five block rows",
-            "measured": f"{note}: block-row RMS entry " + ", ".join(f"{_SHORT[g]} {fmt(rr[g])}" for g in order),
-            "verdict": verdict(order[0] == "W_V"),
-            "evidence": evidence,
-        }
-    )
+    return {
+        "id": "values_larger_at_init",
+        "claim": "We see the entire magnitudes' heterogeneity, while the Values corresponding blocks have "
+        "larger values.",
+        "source": "Fig. 3 caption (initialized model)",
+        "rule": "at init, the W_V block row has the largest RMS entry ||H_i,:||_F/sqrt(n_i P) of the five block rows",
+        "measured": f"{note}: block-row RMS entry " + ", ".join(f"{_SHORT[g]} {fmt(rr[g])}" for g in order),
+        "verdict": verdict(order[0] == "W_V"),
+        "evidence": evidence,
+    }
 
-    fro0, fro1 = _blocks(norms_init, "fro"), _blocks(norms_trained, "fro")
+
+def _growth_row(
+    note: str, fro0: Mapping[tuple[str, str], float], fro1: Mapping[tuple[str, str], float], evidence: str
+) -> dict[str, Any]:
+    """``every_block_grows``: the blocks' Frobenius norms at init (``fro0``) and trained (``fro1``)."""
     growth = {key: fro1[key] / fro0[key] if fro0[key] > 0 else math.inf for key in fro0}
     grown = sum(1 for v in growth.values() if v > 1.0)
     least = min(growth, key=growth.get)
-    rows.append(
-        {
-            "id": "every_block_grows",
-            "claim": "One can see that each of the Hessian's blocks becomes more magnituted",
-            "source": "Sec. 5 (Fig. 4 text)",
-            "rule": "all 25 blocks H_ij have a larger Frobenius norm after training than at init",
-            "measured": f"{note}: {grown}/{len(growth)} blocks grew; smallest growth {_pair(least)} "
-            f"x{fmt(growth[least])}, median x{fmt(sorted(growth.values())[len(growth) // 2])}",
-            "verdict": verdict(grown == len(growth)),
-            "evidence": evidence,
-        }
-    )
+    return {
+        "id": "every_block_grows",
+        "claim": "One can see that each of the Hessian's blocks becomes more magnituted",
+        "source": "Sec. 5 (Fig. 4 text)",
+        "rule": "all 25 blocks H_ij have a larger Frobenius norm after training than at init",
+        "measured": f"{note}: {grown}/{len(growth)} blocks grew; smallest growth {_pair(least)} "
+        f"x{fmt(growth[least])}, median x{fmt(sorted(growth.values())[len(growth) // 2])}",
+        "verdict": verdict(grown == len(growth)),
+        "evidence": evidence,
+    }
 
-    fro1, spec1 = _blocks(norms_trained, "fro"), _blocks(norms_trained, "spectral")
-    measures = (("RMS entry", rms1), ("Frobenius norm", fro1), ("spectral norm", spec1))
+
+def _vv_row(note: str, measures, evidence: str) -> dict[str, Any]:
+    """``vv_largest_trained``: ``measures`` = (name, block values) of the trained Hessian, RMS entry first."""
 
     def leaders(values: Mapping[tuple[str, str], float]) -> str:
         top = sorted(values, key=values.get, reverse=True)
         return f"{_pair(top[0])} {fmt(values[top[0]])} (next {_pair(top[1])} {fmt(values[top[1]])})"
 
+    rms1 = measures[0][1]
     top = sorted(rms1, key=rms1.get, reverse=True)
-    rows.append(
-        {
-            "id": "vv_largest_trained",
-            "claim": "however the Values-Values block exhibits the highest one.",
-            "source": "Sec. 5; Fig. 4 caption; Discussion",
-            "rule": "after training, H_VV has the largest RMS entry ||H_ij||_F/sqrt(n_i n_j) of the 25 blocks "
-            "(the RMS entry, because the claim is about the entries Figure 4 shows; the Frobenius and spectral "
-            "norms also grow with a block's size, and W_1, W_2 have d_ff/d times as many parameters as W_V)",
-            "measured": f"{note}: largest block after training by "
-            + "; by ".join(f"{name} {leaders(values)}" for name, values in measures)
-            + "; verdict by RMS entry",
-            "verdict": verdict(top[0] == ("W_V", "W_V")),
-            "evidence": evidence,
-        }
-    )
+    return {
+        "id": "vv_largest_trained",
+        "claim": "however the Values-Values block exhibits the highest one.",
+        "source": "Sec. 5; Fig. 4 caption; Discussion",
+        "rule": "after training, H_VV has the largest RMS entry ||H_ij||_F/sqrt(n_i n_j) of the 25 blocks "
+        "(the RMS entry, because the claim is about the entries Figure 4 shows; the Frobenius and spectral "
+        "norms also grow with a block's size, and W_1, W_2 have d_ff/d times as many parameters as W_V)",
+        "measured": f"{note}: largest block after training by "
+        + "; by ".join(f"{name} {leaders(values)}" for name, values in measures)
+        + "; verdict by RMS entry",
+        "verdict": verdict(top[0] == ("W_V", "W_V")),
+        "evidence": evidence,
+    }
 
+
+def _keys_values_row(note: str, measures, evidence: str) -> dict[str, Any]:
+    """``keys_values_highest``: the diagonal blocks of ``measures`` (as :func:`_vv_row`), spectral norm last."""
+    spec1 = measures[-1][1]
     diag = {g: spec1[(g, g)] for g in GROUPS}
     ranked = sorted(diag, key=diag.get, reverse=True)
 
@@ -175,23 +194,20 @@ def hessian_claim_rows(
         order = sorted(GROUPS, key=lambda g: values[(g, g)], reverse=True)
         return ", ".join(f"{_SHORT[g]} {fmt(values[(g, g)])}" for g in order)
 
-    rows.append(
-        {
-            "id": "keys_values_highest",
-            "claim": "Results show that the highest magnitude corresponds to the Keys and Values, while the other "
-            "blocks exhibit much smaller absolute entries.",
-            "source": "Sec. 5, after Fig. 5",
-            "rule": "after training, W_K and W_V are the two largest diagonal Hessian blocks by spectral norm "
-            "(the sentence reads Figure 5's Hessian block norms, and the spectral norm is the norm of the paper's "
-            "Theorems 1 and 6; the paper does not say which norm Figure 5 plots)",
-            "measured": f"{note}: diagonal blocks H_ii after training by "
-            + "; by ".join(f"{name} {ranking(values)}" for name, values in measures)
-            + "; verdict by spectral norm",
-            "verdict": verdict(set(ranked[:2]) == {"W_K", "W_V"}),
-            "evidence": evidence,
-        }
-    )
-    return rows
+    return {
+        "id": "keys_values_highest",
+        "claim": "Results show that the highest magnitude corresponds to the Keys and Values, while the other "
+        "blocks exhibit much smaller absolute entries.",
+        "source": "Sec. 5, after Fig. 5",
+        "rule": "after training, W_K and W_V are the two largest diagonal Hessian blocks by spectral norm "
+        "(the sentence reads Figure 5's Hessian block norms, and the spectral norm is the norm of the paper's "
+        "Theorems 1 and 6; the paper does not say which norm Figure 5 plots)",
+        "measured": f"{note}: diagonal blocks H_ii after training by "
+        + "; by ".join(f"{name} {ranking(values)}" for name, values in measures)
+        + "; verdict by spectral norm",
+        "verdict": verdict(set(ranked[:2]) == {"W_K", "W_V"}),
+        "evidence": evidence,
+    }
 
 
 def training_claim_rows(

@@ -16,15 +16,17 @@ Three data sets are known (:data:`DATASETS`):
 
 Modules: :mod:`.sources` (names, class counts, torchvision's url/md5 tables, :class:`DataError`),
 :mod:`.fetch` (download and verify raw files, the manifest; not named ``download`` so that
-``data.download`` stays the function), :mod:`.prepare` (decompress and extract verified files),
+``data.download`` stays the function), :mod:`.transfer` (one file over HTTP(S) with a deadline,
+size limits and its md5 checked), :mod:`.local` (MNIST files a user already has), :mod:`.prepare` (decompress and extract verified files),
 :mod:`.datasets` (load as normalised tensors). torchvision is imported
 only inside the functions that need its tables or readers (not for ``digits``).
 """
 
 from . import sources
 from .datasets import load_dataset
-from .fetch import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, download, write_manifest
+from .fetch import download, write_manifest
 from .sources import DATASETS, NUM_CLASSES, DataError
+from .transfer import DEFAULT_DEADLINE, DEFAULT_TIMEOUT
 
 __all__ = [
     "DATASETS",

@@ -3,82 +3,44 @@
 :func:`download` owns the control flow (torchvision's ``download_url`` writes straight to the
 final path, has no timeout and no clear error), but uses torchvision's resource tables
 (:mod:`.sources`) and its ``check_integrity`` / ``calculate_md5`` helpers, imported only when a
-downloadable data set is asked for. Every file is fetched into a temporary file in its final
-folder, verified against its md5 and only then renamed into place (``os.replace``), so no partial
-or corrupted file is ever left where a later run would trust it. Any failure (offline,
-unreachable host, HTTP error, checksum mismatch, unreadable file) is raised as one
-:class:`.sources.DataError` whose message names the data set, the url(s) tried and the exact
-folder and file names to place by hand.
+downloadable data set is asked for. Every file is fetched by :func:`.transfer.fetch_file` into a
+temporary file in its final folder, verified against its md5 and only then renamed into place
+(``os.replace``), so no partial or corrupted file is ever left where a later run would trust it.
+Any failure (offline, unreachable host, HTTP error, checksum mismatch, unreadable file) is raised
+as one :class:`.sources.DataError` whose message names the data set, the url(s) tried and the
+exact folder and file names to place by hand.
 """
 
 from __future__ import annotations
 
 import hashlib
-import http.client
 import logging
 import re
 import shutil
-import socket
-import threading
-import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..utils import atomic_path, remove_stale_temp_files
-from . import sources
+from . import sources, transfer
 from .local import MNIST_RAW, Rejected, md5_of, mnist_search_dirs, mnist_targets, place_mnist_file, rejected_error
 from .prepare import prepare, remove_stale_extract_dirs
 from .sources import DataError, check_name
+from .transfer import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, KNOWN_BYTES, calculate_md5, check_integrity
 
-__all__ = ["DEFAULT_TIMEOUT", "DEFAULT_DEADLINE", "download", "write_manifest"]
+__all__ = ["download", "write_manifest"]
 
 log = logging.getLogger("transformer_hessian.data")
 
-#: Seconds a socket may wait (connect, or each read) before a download attempt is given up.
-DEFAULT_TIMEOUT = 30.0
-
-#: Seconds one file may take in all (a server that trickles bytes never trips the per-read
-#: timeout); config key ``data.deadline``.
-DEFAULT_DEADLINE = 3600.0
-
-#: Bytes of each raw file of torchvision's tables, by md5 (the sizes the servers send): a
-#: Content-Length above it is refused before anything is written, and so is a body that runs past it.
-KNOWN_BYTES = {
-    "f68b3c2dcbeaaa9fbdd348bbdeb94873": 9912422,  # MNIST train-images-idx3-ubyte.gz
-    "d53e105ee54ea40749a09fcbcd1e9432": 28881,  # MNIST train-labels-idx1-ubyte.gz
-    "9fb629c4189551a2d022fa330f9573f3": 1648877,  # MNIST t10k-images-idx3-ubyte.gz
-    "ec29112dd5afa0611ce80d1b7f02629c": 4542,  # MNIST t10k-labels-idx1-ubyte.gz
-    "eb9058c3a382ffc7106e4002c42a8d85": 169001437,  # cifar-100-python.tar.gz
-}
-
-#: Bytes kept free on the data folder's disk beyond the file itself.
-DISK_MARGIN = 64 << 20
-
 _MD5_RE = re.compile(r"^[0-9a-fA-F]{32}$")
-_NETWORK_ERRORS = (urllib.error.URLError, OSError, http.client.HTTPException, ValueError)
-
-
-def _calculate_md5(path) -> str:
-    from torchvision.datasets.utils import calculate_md5
-
-    return calculate_md5(path)
-
-
-def _check_integrity(path, md5: str) -> bool:
-    from torchvision.datasets.utils import check_integrity
-
-    return check_integrity(path, md5)
 
 
 def _file_entry(path: Path, name: str | None = None, md5: str | None = None) -> dict[str, Any]:
     return {
         "name": name or path.name,
-        "md5": md5 or _calculate_md5(path),
+        "md5": md5 or calculate_md5(path),
         "bytes": path.stat().st_size,
     }
 
@@ -139,149 +101,8 @@ def _hand_placement(name: str, folder: Path, files: list[tuple[str, str, list[st
     return "\n".join(lines)
 
 
-def _user_agent() -> str:
-    from torchvision.datasets.utils import USER_AGENT
-
-    return USER_AGENT
-
-
-class _Watchdog:
-    """Shuts down every socket a download opened when its deadline passes, so that a server that
-    trickles the status line or the headers (where no read of ours runs) cannot outlast it."""
-
-    def __init__(self, seconds: float):
-        self.sockets: list[socket.socket] = []
-        self.expired = threading.Event()
-        self._lock = threading.Lock()
-        self._timer = threading.Timer(max(seconds, 0.0), self._fire)
-        self._timer.daemon = True
-
-    def watch(self, sock) -> None:
-        with self._lock:
-            self.sockets.append(sock)
-            if self.expired.is_set():
-                self._shut(sock)
-
-    @staticmethod
-    def _shut(sock) -> None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-    def _fire(self) -> None:
-        with self._lock:
-            self.expired.set()
-            for sock in self.sockets:
-                self._shut(sock)
-
-    def __enter__(self):
-        self._timer.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._timer.cancel()
-
-
-def _opener(watchdog: _Watchdog):
-    """A urllib opener whose HTTP(S) connections register their socket with ``watchdog``."""
-
-    def watched(base):
-        class Connection(base):
-            def connect(self):
-                super().connect()
-                watchdog.watch(self.sock)
-
-        return Connection
-
-    class Http(urllib.request.HTTPHandler):
-        def http_open(self, req):
-            return self.do_open(watched(http.client.HTTPConnection), req)
-
-    class Https(urllib.request.HTTPSHandler):
-        def https_open(self, req):
-            kw = {"context": self._context}
-            if hasattr(self, "_check_hostname"):
-                kw["check_hostname"] = self._check_hostname
-            return self.do_open(watched(http.client.HTTPSConnection), req, **kw)
-
-    return urllib.request.build_opener(Http, Https)
-
-
-def _fetch(url: str, dest: Path, md5: str, timeout: float, deadline: float = DEFAULT_DEADLINE) -> None:
-    """Download ``url`` into a temp file next to ``dest``, verify ``md5``, then rename into place.
-
-    Each socket wait is limited by ``timeout``, and the whole exchange (connect, status line,
-    headers, body) by ``deadline`` seconds: a watchdog shuts the socket down when it passes. A
-    Content-Length above the file's known size (:data:`KNOWN_BYTES`), a body that runs past it,
-    or a file that does not fit the free disk space is refused before it is written. Raises
-    ``_FetchError`` (any network problem, the deadline, a size, or a checksum mismatch); nothing
-    is left behind.
-    """
-    agent = _user_agent()  # imports torchvision: before the clock starts
-    t_end = time.monotonic() + deadline
-    known = KNOWN_BYTES.get(md5)
-    late = (
-        f"not complete after the deadline of {deadline:g} s (config key data.deadline); the server answers too slowly"
-    )
-    try:
-        with _Watchdog(deadline) as watchdog, atomic_path(dest, suffix=".part") as tmp:
-            request = urllib.request.Request(url, headers={"User-Agent": agent})
-            try:
-                response = _opener(watchdog).open(request, timeout=min(timeout, deadline))
-            except _NETWORK_ERRORS as err:
-                if watchdog.expired.is_set():
-                    raise _FetchError(f"{late} (no complete status line and headers)") from err
-                raise
-            with response, open(tmp, "wb") as fh:
-                length = response.length
-                if known is not None and length is not None and length > known:
-                    raise _FetchError(
-                        f"the server announces {length:,} bytes (Content-Length) but the file has {known:,}; refused"
-                    )
-                need = length if length is not None else known
-                free = shutil.disk_usage(tmp.parent).free
-                if need is not None and need + DISK_MARGIN > free:
-                    raise _FetchError(
-                        f"the file needs {need:,} bytes but {tmp.parent} has only {free:,} free (keeping "
-                        f"{DISK_MARGIN >> 20} MiB spare); free some space or set data.root to another disk"
-                    )
-                received = 0
-                while True:
-                    if time.monotonic() > t_end or watchdog.expired.is_set():
-                        raise _FetchError(f"{late} ({received} bytes received)")
-                    # read1: returns what one socket read gives (a plain read(n) would wait for n bytes)
-                    try:
-                        chunk = response.read1(1 << 20)
-                    except _NETWORK_ERRORS:
-                        if watchdog.expired.is_set():
-                            raise _FetchError(f"{late} ({received} bytes received)") from None
-                        raise
-                    if not chunk:
-                        break
-                    received += len(chunk)
-                    if known is not None and received > known:
-                        raise _FetchError(f"the server sent more than the file's {known:,} bytes; refused")
-                    fh.write(chunk)
-                if watchdog.expired.is_set():
-                    raise _FetchError(f"{late} ({received} bytes received)")
-                if response.length:  # Content-Length promised more than arrived
-                    raise _FetchError(f"connection closed after {received} bytes, {response.length} bytes short")
-            if not _check_integrity(tmp, md5):
-                got = _calculate_md5(tmp)
-                raise _FetchError(
-                    f"checksum mismatch: expected md5 {md5}, got {got} ({tmp.stat().st_size} bytes); file rejected"
-                )
-    except _NETWORK_ERRORS as err:
-        raise _FetchError(f"{type(err).__name__}: {err}") from err
-
-
-class _FetchError(Exception):
-    pass
-
-
 def _cifar_extracted_ok(folder: Path) -> bool:
-    return all(_check_integrity(folder / sources.cifar100_dir() / f, m) for f, m in sources.cifar100_members())
+    return all(check_integrity(folder / sources.cifar100_dir() / f, m) for f, m in sources.cifar100_members())
 
 
 def download(
@@ -329,13 +150,7 @@ def download(
     ------
     DataError naming the data set, the url(s) tried and where to place the files by hand.
     """
-    check_name(name)
-    if mirror:
-        parsed = urllib.parse.urlparse(mirror)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc or any(c.isspace() for c in mirror):
-            raise DataError(f"data.mirror: {mirror!r} is not an http(s) url (e.g. https://example.org/mnist/)")
-    if not (isinstance(deadline, (int, float)) and deadline > 0 and timeout > 0):
-        raise DataError(f"data.deadline must be a positive number of seconds, got {deadline!r}")
+    _check_arguments(name, mirror, timeout, deadline)
     if name == "digits":
         return _digits_manifest()
 
@@ -347,24 +162,13 @@ def download(
     bases = {u.rsplit("/", 1)[0] + "/" for u in primary}
     source = primary[0] if len(primary) == 1 else (bases.pop() if len(bases) == 1 else " ".join(primary))
 
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise DataError(f"data set {name!r}: cannot create the data folder {folder}: {err}") from err
-
-    # Temp files (.<file>.<host>.<pid>.*.part, .extract-*) of a killed run on this host.
-    remove_stale_temp_files(folder)
-    remove_stale_extract_dirs(folder)
+    _make_folder(name, folder)
 
     # A cluster copy of CIFAR-100 may hold only the extracted files (torchvision's layout).
     if name == "cifar100" and resources is None and not (folder / sources.cifar100().filename).exists():
         if _cifar_extracted_ok(folder):
             log.info("cifar100: extracted files in %s verify; nothing to download", folder / sources.cifar100_dir())
-            entries = [
-                _file_entry(folder / sources.cifar100_dir() / f, name=f"{sources.cifar100_dir()}/{f}", md5=m)
-                for f, m in sources.cifar100_members()
-            ]
-            return {"dataset": name, "files": entries, "source": source}
+            return {"dataset": name, "files": _cifar_extracted_entries(folder), "source": source}
 
     local_dir = _local_dir(name, local)
     if name == "mnist" and sorted(f for f, _, _ in files) == sorted(f"{t}.gz" for t in mnist_targets()):
@@ -372,41 +176,76 @@ def download(
         entries = _mnist_files(folder, files, raw, local_dir, timeout, deadline)
         return {"dataset": name, "files": entries, "source": str(local_dir) if local_dir else source}
 
-    entries = []
-    for filename, md5, urls in files:
-        dest = folder / filename
-        if local_dir is not None and not dest.exists():
-            src = local_dir / filename
-            if not src.is_file():
-                raise DataError(
-                    f"data set {name!r}: {filename} is not in the folder data.local = {local_dir}/ (no download is "
-                    "tried when data.local is set)\n" + _hand_placement(name, folder, files)
-                )
-            got = _calculate_md5(src)
-            if got != md5:
-                raise DataError(
-                    f"data set {name!r}: {Rejected(src, md5, got, src.stat().st_size)}; it was left where it is. "
-                    "Replace it with an intact copy (or unset data.local to download it), then run again."
-                )
-            with atomic_path(dest) as tmp:
-                shutil.copyfile(src, tmp)
-            log.info("%s: %s verifies; copied to %s", name, src, dest)
-        if dest.exists():
-            got = _calculate_md5(dest)
-            if got == md5:
-                log.info("%s: %s is in place and verifies", name, dest)
-                entries.append(_file_entry(dest, md5=md5))
-                continue
-            raise DataError(
-                f"data set {name!r}: {dest} ({dest.stat().st_size:,} bytes) has md5 {got}, expected {md5}; it was "
-                "left in place. Replace it with an intact copy, or move it out of the way so that it is downloaded "
-                "again, then run again."
-            )
-        _download_file(name, filename, md5, urls, dest, timeout, deadline, files, folder)
-        entries.append(_file_entry(dest, md5=md5))
-
+    entries = [_place_file(name, item, folder, files, local_dir, timeout, deadline) for item in files]
     prepare(name, folder)
     return {"dataset": name, "files": entries, "source": source}
+
+
+def _check_arguments(name: str, mirror: str | None, timeout: float, deadline: float) -> None:
+    """DataError for an unknown data set, a mirror that is not an http(s) url or a deadline or
+    timeout that is not a positive number of seconds."""
+    check_name(name)
+    if mirror:
+        parsed = urllib.parse.urlparse(mirror)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc or any(c.isspace() for c in mirror):
+            raise DataError(f"data.mirror: {mirror!r} is not an http(s) url (e.g. https://example.org/mnist/)")
+    if not (isinstance(deadline, (int, float)) and deadline > 0 and timeout > 0):
+        raise DataError(f"data.deadline must be a positive number of seconds, got {deadline!r}")
+
+
+def _make_folder(name: str, folder: Path) -> None:
+    """Create the data set's ``folder`` (DataError if it cannot be) and remove the temp files
+    (``.<file>.<host>.<pid>.*.part``, ``.extract-*``) a killed run on this host left in it."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise DataError(f"data set {name!r}: cannot create the data folder {folder}: {err}") from err
+    remove_stale_temp_files(folder)
+    remove_stale_extract_dirs(folder)
+
+
+def _cifar_extracted_entries(folder: Path) -> list[dict[str, Any]]:
+    """The manifest entries of CIFAR-100's extracted files (verified by :func:`_cifar_extracted_ok`)."""
+    return [
+        _file_entry(folder / sources.cifar100_dir() / f, name=f"{sources.cifar100_dir()}/{f}", md5=m)
+        for f, m in sources.cifar100_members()
+    ]
+
+
+def _place_file(name: str, item, folder: Path, files, local_dir: Path | None, timeout, deadline) -> dict[str, Any]:
+    """The manifest entry of one raw file ``item`` = (filename, md5, urls) of data set ``name``:
+    copied from ``local_dir`` when given, else kept when in place and verified, else downloaded.
+    A file that does not verify is left where it is (DataError naming it)."""
+    filename, md5, urls = item
+    dest = folder / filename
+    if local_dir is not None and not dest.exists():
+        src = local_dir / filename
+        if not src.is_file():
+            raise DataError(
+                f"data set {name!r}: {filename} is not in the folder data.local = {local_dir}/ (no download is "
+                "tried when data.local is set)\n" + _hand_placement(name, folder, files)
+            )
+        got = calculate_md5(src)
+        if got != md5:
+            raise DataError(
+                f"data set {name!r}: {Rejected(src, md5, got, src.stat().st_size)}; it was left where it is. "
+                "Replace it with an intact copy (or unset data.local to download it), then run again."
+            )
+        with atomic_path(dest) as tmp:
+            shutil.copyfile(src, tmp)
+        log.info("%s: %s verifies; copied to %s", name, src, dest)
+    if dest.exists():
+        got = calculate_md5(dest)
+        if got == md5:
+            log.info("%s: %s is in place and verifies", name, dest)
+            return _file_entry(dest, md5=md5)
+        raise DataError(
+            f"data set {name!r}: {dest} ({dest.stat().st_size:,} bytes) has md5 {got}, expected {md5}; it was "
+            "left in place. Replace it with an intact copy, or move it out of the way so that it is downloaded "
+            "again, then run again."
+        )
+    _download_file(name, filename, md5, urls, dest, timeout, deadline, files, folder)
+    return _file_entry(dest, md5=md5)
 
 
 def _local_dir(name: str, local: str | Path | None) -> Path | None:
@@ -426,8 +265,8 @@ def _download_file(name, filename, md5, urls, dest, timeout, deadline, files, fo
     for url in urls:
         log.info("%s: downloading %s -> %s", name, url, dest)
         try:
-            _fetch(url, dest, md5, timeout, deadline)
-        except _FetchError as err:
+            transfer.fetch_file(url, dest, md5, timeout, deadline)
+        except transfer.FetchError as err:
             log.warning("%s: %s failed: %s", name, url, err)
             errors.append((url, str(err)))
             continue

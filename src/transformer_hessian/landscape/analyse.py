@@ -52,6 +52,35 @@ def _rate_reference_slope(k: np.ndarray, steps: np.ndarray, k_lo: float, k_hi: f
     return fit_loglog_slope(k, 1.0 / (steps + 1.0), k_min=k_lo, k_max=k_hi)[0]
 
 
+def _check_sizes(n: int, n_orderings, n_bootstrap, k_min, k_max) -> tuple[int, int, int, int]:
+    """``(orderings, bootstrap draws, k_min, k_max)`` of :func:`analyse_landscape` for ``n`` losses,
+    checked: positive integers, and a fit range ``[k_min, k_max]`` (k_max None: n-1) of >= 2 k."""
+    r = _check_positive_int(n_orderings, "n_orderings")
+    b = _check_positive_int(n_bootstrap, "n_bootstrap")
+    k_min = _check_positive_int(k_min, "k_min")
+    fit_k_max = n - 1 if k_max is None else int(k_max)
+    if fit_k_max > n - 1:
+        raise ValueError(f"k_max={k_max} exceeds the largest k = n-1 = {n - 1}")
+    if fit_k_max - k_min < 1:
+        raise ValueError(
+            f"fit range [k_min={k_min}, k_max={fit_k_max}] holds fewer than 2 values of k "
+            f"(n = {n} samples); lower k_min or use more samples"
+        )
+    return r, b, k_min, fit_k_max
+
+
+def _theorem7_at_wstar(diffs: np.ndarray, k: np.ndarray, loss_max: float) -> tuple[np.ndarray, bool, float | None]:
+    """Theorem 7 at w*: ``(2L/(k+1) at k, whether D_k <= 2L/(k+1) for every ordering and k (relative
+    tolerance 1e-12), the largest D_k (k+1)/(2L) or None when L = 0)``."""
+    bound_full = theorem7_rhs(k, loss_max)  # 2L/(k+1): Theorem 7 at w*
+    bound_holds = bool(np.all(diffs <= bound_full * (1.0 + 1e-12)))
+    if loss_max > 0:
+        bound_max_ratio: float | None = float(np.max(diffs.max(axis=0) / bound_full))
+    else:
+        bound_max_ratio = None
+    return bound_full, bound_holds, bound_max_ratio
+
+
 def analyse_landscape(
     losses: Any,
     n_orderings: int = 50,  # = the schema's landscape.n_orderings (tests/test_landscape.py checks they agree)
@@ -93,40 +122,17 @@ def analyse_landscape(
         raise ValueError("granularity 'batch' needs a batch_size")
     x = _as_losses(losses)
     n = x.size
-    r = _check_positive_int(n_orderings, "n_orderings")
-    b = _check_positive_int(n_bootstrap, "n_bootstrap")
-    k_min = _check_positive_int(k_min, "k_min")
-    fit_k_max = n - 1 if k_max is None else int(k_max)
-    if fit_k_max > n - 1:
-        raise ValueError(f"k_max={k_max} exceeds the largest k = n-1 = {n - 1}")
-    if fit_k_max - k_min < 1:
-        raise ValueError(
-            f"fit range [k_min={k_min}, k_max={fit_k_max}] holds fewer than 2 values of k "
-            f"(n = {n} samples); lower k_min or use more samples"
-        )
+    r, b, k_min, fit_k_max = _check_sizes(n, n_orderings, n_bootstrap, k_min, k_max)
 
     diffs = loss_differences(x, r, seed)  # (R, n-1)
     k = np.arange(1, n, dtype=np.float64)
     d_mean = diffs.mean(axis=0)
     d_ema = ema(d_mean, ema_factor)
-    slope, intercept = fit_loglog_slope(k, d_mean, k_min=k_min, k_max=fit_k_max)
-    lo, hi, _ = bootstrap_slope_ci(diffs, k, k_min=k_min, k_max=fit_k_max, n_bootstrap=b, seed=seed)
-
-    loss_max = float(x.max())
-    bound_full = theorem7_rhs(k, loss_max)  # 2L/(k+1): Theorem 7 at w*
-    bound_holds = bool(np.all(diffs <= bound_full * (1.0 + 1e-12)))
-    if loss_max > 0:
-        bound_max_ratio: float | None = float(np.max(diffs.max(axis=0) / bound_full))
-    else:
-        bound_max_ratio = None
-    fit_n_points = int(np.count_nonzero(_fit_mask(k, d_mean, k_min, fit_k_max)))
-    rate_slope = _rate_reference_slope(k, k, k_min, fit_k_max)
-
     keep = thin_indices(n - 1, include=(k_min - 1, fit_k_max - 1))
     binned_k, binned = log_binned_median(k, d_mean, bins_per_decade)
     batch = None
     if batch_size is not None and (granularity == "batch" or n // int(batch_size) >= 2):
-        batch = _analyse_batches(x, r, seed, int(batch_size), k_min, b, bins_per_decade, loss_max)
+        batch = _analyse_batches(x, r, seed, int(batch_size), k_min, b, bins_per_decade, float(x.max()))
     return {
         "granularity": granularity,
         "D_binned_k": binned_k.tolist(),
@@ -141,6 +147,20 @@ def analyse_landscape(
         "k": [int(v) for v in k[keep]],
         "D_mean": d_mean[keep].tolist(),
         "D_ema": d_ema[keep].tolist(),
+        **_fit_and_bound(x, diffs, k, d_mean, (k_min, fit_k_max), b, seed, keep),
+    }
+
+
+def _fit_and_bound(x, diffs, k, d_mean, fit_range: tuple[int, int], b: int, seed: int, keep) -> dict[str, Any]:
+    """The per-sample curve's fit over ``fit_range`` = (k_min, k_max), its bootstrap interval (``b``
+    draws) and Theorem 7's check at w* (stored at the indices ``keep``): the keys of
+    :func:`analyse_landscape` from ``slope`` on."""
+    k_min, fit_k_max = fit_range
+    slope, intercept = fit_loglog_slope(k, d_mean, k_min=k_min, k_max=fit_k_max)
+    lo, hi, _ = bootstrap_slope_ci(diffs, k, k_min=k_min, k_max=fit_k_max, n_bootstrap=b, seed=seed)
+    loss_max = float(x.max())
+    bound_full, bound_holds, bound_max_ratio = _theorem7_at_wstar(diffs, k, loss_max)
+    return {
         "slope": slope,
         "intercept": intercept,
         "slope_ci95": [lo, hi],
@@ -149,8 +169,8 @@ def analyse_landscape(
         "n_bootstrap": int(b),
         "fit_k_min": k_min,
         "fit_k_max": int(fit_k_max),
-        "fit_n_points": fit_n_points,
-        "rate_reference_slope": rate_slope,
+        "fit_n_points": int(np.count_nonzero(_fit_mask(k, d_mean, k_min, fit_k_max))),
+        "rate_reference_slope": _rate_reference_slope(k, k, k_min, fit_k_max),
         "loss_mean": float(x.mean()),
         "loss_min": float(x.min()),
         "loss_max": loss_max,

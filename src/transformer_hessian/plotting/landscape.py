@@ -91,7 +91,6 @@ def landscape_figure(
     cur = landscape_curve(res)
     k = np.asarray(cur["k"], dtype=np.float64)
     d_mean = _positive(cur["D_mean"])
-    k_lo, k_hi = float(cur["fit_k_min"]), float(cur["fit_k_max"])
     palette = sns.color_palette("deep")
 
     fig, ax = plt.subplots(figsize=size, layout="constrained")
@@ -112,6 +111,26 @@ def landscape_figure(
             label=f"median in log-spaced bins of k ({per} per decade)",
             zorder=5,
         )
+    _draw_fit_and_bound(ax, cur, k, d_mean, palette, show_bound)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("number of training samples k")
+    if cur["granularity"] == "batch":
+        ax.set_ylabel(r"$|L_{(j+1)b}(w^*) - L_{jb}(w^*)|$, k = jb (cross-entropy, nats)")
+    else:
+        ax.set_ylabel(r"$|L_{k+1}(w^*) - L_k(w^*)|$ (cross-entropy, nats)")
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.legend(loc="lower left", fontsize=7, frameon=True, framealpha=0.85, edgecolor="0.8")
+    return fig
+
+
+def _draw_fit_and_bound(
+    ax, cur: Mapping[str, Any], k: np.ndarray, d_mean: np.ndarray, palette, show_bound: bool
+) -> None:
+    """On ``ax``: the 1/k reference, the fitted power law over the fit range of the curve ``cur``
+    and, with ``show_bound``, Theorem 7's bound (see :func:`landscape_figure`)."""
+    k_lo, k_hi = float(cur["fit_k_min"]), float(cur["fit_k_max"])
     in_fit = (k >= k_lo) & (k <= k_hi)
     # 1/k reference c/k through the mean curve at the start of the fit range: c is the
     # geometric mean of k * D_mean over the first decade [k_min, 10 k_min] of the fit range,
@@ -137,14 +156,3 @@ def landscape_figure(
             label=bound_label,
             zorder=2,
         )
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("number of training samples k")
-    if cur["granularity"] == "batch":
-        ax.set_ylabel(r"$|L_{(j+1)b}(w^*) - L_{jb}(w^*)|$, k = jb (cross-entropy, nats)")
-    else:
-        ax.set_ylabel(r"$|L_{k+1}(w^*) - L_k(w^*)|$ (cross-entropy, nats)")
-    if title:
-        ax.set_title(title, fontsize=9)
-    ax.legend(loc="lower left", fontsize=7, frameon=True, framealpha=0.85, edgecolor="0.8")
-    return fig

@@ -115,47 +115,23 @@ def train_epoch(
     return run_loss, run_correct
 
 
-def train(name: str, spec: Experiment, data_root: str | Path, out_dir: str | Path, device: str = "auto") -> dict:
-    """Train experiment ``name`` (its config section ``spec``); resume if checkpoints exist."""
-    out_dir = Path(out_dir)
-    ckdir = out_dir / "checkpoints"
-    ckdir.mkdir(parents=True, exist_ok=True)
-    dev = resolve_device(device)
-    t = spec.train
-    seed = int(t.seed)
-
-    data = load_experiment_data(spec, data_root)
-    xtr, ytr = data["train_x"].to(dev), data["train_y"].to(dev)
-    xva, yva = data["val_x"].to(dev), data["val_y"].to(dev)
-    mcfg = model_config_for(spec, data)
-    _check_training_memory(name, mcfg, int(t.batch_size), dev)
-
-    torch.manual_seed(seed)
-    model = ViT(mcfg).to(dev)
-    opt = make_optimizer(model, spec)
-    forward = torch.compile(model) if t.compile else model
-    history: list[dict] = []
-    start_epoch = 1
-    # Resume only from checkpoints of the same settings (the epoch count may grow).
-    spec_d, t_d = spec.to_dict(), t.to_dict()
-    resume_key = config_hash(
+def _resume_key(spec: Experiment) -> str:
+    """The hash of the settings a checkpoint may be resumed under: all of ``spec`` but the epoch count."""
+    spec_d, t_d = spec.to_dict(), spec.train.to_dict()
+    return config_hash(
         {k: v for k, v in spec_d.items() if k != "train"} | {"train": {k: v for k, v in t_d.items() if k != "epochs"}}
     )
 
-    def checkpoint(epoch: int) -> dict:
-        return {
-            "model_config": mcfg.to_dict(),
-            "model": model.state_dict(),
-            "epoch": epoch,
-            "optimizer": opt.state_dict(),
-            "history": history,
-            "experiment": name,
-            "resume_key": resume_key,
-        }
 
+def _resume_or_start(
+    name: str, ckdir: Path, dev, model: ViT, opt, epochs: int, resume_key: str, checkpoint
+) -> tuple[list[dict], int]:
+    """``(history, first epoch to run)``: resumed from the newest valid epoch checkpoint saved under
+    ``resume_key`` (``init.pt`` rebuilt if it is missing or damaged), else afresh (every old
+    checkpoint removed, ``init.pt`` written). ``checkpoint(epoch, history)`` is the dict to save."""
     latest = _newest_valid_checkpoint(name, ckdir, dev)
     ck = latest[2] if latest else None
-    if ck is not None and ck.get("resume_key") == resume_key and latest[0] <= t.epochs:
+    if ck is not None and ck.get("resume_key") == resume_key and latest[0] <= epochs:
         try:
             load_checkpoint(ckdir / "init.pt")
         except CheckpointError as err:
@@ -163,20 +139,24 @@ def train(name: str, spec: Experiment, data_root: str | Path, out_dir: str | Pat
             # the seeded initialisation is rebuilt exactly, before the resume point is loaded.
             if (ckdir / "init.pt").exists():
                 log.warning("%s: rebuilding init.pt: %s", name, err)
-            save_checkpoint(checkpoint(0), ckdir / "init.pt")
+            save_checkpoint(checkpoint(0, []), ckdir / "init.pt")
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["optimizer"])
-        history = list(ck["history"])
-        start_epoch = latest[0] + 1
-        log.info("%s: resuming from %s (epoch %d of %d)", name, latest[1], latest[0], t.epochs)
-    else:
-        if ck is not None:
-            log.info("%s: settings changed since the last run; starting afresh", name)
-        for old in [*ckdir.glob("*.pt"), *ckdir.glob("*.pt.sha256")]:
-            old.unlink()
-        save_checkpoint(checkpoint(0), ckdir / "init.pt")
+        log.info("%s: resuming from %s (epoch %d of %d)", name, latest[1], latest[0], epochs)
+        return list(ck["history"]), latest[0] + 1
+    if ck is not None:
+        log.info("%s: settings changed since the last run; starting afresh", name)
+    for old in [*ckdir.glob("*.pt"), *ckdir.glob("*.pt.sha256")]:
+        old.unlink()
+    save_checkpoint(checkpoint(0, []), ckdir / "init.pt")
+    return [], 1
 
-    n, bs = len(xtr), t.batch_size
+
+def _run_epochs(name, model, opt, forward, data, t: Train, start_epoch: int, history: list[dict], checkpoint, ckdir):
+    """Train epochs ``start_epoch..t.epochs`` on ``data`` = (xtr, ytr, xva, yva): each appends its
+    row to ``history``, is logged and saved as ``epoch_XXX.pt`` (then :data:`KILL_ENV` may kill)."""
+    xtr, ytr, xva, yva = data
+    n, bs, seed = len(xtr), t.batch_size, int(t.seed)
     epochs = tqdm(
         range(start_epoch, t.epochs + 1),
         desc=f"train {name}",
@@ -218,9 +198,46 @@ def train(name: str, spec: Experiment, data_root: str | Path, out_dir: str | Pat
             log.info(
                 "%s epoch %d: train_loss %.4f val_loss %.4f val_acc %.4f", name, epoch, run_loss / n, val_loss, val_acc
             )
-            save_checkpoint(checkpoint(epoch), ckdir / f"epoch_{epoch:03d}.pt")
+            save_checkpoint(checkpoint(epoch, history), ckdir / f"epoch_{epoch:03d}.pt")
             if os.environ.get(KILL_ENV) == str(epoch):
                 os.kill(os.getpid(), signal.SIGKILL)
+
+
+def train(name: str, spec: Experiment, data_root: str | Path, out_dir: str | Path, device: str = "auto") -> dict:
+    """Train experiment ``name`` (its config section ``spec``); resume if checkpoints exist."""
+    out_dir = Path(out_dir)
+    ckdir = out_dir / "checkpoints"
+    ckdir.mkdir(parents=True, exist_ok=True)
+    dev = resolve_device(device)
+    t = spec.train
+    seed = int(t.seed)
+
+    data = load_experiment_data(spec, data_root)
+    xtr, ytr = data["train_x"].to(dev), data["train_y"].to(dev)
+    xva, yva = data["val_x"].to(dev), data["val_y"].to(dev)
+    mcfg = model_config_for(spec, data)
+    _check_training_memory(name, mcfg, int(t.batch_size), dev)
+
+    torch.manual_seed(seed)
+    model = ViT(mcfg).to(dev)
+    opt = make_optimizer(model, spec)
+    forward = torch.compile(model) if t.compile else model
+    # Resume only from checkpoints of the same settings (the epoch count may grow).
+    resume_key = _resume_key(spec)
+
+    def checkpoint(epoch: int, history: list[dict]) -> dict:
+        return {
+            "model_config": mcfg.to_dict(),
+            "model": model.state_dict(),
+            "epoch": epoch,
+            "optimizer": opt.state_dict(),
+            "history": history,
+            "experiment": name,
+            "resume_key": resume_key,
+        }
+
+    history, start_epoch = _resume_or_start(name, ckdir, dev, model, opt, t.epochs, resume_key, checkpoint)
+    _run_epochs(name, model, opt, forward, (xtr, ytr, xva, yva), t, start_epoch, history, checkpoint, ckdir)
 
     final_val = evaluate(model, xva, yva)
     final_train = evaluate(model, xtr, ytr)
@@ -242,6 +259,6 @@ def train(name: str, spec: Experiment, data_root: str | Path, out_dir: str | Pat
         },
         "train_seconds": sum(h["seconds"] for h in history),
     }
-    save_checkpoint(checkpoint(t.epochs), ckdir / "final.pt")
+    save_checkpoint(checkpoint(t.epochs, history), ckdir / "final.pt")
     save_metrics(out_dir / "metrics.json", metrics)  # with its digest: an edited metrics.json is refused
     return metrics
