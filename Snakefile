@@ -2,6 +2,7 @@
 # Implications for Scaling Laws" (arXiv 2510.16927). `snakemake --cores all` regenerates every
 # figure and table into paper/. See README.md and config/README.md.
 
+import glob
 import json
 import os
 import sys
@@ -58,8 +59,11 @@ from transformer_hessian.registry import figure_ids, notebook_tables  # noqa: E4
 FIGURES = figure_ids(config)  # the registry's figures (src/transformer_hessian/registry/figures.py) this config switches on
 TABLES = ["block_norms", "run_summary", "closed_form_check"]  # written by the `tables` rule
 ALL_TABLES = TABLES + ["table1", "bounds"] + notebook_tables()  # + Table 1 (rule table1) + tables of figure notebooks
-ARCHITECTURES = config["architectures"]["enabled"]  # the architecture study (beyond the paper)
-ALL_TABLES += ["architectures"] if ARCHITECTURES else []
+# What the rule files add for the consumers included last (claims.smk, figures.smk): JSON lists of
+# finished claim rows (claims --rows) and summary sections (summary --section NAME=PATH), as
+# (NAME, path) pairs. A study's rule file appends its own, so adding a study edits neither consumer.
+CLAIM_ROW_FILES = []
+SUMMARY_SECTIONS = []
 
 
 wildcard_constraints:
@@ -85,9 +89,12 @@ if config["scaling"]["enabled"]:
     include: "workflow/rules/scaling.smk"
 
 
-if ARCHITECTURES:
+# Every study's rule file (workflow/rules/studies/<name>.smk, sorted): it defines the study's rules
+# (under its own config switch), appends its tables to ALL_TABLES and its claim rows and summary
+# section to the lists above. A new study adds its file there; nothing here changes.
+for _study_rules in sorted(glob.glob(os.path.join(workflow.basedir, "workflow", "rules", "studies", "*.smk"))):
 
-    include: "workflow/rules/architectures.smk"
+    include: _study_rules
 
 
 # Consumers of every rule above (each input is a `rules.<producer>.output`): included last.

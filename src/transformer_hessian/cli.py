@@ -315,9 +315,10 @@ def build_parser() -> argparse.ArgumentParser:
         _add_sweep_parsers,
     ):
         add(sub)
-    from .studies.architectures.cli import add_parser as add_architectures
+    from .studies import study_parts
 
-    add_architectures(sub, _json_arg, DATA_ROOT_HELP)
+    for study in study_parts("cli"):  # every studies/<name>/cli.py, sorted by name: no edit here per study
+        study.add_parser(sub, _json_arg, DATA_ROOT_HELP)
     return p
 
 

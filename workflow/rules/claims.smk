@@ -3,9 +3,8 @@
 
 # Results of other modules with a claims.PROVIDERS entry: name -> path (passed as --extra).
 CLAIM_EXTRA_INPUTS = {"probe": rules.probe.output.json}
-# JSON lists of finished claim rows written by other rules (passed as --rows).
-CLAIM_ROW_FILES = [rules.bounds_table.output.claims]
-CLAIM_ROW_FILES += [rules.architectures_report.output.claims] if ARCHITECTURES else []
+# JSON lists of finished claim rows written by other rules (passed as --rows): CLAIM_ROW_FILES, which
+# the rule files included before this one fill (Snakefile).
 
 
 rule claims:

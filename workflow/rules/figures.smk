@@ -89,7 +89,7 @@ rule summary:
         bounds=expand(rules.bounds.output.json, exp=HEXP, stage=STAGES),
         scaling=rules.scaling.output if config["scaling"]["enabled"] else [],
         spectrum=rules.spectrum_compute.output.json,
-        architectures=[rules.architectures_report.output.summary] if ARCHITECTURES else [],
+        sections=[path for _, path in SUMMARY_SECTIONS],  # each study's section (its rule file adds it)
     output:
         "paper/summary.json",
     params:
@@ -97,7 +97,7 @@ rule summary:
         registry_config=settings_file("config", config),
         notebook_dir=NB,
         scaling_args=lambda w, input: " ".join(f"--scaling {shlex.quote(p)}" for p in input.scaling),
-        section_args=lambda w, input: " ".join(f"--section architectures={shlex.quote(p)}" for p in input.architectures),
+        section_args=" ".join(f"--section {name}={shlex.quote(path)}" for name, path in SUMMARY_SECTIONS),
     conda:
         "../../environment.yml"
     log:

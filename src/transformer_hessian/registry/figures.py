@@ -1,12 +1,15 @@
-"""The registry's entries (data): :data:`FIGURES`, one :class:`.entry.Figure` per figure of the
-paper the pipeline regenerates, and :data:`OTHER_ARTEFACTS` for ``paper/README.md``; plus the
-lookups over them. Add a figure here (see the package docstring, "How to add a figure")."""
+"""The registry's entries (data): :data:`FIGURES`, one :class:`~transformer_hessian.studies.entry.Figure`
+per figure the pipeline regenerates, and :data:`OTHER_ARTEFACTS` for ``paper/README.md``; plus the
+lookups over them. The pipeline's own figures are listed here, a study's in its
+``studies/<name>/registry.py`` (collected by :func:`transformer_hessian.studies.study_parts`).
+Add a figure there or here (see the package docstring, "How to add a figure")."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .entry import Figure
+from ..studies import study_parts
+from ..studies.entry import Figure
 
 __all__ = ["FIGURES", "OTHER_ARTEFACTS", "by_id", "enabled", "figure_ids", "groups", "notebook_tables"]
 
@@ -51,7 +54,7 @@ def _dynamics_figure(n: int, key: str, title: str, what: str, panels: str, shows
     )
 
 
-FIGURES: list[Figure] = [
+_CORE_FIGURES: list[Figure] = [
     Figure(
         id="fig2",
         paper="Figure 2",
@@ -287,38 +290,10 @@ FIGURES: list[Figure] = [
         shows="top Hessian eigenvalues, traces, spectral densities and block-pair norms of every block of the deep model",
         functions="`spectrum_plot.spectrum_figure`, `spectrum_plot.spectrum_table`; `spectrum.run_spectrum`",
     ),
-    Figure(
-        id="architectures",
-        paper="beyond the paper (Figures 3-5 on torch encoder architectures)",
-        label="fig:norm",
-        notebook="architectures.ipynb",
-        group="architectures_figure",  # the rule `architectures` computes the Hessians
-        inputs={"result": "results/architectures/{hexp}/architectures.json"},
-        enabled_by="architectures.enabled",
-        caption="Architecture study (beyond the paper): exact cross-entropy Hessian of all parameters of torch "
-        "encoders (patch embedding, nn.TransformerEncoderLayer or a stack, mean over tokens, linear head) trained on "
-        "{hessian_data}, one factor changed from the post-norm, 1-head, ReLU, 1-layer base at a time. (a) spectral "
-        "norm and (b) RMS entry of the diagonal blocks W_Q, W_K, W_V (split out of the packed in_proj), W_O, W_1, "
-        "W_2 after training, per layer; (c) JS0, the mean Jensen-Shannon distance between the diagonal blocks' "
-        "eigenvalue densities, and (d) the spread log10(max/min) of their spectral norms, at init and after "
-        "training; (e) for stacks, the share of ||H||_F^2 between different layers (what a layer-block-diagonal "
-        "approximation drops).",
-        shows="diagonal Hessian blocks, block heterogeneity (JS0, norm spread) and the off-layer share per architecture",
-        functions="`studies.architectures.plot.architectures_figure`; `studies.architectures.compute`",
-    ),
 ]
 
-#: Artefacts that are not notebook figures (for ``paper/README.md`` only): (path, what it
-#: shows, command, rule, package function).
-OTHER_ARTEFACTS: list[tuple[str, str, str, str, str]] = [
-    (
-        "tables/architectures.{csv,tex,md}",
-        "architecture study (beyond the paper; when architectures.enabled): per architecture the largest "
-        "Hessian block by RMS entry, Frobenius and spectral norm, the top-2 diagonal blocks, spread, JS0, off-layer share",
-        "`transformer-hessian architectures report`",
-        "`architectures_report` (after `architectures`)",
-        "`studies.architectures.report`, `studies.architectures.step`",
-    ),
+#: The artefacts of the pipeline's own rules (see :data:`OTHER_ARTEFACTS`).
+_CORE_ARTEFACTS: list[tuple[str, str, str, str, str]] = [
     (
         "tables/bounds.{csv,tex,md}",
         "per stage, setting (MSE theory / CE experiment) and block pair: measured "
@@ -377,6 +352,18 @@ OTHER_ARTEFACTS: list[tuple[str, str, str, str, str]] = [
         "-",
         "captions from `registry.FIGURES`",
     ),
+]
+
+
+#: Every figure: the entries above, then those of each study (``FIGURES`` of every
+#: ``studies/<name>/registry.py``, in study-name order; a new study edits nothing here).
+FIGURES: list[Figure] = [*_CORE_FIGURES, *(fig for study in study_parts("registry") for fig in study.FIGURES)]
+
+#: Artefacts that are not notebook figures (for ``paper/README.md`` only): (path, what it shows,
+#: command, rule, package function); the studies' own (their ``ARTEFACTS``) first.
+OTHER_ARTEFACTS: list[tuple[str, str, str, str, str]] = [
+    *(art for study in study_parts("registry") for art in getattr(study, "ARTEFACTS", ())),
+    *_CORE_ARTEFACTS,
 ]
 
 
