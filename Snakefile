@@ -51,7 +51,6 @@ CONFIG_HASH = config_hash(config)
 DATA_ROOT = config["data"]["root"]
 HEXP = config["hessian"]["experiment"]
 LEXP = config["landscape"]["experiment"]
-SEXP = config.get("spectrum", {}).get("experiment") or LEXP  # the deep model of the spectrum rule
 STAGES = ["init", "trained"]
 
 from transformer_hessian.registry import figure_ids, notebook_tables  # noqa: E402
@@ -81,7 +80,6 @@ include: "workflow/rules/landscape.smk"
 include: "workflow/rules/probe.smk"
 include: "workflow/rules/dynamics.smk"
 include: "workflow/rules/bounds.smk"
-include: "workflow/rules/spectrum.smk"
 
 
 if config["scaling"]["enabled"]:

@@ -78,8 +78,6 @@ LAYERS: dict[str, int] = {
     "probe": STUDIES,
     "dynamics": STUDIES,
     "dynamics_plot": STUDIES,
-    "spectrum": STUDIES,
-    "spectrum_plot": STUDIES,
     "scaling": STUDIES,
     "scaling_plot": STUDIES,
     "probe_plots": STUDIES,

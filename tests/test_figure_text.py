@@ -295,7 +295,7 @@ def build_scaling():
 def build_spectrum():
     from transformer_hessian.model import ModelConfig, ViT
     from transformer_hessian.settings import Spectrum
-    from transformer_hessian.spectrum import run_spectrum
+    from transformer_hessian.studies.spectrum.compute import run_spectrum
 
     out = []
     for depth in (1, 3):
@@ -306,7 +306,7 @@ def build_spectrum():
         s = {"lanczos_steps": 30, "n_probes": 4, "slq_probes": 2, "pair_steps": 9, "n_eigenvalues": 3}
         result = dict(run_spectrum(model, x, y, Spectrum.with_defaults(s)), dataset="digits")
         label = probe_plots.run_label(result, _metrics(depth=depth, width=3, d_k=2, d_ff=4))
-        from transformer_hessian.spectrum_plot import spectrum_figure
+        from transformer_hessian.studies.spectrum.plot import spectrum_figure
 
         out.append(spectrum_figure(result, label))
     return out

@@ -142,11 +142,6 @@ def test_claims_roundtrip_dict_and_bare_list(tmp_path):
         (io.save_metrics, io.load_metrics, {"experiment": "e", "final": {"val_acc": 0.5}}),
         (io.save_summary, io.load_summary, {"provenance": {"config_hash": "x"}}),
         (io.save_manifest, io.load_manifest, {"dataset": "digits", "files": []}),
-        (
-            io.save_spectrum,
-            io.load_spectrum,
-            {"blocks": [{"block": 0}], "whole_model": {"n_params": 3}, "interlacing": {"holds": True}},
-        ),
         (io.save_scaling, io.load_scaling, {"rows": [{"n_params": 10}], "fits": {}, "models": []}),
     ],
 )

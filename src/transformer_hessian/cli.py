@@ -181,7 +181,6 @@ def cmd_summary(a) -> None:
         notebook_dir=a.notebook_dir,
         claims=a.claims,
         scaling=a.scaling,
-        spectrum=a.spectrum,
         sections=a.section,
     )
 
@@ -284,16 +283,6 @@ def cmd_scaling_aggregate(a) -> None:
     from .steps import scaling_aggregate_step
 
     scaling_aggregate_step(Scaling.from_dict(a.scaling), a.parts, a.out)
-
-
-def cmd_spectrum(a) -> None:
-    """Rule spectrum_compute: matrix-free top eigenvalues, traces, densities and block-pair norms."""
-    from .settings import Experiment, Spectrum
-    from .steps import spectrum_step
-
-    spectrum = Spectrum.from_dict(a.spectrum)
-    spec = Experiment.from_dict(a.spec, f"experiments.{spectrum.experiment or '<spectrum.experiment>'}")
-    spectrum_step(a.checkpoint, spec, spectrum, a.data_root, a.out, device=a.device)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -446,7 +435,6 @@ def _add_report_parsers(sub) -> None:
     s.add_argument("--claims", default=None, help="paper/claims.json: adds the key 'claims'")
     s.add_argument("--bounds", nargs="*", default=[], help="results/<exp>/bounds/<stage>.json (bounds rule)")
     s.add_argument("--scaling", default=None, help="results/scaling/scaling.json: adds the key 'scaling'")
-    s.add_argument("--spectrum", default=None, help="results/spectrum/<exp>.json (spectrum_compute rule)")
     s.add_argument(
         "--section", action="append", default=[], help="NAME=PATH: a study's summary section (JSON), as key NAME"
     )
@@ -573,7 +561,7 @@ def _add_bench_parsers(sub) -> None:
 
 
 def _add_sweep_parsers(sub) -> None:
-    """The subcommands bounds, scaling and spectrum (``sub``: the command subparsers)."""
+    """The subcommands bounds and scaling (``sub``: the command subparsers)."""
     s = sub.add_parser("bounds", help="Hessian bounds (Theorems 1, 6, Lemma 4) vs measured curvature")
     bsub = s.add_subparsers(dest="bounds_command", required=True)
     e = bsub.add_parser("evaluate", help="one stage: measured norms, project and paper bounds -> JSON")
@@ -610,16 +598,6 @@ def _add_sweep_parsers(sub) -> None:
     g.add_argument("--parts", nargs="+", required=True, help="the JSON of every part (scaling models)")
     g.add_argument("--out", required=True, help="output JSON (results/scaling/scaling.json)")
     g.set_defaults(func=cmd_scaling_aggregate)
-    s = sub.add_parser(
-        "spectrum", help="matrix-free Hessian spectrum per block and of the whole model (Lanczos, Hutchinson, SLQ)"
-    )
-    s.add_argument("--checkpoint", required=True, help="trained checkpoint (final.pt)")
-    s.add_argument("--spec", type=_json_arg, required=True, help="the experiment's config section as JSON")
-    s.add_argument("--spectrum", type=_json_arg, required=True, help="the 'spectrum' config section")
-    s.add_argument("--data-root", required=True, help=DATA_ROOT_HELP)
-    s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]; float64 throughout")
-    s.add_argument("--out", required=True, help="output JSON (results/spectrum/<exp>.json)")
-    s.set_defaults(func=cmd_spectrum)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -414,22 +414,6 @@ def load_claims(path: PathLike) -> list[dict]:
     return doc["claims"] if isinstance(doc, dict) else doc
 
 
-def save_spectrum(path: PathLike, result: Mapping[str, Any]) -> None:
-    """Write the matrix-free spectrum (``results/spectrum/<exp>.json``).
-
-    The object of :func:`.spectrum.run_spectrum`: ``settings``, ``groups``, ``batch_size``,
-    ``blocks`` (per block: ``top`` Ritz values with residuals, ``trace`` mean/stderr, ``density``
-    grid and values, ``pair_norms`` 5 x 5), ``whole_model`` (``top``, ``trace``, ``n_params``),
-    ``interlacing`` (``holds``, ``gap``) and ``seconds``; plus ``experiment``, ``dataset``, ``device``.
-    """
-    write_json(dict(result), path)
-
-
-def load_spectrum(path: PathLike) -> dict[str, Any]:
-    """Read a file written by :func:`save_spectrum`."""
-    return _load_keyed(path, "spectrum_compute", ("blocks", "whole_model", "interlacing"))
-
-
 def save_scaling_part(path: PathLike, part: int, jobs: int, models: list[dict]) -> None:
     """Write one part of the scaling sweep (``results/scaling/part<i>of<n>.json``):
     ``{"part", "jobs", "models": [one result of :func:`.scaling.run_models` per model]}``."""
@@ -457,7 +441,7 @@ def load_scaling(path: PathLike) -> dict[str, Any]:
 def save_summary(path: PathLike, summary: Mapping[str, Any]) -> None:
     """Write ``paper/summary.json`` (:func:`.report.build_summary`: ``provenance``, ``hessian``,
     ``training``, ``theory``, ``landscape``, ``bounds``, ``figures``, ``tables`` and, when given,
-    ``figure_provenance``, ``claims``, ``scaling`` and ``spectrum``)."""
+    ``figure_provenance``, ``claims``, ``scaling`` and each study's section, e.g. ``spectrum``)."""
     _write_json_unsealed(dict(summary), path)
 
 

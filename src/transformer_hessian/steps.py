@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from .utils import log
 
 if TYPE_CHECKING:
-    from .settings import Dynamics, Experiment, Hessian, Landscape, Probe, Scaling, Spectrum
+    from .settings import Dynamics, Experiment, Hessian, Landscape, Probe, Scaling
 
 __all__ = [
     "download_dataset",
@@ -448,7 +448,6 @@ def summary_step(
     notebook_dir: str | None = None,
     claims: str | None = None,
     scaling: str | None = None,
-    spectrum: str | None = None,
     sections: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Rule summary: ``paper/summary.json`` (:func:`.report.build_summary`, keyed by file stem for
@@ -469,7 +468,6 @@ def summary_step(
         table_map,
         bounds=list(bounds),
         scaling=scaling,
-        spectrum=spectrum,
     )
     if registry_config:
         from .registry import provenance
@@ -609,50 +607,3 @@ def scaling_aggregate_step(scaling: Scaling, parts: Sequence[str], out: str) -> 
                 else:
                     log.info("scaling (n = %s, %s series): %s not fitted: %s", size, series, q, f["skipped"])
     return agg
-
-
-def spectrum_step(
-    checkpoint: str,
-    spec: Experiment,
-    spectrum: Spectrum,
-    data_root: str,
-    out: str,
-    device: str = "auto",
-) -> dict[str, Any]:
-    """Rule spectrum_compute: :func:`.spectrum.run_spectrum` (top eigenvalues, Hutchinson traces,
-    SLQ densities, block-pair norms) of the trained model on one fixed training batch, float64;
-    warns when the whole-model top Ritz value lies below a block's (Lanczos not converged)."""
-    import torch
-
-    from .hessian import fixed_batch
-    from .io import save_spectrum
-    from .spectrum import run_spectrum
-    from .train import load_experiment_data, load_model
-    from .utils import resolve_device
-
-    s = spectrum
-    dev = resolve_device(device)
-    data = load_experiment_data(spec, data_root)
-    images, labels = fixed_batch(data["train_x"], data["train_y"], s.batch_size, s.seed)
-    name = s.experiment or "<spectrum.experiment>"
-    model = load_model(checkpoint, device=dev, dtype=torch.float64, spec=spec, experiment=name)
-    result = run_spectrum(model, images.to(device=dev, dtype=torch.float64), labels.to(dev), s)
-    result["experiment"] = s.experiment
-    result["dataset"] = spec.dataset
-    result["device"] = str(dev)
-    save_spectrum(out, result)
-    log.info(
-        "spectrum: whole-model lambda_max %.4g, trace %.4g +- %.2g; %d blocks; %.1f s",
-        result["whole_model"]["top"]["eigenvalues"][0],
-        result["whole_model"]["trace"]["mean"],
-        result["whole_model"]["trace"]["stderr"],
-        len(result["blocks"]),
-        result["seconds"],
-    )
-    if not result["interlacing"]["holds"]:
-        log.warning(
-            "spectrum: the whole-model top Ritz value lies below a block's (gaps %s): Lanczos has not "
-            "converged; raise spectrum.lanczos_steps",
-            result["interlacing"]["gap"],
-        )
-    return result

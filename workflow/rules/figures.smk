@@ -88,7 +88,6 @@ rule summary:
         claims=rules.claims.output.json,
         bounds=expand(rules.bounds.output.json, exp=HEXP, stage=STAGES),
         scaling=rules.scaling.output if config["scaling"]["enabled"] else [],
-        spectrum=rules.spectrum_compute.output.json,
         sections=[path for _, path in SUMMARY_SECTIONS],  # each study's section (its rule file adds it)
     output:
         "paper/summary.json",
@@ -113,4 +112,4 @@ rule summary:
         "--metrics {input.metrics:q} --landscape {input.landscape:q} --theory {input.theory:q} "
         "--figures {input.figures:q} --tables {input.tables:q} --registry-config {params.registry_config:q} "
         "--notebook-dir {params.notebook_dir:q} --claims {input.claims:q} --bounds {input.bounds:q} {params.scaling_args} "
-        "{params.section_args} --spectrum {input.spectrum:q} --out {output:q} 2> {log:q}"
+        "{params.section_args} --out {output:q} 2> {log:q}"

@@ -1,4 +1,4 @@
-"""Matrix-free spectrum estimators (transformer_hessian.spectrum) against dense Hessians.
+"""Matrix-free spectrum estimators (transformer_hessian.studies.spectrum.compute) against dense Hessians.
 
 The dense reference is curvlinops' HessianLinearOperator applied to the identity (reverse over
 reverse), independent of the forward-over-reverse HVPs the estimators use. Float64, random
@@ -18,7 +18,7 @@ from transformer_hessian import GROUPS
 from transformer_hessian.hessian import group_layout, hessian_curvlinops, loss_of_groups
 from transformer_hessian.probe import FlatModel
 from transformer_hessian.settings import Spectrum
-from transformer_hessian.spectrum import (
+from transformer_hessian.studies.spectrum.compute import (
     batched_hvp,
     broadened_density,
     density_grid,
@@ -243,3 +243,16 @@ def test_curvlinops_layernorm_scale_entries():
     fd = (grad_at(fm.w0 + 1e-5 * e) - grad_at(fm.w0 - 1e-5 * e)) / 2e-5
     assert torch.allclose(fd, H[i], atol=1e-8)
     assert (Hc - H).abs().max() > 1e-3 and (Hc - Hc.T).abs().max() > 1e-3
+
+
+def test_result_and_summary_files_roundtrip(tmp_path):
+    from transformer_hessian.studies.spectrum.result import load_result, load_summary, save_result, save_summary
+
+    obj = {"blocks": [{"block": 0}], "whole_model": {"n_params": 3}, "interlacing": {"holds": True}}
+    save_result(tmp_path / "r.json", obj)
+    assert load_result(tmp_path / "r.json") == obj
+    save_summary(tmp_path / "s.json", {"batch_size": 4, "blocks": []})
+    assert load_summary(tmp_path / "s.json") == {"batch_size": 4, "blocks": []}
+    save_result(tmp_path / "bad.json", {"blocks": []})
+    with pytest.raises(KeyError, match="whole_model.*spectrum_compute"):
+        load_result(tmp_path / "bad.json")

@@ -1,4 +1,4 @@
-"""Matrix-free curvature of models too large for a dense Hessian (rule ``spectrum``).
+"""Matrix-free curvature of models too large for a dense Hessian (rule ``spectrum_compute``).
 
 Everything concerns the Hessian ``H = d^2 L / dw^2`` of the mean cross-entropy ``L`` on one
 fixed training batch (``hessian.fixed_batch``), restricted to a parameter subset ``S``:
@@ -9,7 +9,7 @@ groups of Figures 3-5 of arXiv 2510.16927) and all parameters of the model
 forward-over-reverse Hessian-vector products (``probe.hvp_operator``) vectorised with
 ``torch.func.vmap``.
 
-Estimators (each validated against the dense Hessian in ``tests/test_spectrum.py``):
+Estimators (each validated against the dense Hessian in ``tests/studies/test_spectrum.py``):
 
 * :func:`lanczos_tridiagonal` - batched Lanczos with full reorthogonalisation that returns the
   tridiagonal ``T = Q^T A Q``. ``probe.lanczos`` returns one Ritz pair only; top-k eigenvalues
@@ -38,13 +38,13 @@ import numpy as np
 import torch
 from torch.func import vmap
 
-from . import GROUPS
-from .hessian import group_layout, loss_of_groups
-from .probe import FlatModel, hvp_operator
-from .progress import Progress
+from ... import GROUPS
+from ...hessian import group_layout, loss_of_groups
+from ...probe import FlatModel, hvp_operator
+from ...progress import Progress
 
 if TYPE_CHECKING:
-    from .settings import Spectrum
+    from ...settings import Spectrum
 
 Matvec = Callable[[torch.Tensor], torch.Tensor]
 

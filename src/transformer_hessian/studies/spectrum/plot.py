@@ -1,4 +1,4 @@
-"""Figure of the matrix-free Hessian spectrum (:mod:`transformer_hessian.spectrum`).
+"""Figure of the matrix-free Hessian spectrum (:mod:`transformer_hessian.studies.spectrum.compute`).
 
 :func:`spectrum_figure` draws, from the JSON written by ``transformer-hessian spectrum``:
 (a) the top Ritz values of every block's five-group Hessian and the whole model's largest one,
@@ -17,7 +17,7 @@ import numpy as np
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from .plotting.style import COMPACT_RC, wrap_lines
+from ...plotting.style import COMPACT_RC, wrap_lines
 
 __all__ = ["spectrum_figure", "spectrum_table"]
 
