@@ -78,7 +78,7 @@ include: "workflow/rules/hessian.smk"
 include: "workflow/rules/theory.smk"
 include: "workflow/rules/landscape.smk"
 include: "workflow/rules/probe.smk"
-include: "workflow/rules/dynamics.smk"
+include: "workflow/rules/table1.smk"
 include: "workflow/rules/bounds.smk"
 
 

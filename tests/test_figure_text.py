@@ -181,8 +181,8 @@ def _probe(fn):
 
 def _dynamics(fig_id):
     def build():
-        from transformer_hessian.dynamics_plot import dynamics_figure
         from transformer_hessian.hessian_groups import ALL_GROUPS
+        from transformer_hessian.studies.dynamics.plot import dynamics_figure
 
         d, dk, dff = 8, 8, 16
         steps, heat = np.arange(0, 101, 10), (0, 10, 100)

@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_hessian import io, plotting
-from transformer_hessian.dynamics_plot import load_dynamics as plot_load_dynamics
 
 
 def _norms(stage="init"):
@@ -63,10 +62,9 @@ def test_hessian_reader_names_missing_file_and_arrays(tmp_path):
         io.load_hessian(bad)
 
 
-def test_plotting_and_dynamics_plot_readers_are_the_io_ones():
+def test_plotting_readers_are_the_io_ones():
     assert plotting.load_hessian is io.load_hessian
     assert plotting.load_json is io.load_json
-    assert plot_load_dynamics is io.load_dynamics
 
 
 def test_norms_roundtrip_key_order_and_schema(tmp_path):
@@ -106,17 +104,6 @@ def test_numpy_values_become_json_numbers(tmp_path):
     io.save_landscape(tmp_path / "l.json", {"slope": np.float64(slope), "slope_ci95": ci, "k": np.arange(3)})
     got = io.load_landscape(tmp_path / "l.json")
     assert got["slope"] == slope and got["slope_ci95"] == list(ci) and got["k"] == [0, 1, 2]
-
-
-def test_dynamics_roundtrip(tmp_path):
-    rng = np.random.default_rng(3)
-    arrays = {"steps": np.arange(4), "names": np.array(["W_Q", "W_K"]), "W_Q": rng.normal(size=(4, 2, 3))}
-    summary = {"steps": [0, 1, 2, 3], "capped": False}
-    io.save_dynamics(tmp_path / "d.npz", tmp_path / "d.json", arrays, summary)
-    got = io.load_dynamics(tmp_path / "d.npz")
-    assert got["names"] == ["W_Q", "W_K"] and all(isinstance(n, str) for n in got["names"])
-    np.testing.assert_array_equal(got["W_Q"], arrays["W_Q"])
-    assert io.load_dynamics_summary(tmp_path / "d.json") == summary
 
 
 def test_claims_roundtrip_dict_and_bare_list(tmp_path):

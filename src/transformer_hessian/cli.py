@@ -89,26 +89,6 @@ def cmd_theory(a) -> None:
     )
 
 
-def cmd_dynamics(a) -> None:
-    """Rule dynamics: replay the first training steps and record the snapshots of Figures 7-11."""
-    from .settings import Dynamics, Experiment, Hessian
-    from .steps import dynamics_step
-
-    hessian = Hessian.from_dict(a.hessian)
-    dynamics_step(
-        a.checkpoint,
-        Experiment.from_dict(a.spec, f"experiments.{hessian.experiment}"),
-        hessian,
-        Dynamics.from_dict(a.dynamics),
-        a.data_root,
-        a.out_npz,
-        a.out_json,
-        saved_init_hessian=a.saved_init_hessian,
-        tolerance=a.tolerance,
-        device=a.device,
-    )
-
-
 def cmd_table1(a) -> None:
     """Rule table1: Table 1 from the config and the runs' metrics."""
     from .settings import Experiment, Hessian, Landscape
@@ -359,25 +339,7 @@ def _add_data_parsers(sub) -> None:
 
 
 def _add_study_parsers(sub) -> None:
-    """The subcommands dynamics, table1, landscape and probe (``sub``: the command subparsers)."""
-    s = sub.add_parser("dynamics", help="replay the first training steps; weights, norms, Hessian blocks (App. A.1)")
-    s.add_argument("--checkpoint", required=True, help="the run's init.pt (epoch checkpoints beside it are compared)")
-    s.add_argument("--spec", type=_json_arg, required=True, help="the experiment's config section")
-    s.add_argument("--hessian", type=_json_arg, required=True, help="the 'hessian' config section")
-    s.add_argument("--dynamics", type=_json_arg, required=True, help="the 'dynamics' config section")
-    s.add_argument("--data-root", required=True, help=DATA_ROOT_HELP)
-    s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
-    s.add_argument("--saved-init-hessian", default=None, help="hessian rule's init .npz: must equal step 0")
-    s.add_argument(
-        "--tolerance",
-        type=float,
-        default=1e-8,
-        help="largest relative error of the replayed step-0 Hessian vs the saved init Hessian",
-    )
-    s.add_argument("--out-npz", required=True, help="snapshots: weights and diagonal Hessian blocks (.npz)")
-    s.add_argument("--out-json", required=True, help="snapshots: norms and Hessian block norms (JSON)")
-    s.set_defaults(func=cmd_dynamics)
-
+    """The subcommands table1, landscape and probe (``sub``: the command subparsers)."""
     s = sub.add_parser("table1", help="write paper/tables/table1.{csv,tex,md} (Table 1 of the paper)")
     s.add_argument("--config", type=_json_arg, required=True, help="the whole validated config as JSON")
     s.add_argument("--metrics", nargs="+", required=True, help="metrics.json of each experiment (train rule)")

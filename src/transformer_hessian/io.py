@@ -17,7 +17,6 @@ trained):
 * ``results/<exp>/hessian/<stage>.npz`` (hessian rule): :func:`save_hessian` / :func:`load_hessian`
 * ``results/<exp>/hessian/<stage>_norms.json`` (hessian rule): :func:`save_norms` / :func:`load_norms`
 * ``results/<exp>/theory/<stage>.json`` (theory rule): :func:`save_theory_check` / :func:`load_theory_check`
-* ``results/<exp>/dynamics/dynamics.{npz,json}`` (dynamics rule): :func:`save_dynamics` / :func:`load_dynamics`, :func:`load_dynamics_summary`
 * ``results/<exp>/landscape/landscape.json`` (landscape rule): :func:`save_landscape` / :func:`load_landscape`
 * ``results/<exp>/probe/probe.json`` (probe rule): :func:`save_probe` / :func:`load_probe`
 * ``results/<exp>/bounds/<stage>.json`` (bounds rule): :func:`save_bounds` / :func:`load_bounds`
@@ -26,7 +25,9 @@ trained):
 * ``paper/claims.{json,md}`` (claims rule): :func:`save_claims` / :func:`load_claims`
 * ``paper/summary.json`` (summary rule): :func:`save_summary` / :func:`load_summary`
 
-Any other JSON result (a notebook parameter) is read with :func:`load_json`.
+A study's own result files are saved and loaded by its ``studies/<name>/result.py`` (on
+the writers and readers here). Any other JSON result (a notebook parameter) is read with
+:func:`load_json`.
 
 Every result file under ``results/`` carries a digest: the writer records the SHA-256 of the
 bytes it wrote in ``<file>.sha256`` (before the file is renamed into place) and every reader
@@ -60,9 +61,6 @@ __all__ = [
     "load_norms",
     "save_theory_check",
     "load_theory_check",
-    "save_dynamics",
-    "load_dynamics",
-    "load_dynamics_summary",
     "save_landscape",
     "load_landscape",
     "save_probe",
@@ -274,40 +272,6 @@ def save_theory_check(path: PathLike, result: Mapping[str, Any]) -> None:
 def load_theory_check(path: PathLike) -> dict[str, Any]:
     """Read a file written by :func:`save_theory_check`."""
     return _load_keyed(path, "theory", ("stage", "blocks", "max_rel_error", "passed"))
-
-
-# ----------------------------------------------------------------------------- dynamics
-
-
-def save_dynamics(
-    npz_path: PathLike, json_path: PathLike, arrays: Mapping[str, Any], summary: Mapping[str, Any]
-) -> None:
-    """Write the training-dynamics snapshots (``results/<exp>/dynamics/dynamics.{npz,json}``).
-
-    ``npz_path``: the arrays of :func:`.dynamics.record_dynamics` (``steps`` int64 ``(S,)``,
-    ``names`` str ``(G,)``, per group the weight snapshots ``(S, out, in)`` and the diagonal and
-    chosen off-diagonal Hessian blocks per snapshot; float64). ``json_path``: its summary (``steps``,
-    per-snapshot norms and Hessian block norms, ``seconds``, ``hessian_seconds``, ``hessian_method``,
-    ``capped``, ``requested_steps``, ``replayed_steps``, ``epoch_checks``, ``experiment``,
-    ``dataset``, ``model`` and, when checked, ``init_hessian_check``).
-    """
-    save_npz(npz_path, **arrays)
-    write_json(dict(summary), json_path)
-
-
-def load_dynamics(path: PathLike) -> dict[str, Any]:
-    """Read the ``.npz`` of :func:`save_dynamics` into a dict of arrays (``names`` as a list of str)."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"dynamics file {str(path)!r} not found; run the pipeline's dynamics rule")
-    with _open_npz(path, "dynamics") as data:
-        out = {k: np.asarray(data[k]) for k in data.files}
-    out["names"] = [str(n) for n in out["names"]]
-    return out
-
-
-def load_dynamics_summary(path: PathLike) -> dict[str, Any]:
-    """Read the JSON summary of :func:`save_dynamics`."""
-    return _load_keyed(path, "dynamics", ("steps",))
 
 
 # ----------------------------------------------------------------------------- landscape, probe, bounds

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..studies import study_parts
-from ..studies.entry import Figure
+from ..studies.entry import HESSIAN_CHECKED, Figure
 
 __all__ = ["FIGURES", "OTHER_ARTEFACTS", "by_id", "enabled", "figure_ids", "groups", "notebook_tables"]
 
@@ -22,37 +22,6 @@ _HEATMAP_INPUTS = {
 }
 #: Inputs of the probe figures (group probe_figures).
 _PROBE_INPUTS = {"probe": "results/{lexp}/probe/probe.json", "metrics": "results/{lexp}/metrics.json"}
-_DYN = {
-    "dynamics_npz": "results/{hexp}/dynamics/dynamics.npz",
-    "dynamics_json": "results/{hexp}/dynamics/dynamics.json",
-}
-#: The theory rule's check of the saved Hessians: Hessian figures wait for it (a failed check stops them).
-_CHECKED = ("results/{hexp}/theory/init.json", "results/{hexp}/theory/trained.json")
-
-#: Panels of Figures 7-9 (one attention weight each).
-_DYN_PANELS = (
-    "entries at a few steps, log10 |H_{g}{g}| of the Hessian diagonal block on the fixed Hessian batch, the "
-    "spectral and Frobenius norms of {w} and the spectral norms of the Hessian blocks H_({g},g) against the step."
-)
-
-
-def _dynamics_figure(n: int, key: str, title: str, what: str, panels: str, shows: str) -> Figure:
-    """Figure ``n`` of App. A.1 (Figures 7-11): one group family over the first training steps; all
-    five are drawn by one run of the dynamics notebook (group ``fig7_fig11``)."""
-    return Figure(
-        id=f"fig{n}",
-        paper=f"Figure {n}",
-        label=f"fig:hessian_entries_{key}",
-        notebook="fig7_fig11_dynamics.ipynb",
-        group="fig7_fig11",
-        inputs=_DYN,
-        gate=_CHECKED,
-        caption=f'Figure {n} (App. A.1, "{title} entries visualization"). {what} of the one-block ViT on '
-        "{hessian_data} during the first training steps (replayed from the init checkpoint): " + panels,
-        shows=shows,
-        functions="`dynamics_plot.dynamics_figure`; `dynamics.record_dynamics`, `hessian_groups.hessian_all_groups`",
-    )
-
 
 _CORE_FIGURES: list[Figure] = [
     Figure(
@@ -83,7 +52,7 @@ _CORE_FIGURES: list[Figure] = [
         "whole batch) have a colour of their own; their share is given below the map.",
         shows="log10 \\|H\\| at initialisation, blocks W_Q, W_K, W_V, W_1, W_2; exact zeros in their own colour",
         functions="`plotting.hessian_heatmap`, `plotting.robust_log_range`; Hessian from `hessian.compute_hessian`",
-        gate=_CHECKED,
+        gate=HESSIAN_CHECKED,
     ),
     Figure(
         id="fig4",
@@ -96,7 +65,7 @@ _CORE_FIGURES: list[Figure] = [
         "({hessian_data}). Exact zeros, if any, have a colour of their own.",
         shows="the same after training, on fig3's colour scale",
         functions="same as fig3",
-        gate=_CHECKED,
+        gate=HESSIAN_CHECKED,
     ),
     Figure(
         id="fig5",
@@ -114,7 +83,7 @@ _CORE_FIGURES: list[Figure] = [
         "the spectral norm of every block H_ij, one colour scale for both panels.",
         shows="weight-matrix norms and Hessian block norms, init vs trained",
         functions="`plotting.norms_figure`; `hessian.block_norms`, `hessian.weight_norms`",
-        gate=_CHECKED,
+        gate=HESSIAN_CHECKED,
     ),
     Figure(
         id="fig6",
@@ -179,54 +148,6 @@ _CORE_FIGURES: list[Figure] = [
         "gradient-descent fine-tunes started at w*.",
         shows="gradient norms of L_k at w* against k, fitted slope, minimiser shifts (Assumption 1)",
         functions="`probe_plots.fig12_figure`, `probe.assumption1_table`; `probe.run_probe`",
-    ),
-    *(
-        _dynamics_figure(n, key, title, what, panels, shows)
-        for n, key, title, what, panels, shows in (
-            (
-                7,
-                "queries",
-                "Queries",
-                "W_Q",
-                _DYN_PANELS.format(g="Q", w="W_Q"),
-                "W_Q entries, H_QQ, norms of W_Q and of its Hessian blocks over the first steps",
-            ),
-            (
-                8,
-                "keys",
-                "Keys",
-                "W_K",
-                _DYN_PANELS.format(g="K", w="W_K"),
-                "W_K entries, H_KK, norms of W_K and of its Hessian blocks over the first steps",
-            ),
-            (
-                9,
-                "values",
-                "Values",
-                "W_V",
-                _DYN_PANELS.format(g="V", w="W_V"),
-                "W_V entries, H_VV, norms of W_V and of its Hessian blocks over the first steps",
-            ),
-            (
-                10,
-                "layernorm",
-                "LayerNorm",
-                "gamma1, beta1, gamma2, beta2",
-                "entries against the step, log10 |H| of "
-                "the LayerNorm-LayerNorm Hessian block at a few steps, their norms and the spectral norms of the "
-                "Hessian blocks H_(g,h) (g a LayerNorm group) against the step.",
-                "LayerNorm gamma/beta entries, their Hessian blocks and norms over the first steps",
-            ),
-            (
-                11,
-                "feedforward",
-                "FeedForward",
-                "W_1 and W_2",
-                "entries at a few steps, log10 |H| of the diagonal "
-                "Hessian blocks, their norms and the spectral norms of the Hessian blocks H_(g,h) against the step.",
-                "W_1, W_2 entries, Hessian blocks and norms over the first steps",
-            ),
-        )
     ),
     Figure(
         id="bounds",

@@ -5,7 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Figure"]
+__all__ = ["HESSIAN_CHECKED", "Figure"]
+
+#: The theory rule's check of the saved Hessians (path templates): the figures of a Hessian wait for
+#: it as their ``gate`` (a failed check stops them).
+HESSIAN_CHECKED = ("results/{hexp}/theory/init.json", "results/{hexp}/theory/trained.json")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ rule spectrum_compute:
         manifest=manifest(experiment(SEXP)["dataset"]),
     output:
         json=f"results/spectrum/{SEXP}.json",
-        summary=f"results/spectrum/{SEXP}_summary.json",
+        summary=f"results/spectrum/{SEXP}/summary.json",
     params:
         data_root=data_root_of,
         spec=settings_file(f"spec_{SEXP}", experiment(SEXP)),

@@ -1,5 +1,5 @@
 """The study's result file (``results/spectrum/<exp>.json``) and its summary section
-(``results/spectrum/<exp>_summary.json``): save and load."""
+(``results/spectrum/<exp>/summary.json``): save and load."""
 
 from __future__ import annotations
 

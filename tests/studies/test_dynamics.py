@@ -6,16 +6,16 @@ import torch
 from conftest import tiny_spec
 
 from transformer_hessian import GROUPS
-from transformer_hessian.dynamics import (
+from transformer_hessian.hessian import compute_hessian, fixed_batch
+from transformer_hessian.hessian_groups import ALL_GROUPS, hessian_all_groups, layout
+from transformer_hessian.settings import Dynamics, Hessian
+from transformer_hessian.studies.dynamics.compute import (
     check_against_saved,
     heatmap_indices,
     record_dynamics,
     replay,
     snapshot_steps,
 )
-from transformer_hessian.hessian import compute_hessian, fixed_batch
-from transformer_hessian.hessian_groups import ALL_GROUPS, hessian_all_groups, layout
-from transformer_hessian.settings import Dynamics, Hessian
 from transformer_hessian.train import load_experiment_data, load_model, train
 
 
@@ -113,3 +113,16 @@ def test_record_dynamics_contents(run):
     assert chk["rel_error"] < 1e-12
     assert check_against_saved(H0 * (1 + 1e-6), {"H": Hs.numpy()})["rel_error"] > 1e-8
     assert set(summary["weight_norms"]) == set(ALL_GROUPS) and summary["groups"][:5] == list(GROUPS)
+
+
+def test_dynamics_roundtrip(tmp_path):
+    from transformer_hessian.studies.dynamics.result import load_dynamics, load_dynamics_summary, save_dynamics
+
+    rng = np.random.default_rng(3)
+    arrays = {"steps": np.arange(4), "names": np.array(["W_Q", "W_K"]), "W_Q": rng.normal(size=(4, 2, 3))}
+    summary = {"steps": [0, 1, 2, 3], "capped": False}
+    save_dynamics(tmp_path / "d.npz", tmp_path / "d.json", arrays, summary)
+    got = load_dynamics(tmp_path / "d.npz")
+    assert got["names"] == ["W_Q", "W_K"] and all(isinstance(n, str) for n in got["names"])
+    np.testing.assert_array_equal(got["W_Q"], arrays["W_Q"])
+    assert load_dynamics_summary(tmp_path / "d.json") == summary

@@ -1,6 +1,7 @@
-# Appendix A.1 (Figures 7-11): replay the first training steps of the Hessian experiment from its
-# init checkpoint and record weights, norms and nine-group Hessian blocks (drawn by the registry's
-# fig7_fig11 rule); Table 1.
+# Appendix A.1 (Figures 7-11; transformer_hessian.studies.dynamics): replay the first training steps
+# of the Hessian experiment from its init checkpoint and record weights, norms and nine-group Hessian
+# blocks (drawn by the registry's fig7_fig11 rule, from studies/dynamics/registry.py).
+
 
 rule dynamics:
     input:
@@ -18,7 +19,7 @@ rule dynamics:
         device=config["device"],
         tolerance=config["theory"]["tolerance"],
     conda:
-        "../../environment.yml"
+        "../../../environment.yml"
     log:
         "logs/dynamics/dynamics.log",
     benchmark:
@@ -35,26 +36,3 @@ rule dynamics:
         "--hessian {params.hessian:q} --dynamics {params.dynamics:q} --data-root {params.data_root:q} "
         "--device {params.device:q} --saved-init-hessian {input.saved_init:q} --tolerance {params.tolerance:q} "
         "--out-npz {output.npz:q} --out-json {output.json:q} 2> {log:q}"
-
-
-rule table1:
-    input:
-        metrics=expand(rules.train.output.metrics, exp=sorted({HEXP, LEXP})),
-    output:
-        table_files("table1"),  # in the report as an HTML page (rule report_pages)
-    params:
-        out_dir=out_dir_of,
-        config=settings_file("table1", {k: config[k] for k in ("experiments", "hessian", "landscape")}),
-    conda:
-        "../../environment.yml"
-    log:
-        "logs/table1.log",
-    benchmark:
-        "benchmarks/table1.tsv"
-    threads: 1
-    resources:
-        mem_mb=1000,
-        runtime=10,
-    shell:
-        "transformer-hessian table1 --config {params.config:q} --metrics {input.metrics:q} "
-        "--out-dir {params.out_dir:q} 2> {log:q}"

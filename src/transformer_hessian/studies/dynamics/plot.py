@@ -25,9 +25,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from . import ALL_GROUPS, LN_GROUPS
-from .io import load_dynamics  # noqa: F401 (re-exported: the format lives in io.py)
-from .plotting.style import COMPACT_RC, GROUP_COLOURS
+from ... import ALL_GROUPS, LN_GROUPS
+from ...plotting.style import COMPACT_RC, GROUP_COLOURS
 
 #: The five figure families of Appendix A.1: figure number -> (title word, groups).
 FAMILIES = {

@@ -7,12 +7,12 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from transformer_hessian.dynamics_plot import (  # noqa: E402
+from transformer_hessian.hessian_groups import ALL_GROUPS  # noqa: E402
+from transformer_hessian.studies.dynamics.plot import (  # noqa: E402
     FAMILIES,  # noqa: E402
     dynamics_figure,
     robust_log_range,
 )
-from transformer_hessian.hessian_groups import ALL_GROUPS  # noqa: E402
 
 
 def _fake(d=4, dk=3, dff=5, steps=(0, 2, 4), heat=(0, 4), seed=0):

@@ -30,17 +30,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from . import GROUPS
-from .checkpoints import CheckpointError, load_checkpoint, set_aside
-from .hessian import fixed_batch
-from .hessian_groups import ALL_GROUPS, hessian_all_groups, layout, symmetric_block_norms, weight_norms_all
-from .model import ModelConfig, ViT
-from .progress import Progress
-from .train import load_experiment_data, make_optimizer, train_epoch
-from .utils import log, resolve_device
+from ... import GROUPS
+from ...checkpoints import CheckpointError, load_checkpoint, set_aside
+from ...hessian import fixed_batch
+from ...hessian_groups import ALL_GROUPS, hessian_all_groups, layout, symmetric_block_norms, weight_norms_all
+from ...model import ModelConfig, ViT
+from ...progress import Progress
+from ...train import load_experiment_data, make_optimizer, train_epoch
+from ...utils import log, resolve_device
 
 if TYPE_CHECKING:
-    from .settings import Dynamics, Experiment, Hessian
+    from ...settings import Dynamics, Experiment, Hessian
 
 
 def snapshot_steps(steps: int, every: int) -> list[int]:
