@@ -82,11 +82,6 @@ include: "workflow/rules/table1.smk"
 include: "workflow/rules/bounds.smk"
 
 
-if config["scaling"]["enabled"]:
-
-    include: "workflow/rules/scaling.smk"
-
-
 # Every study's rule file (workflow/rules/studies/<name>.smk, sorted): it defines the study's rules
 # (under its own config switch), appends its tables to ALL_TABLES and its claim rows and summary
 # section to the lists above. A new study adds its file there; nothing here changes.

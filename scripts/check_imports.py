@@ -76,8 +76,6 @@ LAYERS: dict[str, int] = {
     "landscape": STUDIES,
     "bounds": STUDIES,
     "probe": STUDIES,
-    "scaling": STUDIES,
-    "scaling_plot": STUDIES,
     "probe_plots": STUDIES,
     "table1": STUDIES,
     "architecture_diagram": STUDIES,

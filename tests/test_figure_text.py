@@ -21,7 +21,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-from transformer_hessian import GROUPS, plotting, probe_plots, registry, scaling, scaling_plot  # noqa: E402
+from transformer_hessian import GROUPS, plotting, probe_plots, registry  # noqa: E402
 from transformer_hessian.plotting.print_check import (  # noqa: E402
     MIN_FONT_PT,
     PRINT_WIDTH_IN,
@@ -29,6 +29,8 @@ from transformer_hessian.plotting.print_check import (  # noqa: E402
     printed_texts,
     text_problems,
 )
+from transformer_hessian.studies.scaling import compute as scaling  # noqa: E402
+from transformer_hessian.studies.scaling import plot as scaling_plot  # noqa: E402
 
 # A small block layout of Figures 3-5: d = 4, d_K = 2, d_ff = 8.
 SHAPES = np.array([[4, 2], [4, 2], [4, 4], [4, 8], [8, 4]])

@@ -129,17 +129,8 @@ def test_claims_roundtrip_dict_and_bare_list(tmp_path):
         (io.save_metrics, io.load_metrics, {"experiment": "e", "final": {"val_acc": 0.5}}),
         (io.save_summary, io.load_summary, {"provenance": {"config_hash": "x"}}),
         (io.save_manifest, io.load_manifest, {"dataset": "digits", "files": []}),
-        (io.save_scaling, io.load_scaling, {"rows": [{"n_params": 10}], "fits": {}, "models": []}),
     ],
 )
 def test_json_formats_roundtrip(tmp_path, save, load, obj):
     save(tmp_path / "r.json", obj)
     assert load(tmp_path / "r.json") == obj
-
-
-def test_scaling_part_roundtrip_and_missing_keys(tmp_path):
-    io.save_scaling_part(tmp_path / "p.json", 1, 3, [{"id": "w4_d1_nall"}])
-    assert io.load_scaling_part(tmp_path / "p.json") == {"part": 1, "jobs": 3, "models": [{"id": "w4_d1_nall"}]}
-    io.save_json({"rows": []}, tmp_path / "bad.json")  # no "fits": not a scaling result
-    with pytest.raises(Exception, match="bad.json"):
-        io.load_scaling(tmp_path / "bad.json")

@@ -160,7 +160,6 @@ def cmd_summary(a) -> None:
         registry_config=a.registry_config,
         notebook_dir=a.notebook_dir,
         claims=a.claims,
-        scaling=a.scaling,
         sections=a.section,
     )
 
@@ -247,22 +246,6 @@ def cmd_bounds_table(a) -> None:
     from .bounds.step import table_step
 
     table_step(a.results, a.out_dir, claims_out=a.claims_out)
-
-
-def cmd_scaling_models(a) -> None:
-    """Rule scaling_models: train and measure part ``--part`` of ``--jobs`` of the sweep's models."""
-    from .settings import Scaling
-    from .steps import scaling_models_step
-
-    scaling_models_step(Scaling.from_dict(a.scaling), a.part, a.jobs, a.data_root, a.cache_dir, a.out, device=a.device)
-
-
-def cmd_scaling_aggregate(a) -> None:
-    """Rule scaling: power laws across the sweep's models -> results/scaling/scaling.json."""
-    from .settings import Scaling
-    from .steps import scaling_aggregate_step
-
-    scaling_aggregate_step(Scaling.from_dict(a.scaling), a.parts, a.out)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -396,7 +379,6 @@ def _add_report_parsers(sub) -> None:
     s.add_argument("--notebook-dir", default=None, help="folder of the figure notebooks (default ./notebooks)")
     s.add_argument("--claims", default=None, help="paper/claims.json: adds the key 'claims'")
     s.add_argument("--bounds", nargs="*", default=[], help="results/<exp>/bounds/<stage>.json (bounds rule)")
-    s.add_argument("--scaling", default=None, help="results/scaling/scaling.json: adds the key 'scaling'")
     s.add_argument(
         "--section", action="append", default=[], help="NAME=PATH: a study's summary section (JSON), as key NAME"
     )
@@ -523,7 +505,7 @@ def _add_bench_parsers(sub) -> None:
 
 
 def _add_sweep_parsers(sub) -> None:
-    """The subcommands bounds and scaling (``sub``: the command subparsers)."""
+    """The subcommand bounds (``sub``: the command subparsers)."""
     s = sub.add_parser("bounds", help="Hessian bounds (Theorems 1, 6, Lemma 4) vs measured curvature")
     bsub = s.add_subparsers(dest="bounds_command", required=True)
     e = bsub.add_parser("evaluate", help="one stage: measured norms, project and paper bounds -> JSON")
@@ -543,23 +525,6 @@ def _add_sweep_parsers(sub) -> None:
     t.add_argument("--out-dir", required=True, help="folder for the table (paper/tables)")
     t.add_argument("--claims-out", default=None, help="also write the claim rows (JSON list) here")
     t.set_defaults(func=cmd_bounds_table)
-
-    s = sub.add_parser("scaling", help="scaling study: D_k slope, k*, top Hessian eigenvalue across model sizes")
-    ssub = s.add_subparsers(dest="scaling_command", required=True)
-    m = ssub.add_parser("models", help="train and measure one part of the sweep's models (cached per model)")
-    m.add_argument("--scaling", type=_json_arg, required=True, help="the validated 'scaling' config section")
-    m.add_argument("--part", type=int, default=0, help="this job's part (0-based): models part, part+jobs, ...")
-    m.add_argument("--jobs", type=int, default=1, help="number of parts the sweep is split into")
-    m.add_argument("--data-root", required=True, help=DATA_ROOT_HELP)
-    m.add_argument("--cache-dir", required=True, help="per-model results <id>.json and checkpoints <id>/")
-    m.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
-    m.add_argument("--out", required=True, help="output JSON: this part's model results")
-    m.set_defaults(func=cmd_scaling_models)
-    g = ssub.add_parser("aggregate", help="power laws in the parameter count across all parts")
-    g.add_argument("--scaling", type=_json_arg, required=True, help="the validated 'scaling' config section")
-    g.add_argument("--parts", nargs="+", required=True, help="the JSON of every part (scaling models)")
-    g.add_argument("--out", required=True, help="output JSON (results/scaling/scaling.json)")
-    g.set_defaults(func=cmd_scaling_aggregate)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -378,34 +378,10 @@ def load_claims(path: PathLike) -> list[dict]:
     return doc["claims"] if isinstance(doc, dict) else doc
 
 
-def save_scaling_part(path: PathLike, part: int, jobs: int, models: list[dict]) -> None:
-    """Write one part of the scaling sweep (``results/scaling/part<i>of<n>.json``):
-    ``{"part", "jobs", "models": [one result of :func:`.scaling.run_models` per model]}``."""
-    write_json({"part": int(part), "jobs": int(jobs), "models": list(models)}, path)
-
-
-def load_scaling_part(path: PathLike) -> dict[str, Any]:
-    """Read a file written by :func:`save_scaling_part`."""
-    return _load_keyed(path, "scaling_models", ("part", "jobs", "models"))
-
-
-def save_scaling(path: PathLike, result: Mapping[str, Any]) -> None:
-    """Write the scaling study (``results/scaling/scaling.json``): the object of
-    :func:`.scaling.aggregate` (``dataset``, ``settings``, ``rows``: one per model with its
-    parameter count, slope and interval, prefactor, k* measured and fitted, top eigenvalue, block
-    norms; ``fits``: data-set size -> series -> quantity -> power law; ``models``: the full results)."""
-    write_json(dict(result), path)
-
-
-def load_scaling(path: PathLike) -> dict[str, Any]:
-    """Read a file written by :func:`save_scaling`."""
-    return _load_keyed(path, "scaling", ("rows", "fits"))
-
-
 def save_summary(path: PathLike, summary: Mapping[str, Any]) -> None:
     """Write ``paper/summary.json`` (:func:`.report.build_summary`: ``provenance``, ``hessian``,
     ``training``, ``theory``, ``landscape``, ``bounds``, ``figures``, ``tables`` and, when given,
-    ``figure_provenance``, ``claims``, ``scaling`` and each study's section, e.g. ``spectrum``)."""
+    ``figure_provenance``, ``claims`` and each study's section, e.g. ``spectrum``, ``scaling``)."""
     _write_json_unsealed(dict(summary), path)
 
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from .utils import log
 
 if TYPE_CHECKING:
-    from .settings import Experiment, Hessian, Landscape, Probe, Scaling
+    from .settings import Experiment, Hessian, Landscape, Probe
 
 __all__ = [
     "download_dataset",
@@ -380,12 +380,11 @@ def summary_step(
     registry_config: Mapping[str, Any] | None = None,
     notebook_dir: str | None = None,
     claims: str | None = None,
-    scaling: str | None = None,
     sections: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Rule summary: ``paper/summary.json`` (:func:`.report.build_summary`, keyed by file stem for
-    figures and tables) with, when given, the figures' provenance, the claim rows and the
-    scaling study."""
+    figures and tables) with, when given, the figures' provenance, the claim rows and each
+    study's section (``sections``: ``NAME=PATH``, the JSON its rule wrote)."""
     from .io import load_claims, save_summary
     from .report import build_summary
 
@@ -400,7 +399,6 @@ def summary_step(
         fig_map,
         table_map,
         bounds=list(bounds),
-        scaling=scaling,
     )
     if registry_config:
         from .registry import provenance
@@ -502,41 +500,3 @@ def registry_step(path: str, write_readme: bool = False, check: bool = False) ->
     else:
         for fig in registry.FIGURES:
             print(f"{fig.id}\t{fig.paper}\t{fig.label}\tnotebooks/{fig.notebook}")
-
-
-def scaling_models_step(
-    scaling: Scaling, part: int, jobs: int, data_root: str, cache_dir: str, out: str, device: str = "auto"
-) -> dict[str, Any]:
-    """Rule scaling_models: train and measure models ``part, part + jobs, ...`` of the sweep
-    (:func:`.scaling.sweep_models`; per-model results cached in ``cache_dir``) and write
-    ``{"part", "jobs", "models": [...]}`` to ``out``."""
-    from .io import save_scaling_part
-    from .scaling import run_models, sweep_models
-
-    points = sweep_models(scaling)[part::jobs]
-    models = run_models(points, scaling, data_root, cache_dir, device=device)
-    save_scaling_part(out, part, jobs, models)
-    return {"part": part, "jobs": jobs, "models": models}
-
-
-def scaling_aggregate_step(scaling: Scaling, parts: Sequence[str], out: str) -> dict[str, Any]:
-    """Rule scaling: power laws in the parameter count across every part's models
-    (:func:`.scaling.aggregate`) -> ``out``; logs each fitted exponent with its interval."""
-    from .io import load_scaling_part, save_scaling
-    from .scaling import aggregate
-
-    results = [m for path in parts for m in load_scaling_part(path)["models"]]
-    agg = aggregate(results, scaling)
-    save_scaling(out, agg)
-    for size, by_series in agg["fits"].items():
-        for series, fits in by_series.items():
-            for q, f in fits.items():
-                if "exponent" in f:
-                    lo_hi = f["exponent_ci"]
-                    ci = (
-                        f"95% CI [{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]" if lo_hi else f"no interval ({f['n_points']} models)"
-                    )
-                    log.info("scaling (n = %s, %s series): %s ~ P^%.3f, %s", size, series, q, f["exponent"], ci)
-                else:
-                    log.info("scaling (n = %s, %s series): %s not fitted: %s", size, series, q, f["skipped"])
-    return agg

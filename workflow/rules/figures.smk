@@ -87,7 +87,6 @@ rule summary:
         tables=table_files(ALL_TABLES, ["csv"]),
         claims=rules.claims.output.json,
         bounds=expand(rules.bounds.output.json, exp=HEXP, stage=STAGES),
-        scaling=rules.scaling.output if config["scaling"]["enabled"] else [],
         sections=[path for _, path in SUMMARY_SECTIONS],  # each study's section (its rule file adds it)
     output:
         "paper/summary.json",
@@ -95,7 +94,6 @@ rule summary:
         config_hash=CONFIG_HASH,
         registry_config=settings_file("config", config),
         notebook_dir=NB,
-        scaling_args=lambda w, input: " ".join(f"--scaling {shlex.quote(p)}" for p in input.scaling),
         section_args=" ".join(f"--section {name}={shlex.quote(path)}" for name, path in SUMMARY_SECTIONS),
     conda:
         "../../environment.yml"
@@ -111,5 +109,5 @@ rule summary:
         "transformer-hessian summary --config-hash {params.config_hash:q} --norms {input.norms:q} "
         "--metrics {input.metrics:q} --landscape {input.landscape:q} --theory {input.theory:q} "
         "--figures {input.figures:q} --tables {input.tables:q} --registry-config {params.registry_config:q} "
-        "--notebook-dir {params.notebook_dir:q} --claims {input.claims:q} --bounds {input.bounds:q} {params.scaling_args} "
+        "--notebook-dir {params.notebook_dir:q} --claims {input.claims:q} --bounds {input.bounds:q} "
         "{params.section_args} --out {output:q} 2> {log:q}"

@@ -45,10 +45,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .landscape import bootstrap_slope_ci, fit_loglog_slope, log_binned_median, loss_differences, thin_indices
+from ...landscape import bootstrap_slope_ci, fit_loglog_slope, log_binned_median, loss_differences, thin_indices
 
 if TYPE_CHECKING:
-    from .settings import Scaling
+    from ...settings import Scaling
 
 #: Relative slack when comparing D_k with the tolerance (rounding only).
 RTOL = 1e-12
@@ -97,7 +97,7 @@ def experiment_spec(point: dict, scaling: Scaling) -> dict:
 
 def model_key(point: dict, scaling: Scaling) -> str:
     """Hash of everything that determines one model's result (its cache key)."""
-    from .config import config_hash
+    from ...config import config_hash
 
     rest = {k: v for k, v in scaling.to_dict().items() if k not in _SWEEP_ONLY}
     return config_hash({"spec": experiment_spec(point, scaling), "analysis": rest})
@@ -172,7 +172,7 @@ def top_hessian_eigenvalue(model, x, y, n_iter: int, seed: int = 0) -> tuple[flo
     all parameters of ``model`` at its weights (float64 Lanczos, ``probe.top_eigenpair``)."""
     import torch
 
-    from .probe import FlatModel, top_eigenpair
+    from ...probe import FlatModel, top_eigenpair
 
     model = model.to(torch.float64).eval()
     fm = FlatModel.of(model)
@@ -186,7 +186,7 @@ def block_norms(model, x, y, max_params: int) -> tuple[dict | None, str | None]:
     in closed form; ``(None, reason)`` when the block exceeds ``max_params``."""
     import torch
 
-    from .hessian_groups import ALL_GROUPS, hessian_all_groups, layout, symmetric_block_norms
+    from ...hessian_groups import ALL_GROUPS, hessian_all_groups, layout, symmetric_block_norms
 
     block = model.cfg.depth - 1
     names, _, off = layout(model, block)
@@ -211,9 +211,9 @@ def analyse_model(point: dict, scaling: Scaling, data_root: str | Path, model_di
     """Train sweep model ``point`` (resumable, in ``model_dir``) and measure it at ``w*``."""
     import torch
 
-    from .settings import Experiment
-    from .train import load_experiment_data, load_model, per_sample_losses, train
-    from .utils import resolve_device
+    from ...settings import Experiment
+    from ...train import load_experiment_data, load_model, per_sample_losses, train
+    from ...utils import resolve_device
 
     spec = Experiment.with_defaults(experiment_spec(point, scaling))  # the schema fills the train keys
     times = {}
@@ -259,7 +259,7 @@ def analyse_model(point: dict, scaling: Scaling, data_root: str | Path, model_di
 def run_models(points: list[dict], scaling: Scaling, data_root, cache_dir, device: str = "auto") -> list[dict]:
     """:func:`analyse_model` for each point, cached in ``cache_dir/<id>.json``: a model whose
     file holds the same :func:`model_key` is read back instead of being trained again."""
-    from .utils import log, read_json, write_json
+    from ...utils import log, read_json, write_json
 
     cache_dir = Path(cache_dir)
     out = []

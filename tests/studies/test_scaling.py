@@ -1,4 +1,4 @@
-"""Scaling study (transformer_hessian.scaling): power laws, k*, top eigenvalue, cache, config."""
+"""Scaling study (transformer_hessian.studies.scaling): power laws, k*, top eigenvalue, cache, config."""
 
 from __future__ import annotations
 
@@ -15,12 +15,13 @@ from conftest import snakemake_dry_run, tiny_vit
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from transformer_hessian import registry, scaling
+from transformer_hessian import registry
 from transformer_hessian.config import ConfigError, validate_config
 from transformer_hessian.landscape import fit_loglog_slope
 from transformer_hessian.settings import Scaling
+from transformer_hessian.studies.scaling import compute as scaling
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BASE = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
 TINY_SWEEP = {
     "enabled": True,
@@ -299,7 +300,8 @@ def test_scaling_figure_draws_every_panel(tmp_path):
     import matplotlib
 
     matplotlib.use("Agg")
-    from transformer_hessian import plotting, scaling_plot
+    from transformer_hessian import plotting
+    from transformer_hessian.studies.scaling import plot as scaling_plot
 
     s = typed(**{**TINY_SWEEP, "widths": [4, 8, 16], "depths": [1, 2], "fixed_width": 4})
     results = []
@@ -389,3 +391,29 @@ def test_dry_run_without_scaling_has_no_scaling_job(root, env, tmp_path):
     proc = snakemake_dry_run(root, tmp_path, env, *default, timeout=120)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "scaling_models" in out and "scaling_figure" in out
+
+
+def test_scaling_part_roundtrip_and_missing_keys(tmp_path):
+    from transformer_hessian.io import save_json
+    from transformer_hessian.studies.scaling.result import (
+        load_scaling,
+        load_scaling_part,
+        load_summary,
+        save_scaling,
+        save_scaling_part,
+        save_summary,
+        summary_section,
+    )
+
+    save_scaling_part(tmp_path / "p.json", 1, 3, [{"id": "w4_d1_nall"}])
+    assert load_scaling_part(tmp_path / "p.json") == {"part": 1, "jobs": 3, "models": [{"id": "w4_d1_nall"}]}
+    save_json({"rows": []}, tmp_path / "bad.json")  # no "fits": not a scaling result
+    with pytest.raises(Exception, match="bad.json"):
+        load_scaling(tmp_path / "bad.json")
+    agg = {"rows": [{"n_params": 10}], "fits": {"all": {}}, "models": [{"id": "m"}], "dataset": "digits"}
+    save_scaling(tmp_path / "s.json", agg)
+    assert load_scaling(tmp_path / "s.json") == agg
+    section = summary_section(load_scaling(tmp_path / "s.json"))
+    assert section == {"rows": [{"n_params": 10}], "fits": {"all": {}}, "dataset": "digits"}  # no per-model curves
+    save_summary(tmp_path / "sec.json", section)
+    assert load_summary(tmp_path / "sec.json") == section

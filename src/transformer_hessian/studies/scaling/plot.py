@@ -16,7 +16,7 @@ import numpy as np
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from .plotting import COMPACT_RC, DATASET_NAMES, GROUP_COLOURS, _as_mapping
+from ...plotting import COMPACT_RC, DATASET_NAMES, GROUP_COLOURS, _as_mapping
 
 #: Marker, fit line style and legend text of the two sweep directions.
 _MARKER = {"width": "o", "depth": "s"}
