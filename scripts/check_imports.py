@@ -49,6 +49,7 @@ LAYERS: dict[str, int] = {
     "model": CORE,
     "hessian": CORE,
     "hessian_groups": CORE,
+    "krylov": CORE,  # the flat model, Hessian-vector products, Lanczos (the studies share them)
     "checks": CORE,
     "bounds.attention": CORE,
     "bounds.block": CORE,
@@ -75,8 +76,6 @@ LAYERS: dict[str, int] = {
     "studies": STUDIES,
     "landscape": STUDIES,
     "bounds": STUDIES,
-    "probe": STUDIES,
-    "probe_plots": STUDIES,
     "table1": STUDIES,
     "architecture_diagram": STUDIES,
     "diagrams": STUDIES,

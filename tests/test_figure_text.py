@@ -21,7 +21,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-from transformer_hessian import GROUPS, plotting, probe_plots, registry  # noqa: E402
+from transformer_hessian import GROUPS, plotting, registry  # noqa: E402
 from transformer_hessian.plotting.print_check import (  # noqa: E402
     MIN_FONT_PT,
     PRINT_WIDTH_IN,
@@ -29,6 +29,7 @@ from transformer_hessian.plotting.print_check import (  # noqa: E402
     printed_texts,
     text_problems,
 )
+from transformer_hessian.studies.probe import plot as probe_plots  # noqa: E402
 from transformer_hessian.studies.scaling import compute as scaling  # noqa: E402
 from transformer_hessian.studies.scaling import plot as scaling_plot  # noqa: E402
 
@@ -139,9 +140,9 @@ def build_fig6():
 
 @pytest.fixture(scope="module")
 def probe_result():
-    from transformer_hessian import probe
     from transformer_hessian.model import ModelConfig, ViT
     from transformer_hessian.settings import Probe
+    from transformer_hessian.studies.probe import compute
 
     def tiny(seed, n):
         torch.manual_seed(seed)
@@ -169,7 +170,7 @@ def probe_result():
         "shift_steps": 2,
         "shift_orderings": 2,
     }
-    result = probe.run_probe(model, x, y, Probe.with_defaults(s), init_model=init)
+    result = compute.run_probe(model, x, y, Probe.with_defaults(s), init_model=init)
     return dict(result, dataset="digits")
 
 

@@ -91,7 +91,7 @@ def test_json_writers_refuse_nan_and_readers_name_the_file(tmp_path):
     with pytest.raises(ValueError, match="broken.json.*not valid JSON"):
         io.load_json(tmp_path / "broken.json")
     with pytest.raises(FileNotFoundError, match="probe.json.*probe rule"):
-        io.load_probe(tmp_path / "probe.json")
+        io.load_json(tmp_path / "probe.json", "probe")
     (tmp_path / "list.json").write_text("[1, 2]")
     with pytest.raises(ValueError, match="not an object"):
         io.load_metrics(tmp_path / "list.json")
@@ -124,7 +124,6 @@ def test_claims_roundtrip_dict_and_bare_list(tmp_path):
             io.load_theory_check,
             {"stage": "init", "blocks": [], "max_rel_error": 0.1, "passed": True},
         ),
-        (io.save_probe, io.load_probe, {"theorem7_summary": {"n": 1}, "assumption1": {"slope": -1.0}}),
         (io.save_bounds, io.load_bounds, {"stage": "trained", "summary": {"holds_fraction": 1.0}}),
         (io.save_metrics, io.load_metrics, {"experiment": "e", "final": {"val_acc": 0.5}}),
         (io.save_summary, io.load_summary, {"provenance": {"config_hash": "x"}}),

@@ -112,23 +112,6 @@ def cmd_landscape(a) -> None:
     landscape_step(a.checkpoint, spec, landscape, a.data_root, a.out, device=a.device)
 
 
-def cmd_probe(a) -> None:
-    """Rule probe: Theorem 7 off w*, the Taylor model and Assumption 1 around w*."""
-    from .settings import Experiment, Probe
-    from .steps import probe_step
-
-    probe_step(
-        a.checkpoint,
-        Experiment.from_dict(a.spec, f"experiments.{a.experiment or '<landscape.experiment>'}"),
-        Probe.from_dict(a.probe),
-        a.data_root,
-        a.out,
-        init_checkpoint=a.init_checkpoint,
-        device=a.device,
-        experiment=a.experiment,
-    )
-
-
 def cmd_tables(a) -> None:
     """Rule tables: block norms, run summary and closed-form check tables."""
     from .steps import tables_step
@@ -322,7 +305,7 @@ def _add_data_parsers(sub) -> None:
 
 
 def _add_study_parsers(sub) -> None:
-    """The subcommands table1, landscape and probe (``sub``: the command subparsers)."""
+    """The subcommands table1 and landscape (``sub``: the command subparsers)."""
     s = sub.add_parser("table1", help="write paper/tables/table1.{csv,tex,md} (Table 1 of the paper)")
     s.add_argument("--config", type=_json_arg, required=True, help="the whole validated config as JSON")
     s.add_argument("--metrics", nargs="+", required=True, help="metrics.json of each experiment (train rule)")
@@ -337,19 +320,6 @@ def _add_study_parsers(sub) -> None:
     s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
     s.add_argument("--out", required=True, help="output JSON (landscape.json)")
     s.set_defaults(func=cmd_landscape)
-
-    s = sub.add_parser("probe", help="landscape probes at w*: Theorem 7 off w*, Taylor model, Assumption 1")
-    s.add_argument(
-        "--experiment", default=None, help="the experiment's name (landscape.experiment), for messages and the result"
-    )
-    s.add_argument("--checkpoint", required=True, help="trained checkpoint w* (final.pt)")
-    s.add_argument("--init-checkpoint", default=None, help="weights at initialisation (Assumption 1 control)")
-    s.add_argument("--spec", type=_json_arg, required=True, help="the experiment's config section as JSON")
-    s.add_argument("--probe", type=_json_arg, required=True, help="the 'probe' config section")
-    s.add_argument("--data-root", required=True, help=DATA_ROOT_HELP)
-    s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]; float64 throughout")
-    s.add_argument("--out", required=True, help="output JSON (results/<exp>/probe/probe.json)")
-    s.set_defaults(func=cmd_probe)
 
 
 def _add_report_parsers(sub) -> None:

@@ -18,7 +18,6 @@ trained):
 * ``results/<exp>/hessian/<stage>_norms.json`` (hessian rule): :func:`save_norms` / :func:`load_norms`
 * ``results/<exp>/theory/<stage>.json`` (theory rule): :func:`save_theory_check` / :func:`load_theory_check`
 * ``results/<exp>/landscape/landscape.json`` (landscape rule): :func:`save_landscape` / :func:`load_landscape`
-* ``results/<exp>/probe/probe.json`` (probe rule): :func:`save_probe` / :func:`load_probe`
 * ``results/<exp>/bounds/<stage>.json`` (bounds rule): :func:`save_bounds` / :func:`load_bounds`
 * ``results/<exp>/metrics.json`` (train rule): :func:`save_metrics` / :func:`load_metrics`
 * ``results/data/<ds>/manifest.json`` (download rule): :func:`save_manifest` / :func:`load_manifest`
@@ -63,8 +62,6 @@ __all__ = [
     "load_theory_check",
     "save_landscape",
     "load_landscape",
-    "save_probe",
-    "load_probe",
     "save_bounds",
     "load_bounds",
     "save_metrics",
@@ -294,21 +291,6 @@ def save_landscape(path: PathLike, result: Mapping[str, Any]) -> None:
 def load_landscape(path: PathLike) -> dict[str, Any]:
     """Read a file written by :func:`save_landscape`."""
     return _load_keyed(path, "landscape", ("slope", "slope_ci95"))
-
-
-def save_probe(path: PathLike, result: Mapping[str, Any]) -> None:
-    """Write the landscape probes (``results/<exp>/probe/probe.json``).
-
-    The object of :func:`.probe.run_probe` (``M``, ``theorem7`` records and ``theorem7_summary``,
-    ``taylor``, ``assumption1`` with ``slope`` and ``slope_ci95``, ``timings``, ...) plus
-    ``experiment`` and ``dataset``.
-    """
-    write_json(dict(result), path)
-
-
-def load_probe(path: PathLike) -> dict[str, Any]:
-    """Read a file written by :func:`save_probe`."""
-    return _load_keyed(path, "probe", ("theorem7_summary", "assumption1"))
 
 
 def save_bounds(path: PathLike, result: Mapping[str, Any]) -> None:

@@ -2,7 +2,7 @@
 
 Layering (``docs/architecture.md``): ``cli.py`` only parses arguments and calls one function
 here; each function here loads its inputs (through :mod:`.io`, :mod:`.train`), calls the
-package's computation (:mod:`.hessian`, :mod:`.checks`, :mod:`.landscape`, :mod:`.probe`, ...),
+package's computation (:mod:`.hessian`, :mod:`.checks`, :mod:`.landscape`, ...),
 applies the rule's gate (pass/fail against a tolerance), logs one line and writes its outputs
 through :mod:`.io`. The computation modules therefore never touch argument parsing or file
 formats, :mod:`.io` owns the formats, and these functions can be called (and tested) from Python
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from .utils import log
 
 if TYPE_CHECKING:
-    from .settings import Experiment, Hessian, Landscape, Probe
+    from .settings import Experiment, Hessian, Landscape
 
 __all__ = [
     "download_dataset",
@@ -34,7 +34,6 @@ __all__ = [
     "theory_step",
     "table1_step",
     "landscape_step",
-    "probe_step",
     "tables_step",
     "summary_step",
     "claims_step",
@@ -281,67 +280,6 @@ def _log_landscape(result: dict[str, Any]) -> None:
             granularity,
             "holds" if cur["bound_holds"] else "is violated",
         )
-
-
-def probe_step(
-    checkpoint: str,
-    spec: Experiment,
-    probe: Probe,
-    data_root: str,
-    out: str,
-    init_checkpoint: str | None = None,
-    device: str = "auto",
-    experiment: str | None = None,
-) -> dict[str, Any]:
-    """Rule probe: Theorem 7 off w*, the Taylor model and Assumption 1 around w*
-    (:func:`.probe.run_probe`, float64), written with :func:`.io.save_probe`; warns on violations.
-    ``experiment`` names the experiment ``spec`` is (``landscape.experiment`` in the workflow)."""
-    import torch
-
-    from .io import save_probe
-    from .probe import run_probe
-    from .train import load_experiment_data, load_model
-    from .utils import resolve_device
-
-    dev = resolve_device(device)
-    data = load_experiment_data(spec, data_root)
-    name = experiment or "<landscape.experiment>"
-    model = load_model(checkpoint, device=dev, dtype=torch.float64, spec=spec, experiment=name)
-    init = (
-        load_model(init_checkpoint, device=dev, dtype=torch.float64, spec=spec, experiment=name)
-        if init_checkpoint
-        else None
-    )
-    result = run_probe(model, data["train_x"], data["train_y"], probe, init_model=init)
-    result["experiment"] = experiment
-    result["dataset"] = spec.dataset
-    save_probe(out, result)
-    s = result["theorem7_summary"]
-    log.info(
-        "probe: Theorem 7 off w* held in %.4f%% of %d comparisons (M = %.3g); Assumption 1: "
-        "||grad L_n(w*)|| = %.3g against the noise-only level %.3g, sign-flip p = %.3g (mean-norm slope %.3f "
-        "[%.3f, %.3f]); %.1f s",
-        100 * s["held_fraction"],
-        s["n_comparisons"],
-        result["M"],
-        result["assumption1"]["zero_gradient_test"]["floor"],
-        result["assumption1"]["zero_gradient_test"]["noise_at_n"],
-        result["assumption1"]["zero_gradient_test"]["p_value"],
-        result["assumption1"]["slope"],
-        *result["assumption1"]["slope_ci95"],
-        result["timings"]["total"],
-    )
-    if s["n_violations"]:
-        w = s["worst"]
-        log.warning(
-            "probe: Theorem 7's bound fails in %d comparisons; worst lhs/rhs = %.3g (%s, t = %.3g, k = %d)",
-            s["n_violations"],
-            w["ratio"],
-            w["direction"],
-            w["t"],
-            w["k"],
-        )
-    return result
 
 
 def tables_step(

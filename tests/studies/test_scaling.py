@@ -151,7 +151,7 @@ def test_top_eigenvalue_matches_dense_hessian(width, depth, n, seed):
     import torch
     from torch.autograd.functional import hessian
 
-    from transformer_hessian.probe import FlatModel
+    from transformer_hessian.krylov import FlatModel
 
     model = tiny_vit(width, width + 1, 2 * width + 1, depth, False, seed)
     gen = torch.Generator().manual_seed(seed)

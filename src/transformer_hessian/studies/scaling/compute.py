@@ -22,7 +22,7 @@ Per model (:func:`analyse_model`; training by :func:`transformer_hessian.train.t
   (:func:`k_star_fitted`, may extrapolate past the data set).
 * ``lambda_max``: top eigenvalue of the Hessian of the mean loss over all parameters at ``w*``
   on the first ``hessian_samples`` training samples, float64, Lanczos on Hessian-vector products
-  (:func:`transformer_hessian.probe.top_eigenpair`).
+  (:func:`transformer_hessian.krylov.top_eigenpair`).
 * Block norms of the dense nine-group Hessian of the model's **last** block at ``w*`` on the
   same samples, in closed form (:func:`transformer_hessian.hessian_groups.hessian_all_groups`,
   method ``closed_form``: the block that feeds the mean-pool and head; block 0 of a one-block
@@ -169,10 +169,10 @@ def dk_curve(losses: Any, scaling: Scaling) -> dict[str, Any]:
 
 def top_hessian_eigenvalue(model, x, y, n_iter: int, seed: int = 0) -> tuple[float, float]:
     """``(lambda_max, residual)`` of the Hessian of the mean cross-entropy over ``(x, y)`` w.r.t.
-    all parameters of ``model`` at its weights (float64 Lanczos, ``probe.top_eigenpair``)."""
+    all parameters of ``model`` at its weights (float64 Lanczos, ``krylov.top_eigenpair``)."""
     import torch
 
-    from ...probe import FlatModel, top_eigenpair
+    from ...krylov import FlatModel, top_eigenpair
 
     model = model.to(torch.float64).eval()
     fm = FlatModel.of(model)

@@ -5,14 +5,14 @@ fixed training batch (``hessian.fixed_batch``), restricted to a parameter subset
 ``H_S = R_S^T H R_S`` (a principal submatrix). Two subsets are used: the five groups
 ``[W_Q, W_K, W_V, W_1, W_2]`` of one transformer block (``hessian.loss_of_groups``, the
 groups of Figures 3-5 of arXiv 2510.16927) and all parameters of the model
-(``probe.FlatModel``). ``H_S`` is never formed: every estimator only applies ``v -> H_S v``,
-forward-over-reverse Hessian-vector products (``probe.hvp_operator``) vectorised with
+(``krylov.FlatModel``). ``H_S`` is never formed: every estimator only applies ``v -> H_S v``,
+forward-over-reverse Hessian-vector products (``krylov.hvp_operator``) vectorised with
 ``torch.func.vmap``.
 
 Estimators (each validated against the dense Hessian in ``tests/studies/test_spectrum.py``):
 
 * :func:`lanczos_tridiagonal` - batched Lanczos with full reorthogonalisation that returns the
-  tridiagonal ``T = Q^T A Q``. ``probe.lanczos`` returns one Ritz pair only; top-k eigenvalues
+  tridiagonal ``T = Q^T A Q``. ``krylov.lanczos`` returns one Ritz pair only; top-k eigenvalues
   and quadrature need the whole ``T``, hence this general version.
 * :func:`top_eigenvalues` - the k largest Ritz values of ``T`` (and the smallest); it shares its
   Lanczos runs (:func:`lanczos_runs`) with the density.
@@ -40,7 +40,7 @@ from torch.func import vmap
 
 from ... import GROUPS
 from ...hessian import group_layout, loss_of_groups
-from ...probe import FlatModel, hvp_operator
+from ...krylov import FlatModel, hvp_operator
 from ...progress import Progress
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ Matvec = Callable[[torch.Tensor], torch.Tensor]
 
 def batched_hvp(loss: Callable[[torch.Tensor], torch.Tensor], w: torch.Tensor, chunk: int = 32) -> Matvec:
     """``V (B, P) -> V H`` (row ``i`` is ``H v_i``), ``H`` the Hessian of ``loss`` at ``w``;
-    ``probe.hvp_operator`` vmapped over ``chunk`` rows at a time."""
+    ``krylov.hvp_operator`` vmapped over ``chunk`` rows at a time."""
     hv = vmap(hvp_operator(loss, w))
 
     def matvec(V: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,8 @@
 # Landscape probes around w* (Theorem 7 off w*, Taylor model, Assumption 1) and their figures:
 # Figure 1 (a: measured L_k, L_{k+1} around w*; b: block diagram), Theorem 7 off w*, Figure 12
-# and the Assumption 1 table. Computation: transformer_hessian.probe. The figures' rule
-# (probe_figures) comes from the figure registry (transformer_hessian.registry).
+# and the Assumption 1 table. Computation: transformer_hessian.studies.probe. The figures' rule
+# (probe_figures) comes from the figure registry (studies/probe/registry.py). Its claim rows go
+# to CLAIM_ROW_FILES (the claims rule, claims.smk).
 
 
 rule probe:
@@ -11,6 +12,7 @@ rule probe:
         manifest=manifest(experiment(LEXP)["dataset"]),
     output:
         json=f"results/{LEXP}/probe/probe.json",
+        claims=f"results/{LEXP}/probe/claim_rows.json",
     params:
         experiment=LEXP,
         data_root=data_root_of,
@@ -18,7 +20,7 @@ rule probe:
         probe=settings_file("probe", config["probe"]),
         device=config["device"],
     conda:
-        "../../environment.yml"
+        "../../../environment.yml"
     log:
         f"logs/probe/{LEXP}.log",
     benchmark:
@@ -32,4 +34,8 @@ rule probe:
     shell:
         "transformer-hessian --threads {threads} probe --experiment {params.experiment:q} --checkpoint {input.checkpoint:q} "
         "--init-checkpoint {input.init:q} --spec {params.spec:q} --probe {params.probe:q} "
-        "--data-root {params.data_root:q} --device {params.device:q} --out {output:q} 2> {log:q}"
+        "--data-root {params.data_root:q} --device {params.device:q} --out {output.json:q} "
+        "--claims-out {output.claims:q} 2> {log:q}"
+
+
+CLAIM_ROW_FILES.append(rules.probe.output.claims)

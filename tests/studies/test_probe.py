@@ -1,4 +1,4 @@
-"""Tests of transformer_hessian.probe against independent float64 computations.
+"""Tests of transformer_hessian.studies.probe against independent float64 computations.
 
 Dense Hessians come from torch.autograd.functional.hessian (reverse-over-reverse) of the flat
 loss, per-sample gradients from a Python loop over torch.autograd.grad, running means and gradient norms from explicit loops,
@@ -17,11 +17,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.autograd.functional import hessian as _ag_hessian
 
-from transformer_hessian import probe
+from transformer_hessian import krylov
+from transformer_hessian.krylov import FlatModel
+from transformer_hessian.landscape import orderings
 from transformer_hessian.model import ModelConfig, ViT
 from transformer_hessian.numfmt import fmt
-from transformer_hessian.probe import FlatModel
 from transformer_hessian.settings import Probe
+from transformer_hessian.studies.probe import assumption1, compute, theorem7, verdicts
 
 
 def tiny(seed=0, depth=1, width=3, d_k=2, d_ff=4, n=6, classes=3, scale=1.0):
@@ -62,7 +64,7 @@ def test_dense_reference_is_symmetric_and_matches_finite_differences():
     h = 1e-5
     fd = (g(fm.w0 + h * v) - g(fm.w0 - h * v)) / (2 * h)
     torch.testing.assert_close(H @ v, fd, rtol=1e-4, atol=1e-5)  # FD truncation; the torch.func error is O(1)
-    hv = probe.hvp_operator(lambda w: fm.mean_loss(w, x, y), fm.w0)(v)
+    hv = krylov.hvp_operator(lambda w: fm.mean_loss(w, x, y), fm.w0)(v)
     torch.testing.assert_close(hv, H @ v, rtol=1e-10, atol=1e-12)
 
 
@@ -76,7 +78,7 @@ def test_lanczos_with_full_basis_is_exact(P, seed, which):
     A = rng.normal(size=(P, P))
     A = torch.as_tensor(A + A.T)
     ev = torch.linalg.eigvalsh(A)
-    theta, vec, _ = probe.lanczos(lambda Q: Q @ A, torch.as_tensor(rng.normal(size=P)), P, which=which)
+    theta, vec, _ = krylov.lanczos(lambda Q: Q @ A, torch.as_tensor(rng.normal(size=P)), P, which=which)
     i = int(ev.abs().argmax()) if which == "LM" else P - 1
     assert float(theta) == pytest.approx(float(ev[i]), rel=1e-9, abs=1e-12)
     assert float(torch.linalg.norm(A @ vec - theta * vec)) <= 1e-8 * float(ev.abs().max())
@@ -89,10 +91,10 @@ def test_lanczos_survives_breakdown():
     A = torch.eye(P, dtype=torch.float64) + 5 * torch.outer(e, e)
     A[0, 0] -= 3.0  # a third eigen-direction with a lower value
     ev = torch.linalg.eigvalsh(A)
-    theta, _, _ = probe.lanczos(lambda Q: Q @ A, torch.ones(P, dtype=torch.float64), 10, which="LA")
+    theta, _, _ = krylov.lanczos(lambda Q: Q @ A, torch.ones(P, dtype=torch.float64), 10, which="LA")
     assert float(theta) == pytest.approx(float(ev[-1]), rel=1e-10)
     B = -torch.eye(P, dtype=torch.float64)  # all eigenvalues -1: a spurious 0 would win "LA"
-    theta, _, _ = probe.lanczos(lambda Q: Q @ B, torch.randn(P, dtype=torch.float64), 6, which="LA")
+    theta, _, _ = krylov.lanczos(lambda Q: Q @ B, torch.randn(P, dtype=torch.float64), 6, which="LA")
     assert float(theta) == pytest.approx(-1.0, rel=1e-12)
 
 
@@ -102,7 +104,7 @@ def test_top_eigenpair_matches_dense_hessian(seed, depth):
     fm = FlatModel.of(model)
     H = dense_hessian(fm, x, y)
     ev, V = torch.linalg.eigh(H)
-    lam, u, _ = probe.top_eigenpair(fm, x, y, n_iter=60, seed=seed)
+    lam, u, _ = krylov.top_eigenpair(fm, x, y, n_iter=60, seed=seed)
     assert abs(lam - float(ev[-1])) / abs(float(ev[-1])) < 1e-6
     assert abs(float(u @ V[:, -1])) > 1 - 1e-6
     assert float(u.norm()) == pytest.approx(1.0)
@@ -111,7 +113,7 @@ def test_top_eigenpair_matches_dense_hessian(seed, depth):
 def test_per_sample_spectral_norms_match_dense():
     model, x, y = tiny(seed=4, depth=2, n=5, scale=2.0)
     fm = FlatModel.of(model)
-    got = probe.per_sample_spectral_norms(fm, x, y, n_iter=70, chunk=2)
+    got = krylov.per_sample_spectral_norms(fm, x, y, n_iter=70, chunk=2)
     for i in range(len(x)):
         Hi = hessian(lambda w, i=i: fm.sample_loss(w, x[i], y[i]))(fm.w0)
         true = float(torch.linalg.matrix_norm(Hi, 2))
@@ -127,7 +129,7 @@ def test_directional_derivatives_match_autograd():
     d = torch.randn(fm.dim, dtype=torch.float64)
     d /= d.norm()
     w = fm.w0 + 0.1 * torch.randn(fm.dim, dtype=torch.float64)
-    l0, a, c = probe.directional_derivatives(fm, x, y, d, w=w)
+    l0, a, c = theorem7.directional_derivatives(fm, x, y, d, w=w)
     for i in range(len(x)):
 
         def f(p, i=i):
@@ -144,7 +146,7 @@ def test_directional_derivatives_match_autograd():
 def test_per_sample_gradients_match_loop():
     model, x, y = tiny(seed=6, depth=2, n=7)
     fm = FlatModel.of(model)
-    G = probe.per_sample_gradients(fm, x, y, chunk=3)
+    G = assumption1.per_sample_gradients(fm, x, y, chunk=3)
     for i in range(len(x)):
         out = model(x[i : i + 1])
         loss = F.cross_entropy(out, y[i : i + 1])
@@ -158,7 +160,7 @@ def test_flat_model_reproduces_the_model():
     fm = FlatModel.of(model)
     ref = F.cross_entropy(model(x), y, reduction="none")
     torch.testing.assert_close(fm.per_sample_losses(fm.w0, x, y), ref, rtol=1e-14, atol=0)
-    losses = probe.path_losses(fm, x, y, torch.zeros(fm.dim, dtype=torch.float64), [0.0, 1.0])
+    losses = theorem7.path_losses(fm, x, y, torch.zeros(fm.dim, dtype=torch.float64), [0.0, 1.0])
     np.testing.assert_allclose(losses[0], losses[1])
 
 
@@ -171,13 +173,13 @@ def test_prefix_means_and_gradient_norms_match_loops():
     vals = rng.normal(size=n)
     G = rng.normal(size=(n, P)) * rng.uniform(0.1, 3, size=(n, 1))
     perms = np.stack([rng.permutation(n) for _ in range(3)])
-    pm = probe.prefix_means(vals, perms)
-    gn = probe.gradient_norms(G @ G.T, perms)
+    pm = theorem7.prefix_means(vals, perms)
+    gn = assumption1.gradient_norms(G @ G.T, perms)
     for r, p in enumerate(perms):
         for k in range(1, n + 1):
             assert pm[r, k - 1] == pytest.approx(np.mean(vals[p[:k]]), rel=1e-13)
             assert gn[r, k - 1] == pytest.approx(np.linalg.norm(G[p[:k]].mean(axis=0)), rel=1e-10)
-    two = probe.prefix_means(np.stack([vals, 2 * vals]), perms)
+    two = theorem7.prefix_means(np.stack([vals, 2 * vals]), perms)
     np.testing.assert_allclose(two[1], 2 * pm)
 
 
@@ -188,14 +190,14 @@ def test_expected_sq_grad_norm_is_the_subset_average(n):
     K = G @ G.T
     for k in range(1, n + 1):
         vals = [np.sum(G[list(c)].mean(axis=0) ** 2) for c in itertools.combinations(range(n), k)]
-        assert probe.expected_sq_grad_norm(K, k) == pytest.approx(np.mean(vals), rel=1e-12)
+        assert assumption1.expected_sq_grad_norm(K, k) == pytest.approx(np.mean(vals), rel=1e-12)
 
 
 def test_log_grid():
-    g = probe.log_grid(2, 500, 30)
+    g = theorem7.log_grid(2, 500, 30)
     assert g[0] == 2 and g[-1] == 500 and np.all(np.diff(g) > 0)
     with pytest.raises(ValueError):
-        probe.log_grid(5, 4, 3)
+        theorem7.log_grid(5, 4, 3)
 
 
 # ----------------------------------------------------------------------------- checks
@@ -207,8 +209,8 @@ def test_theorem7_check_counts_match_brute_force():
     ts = np.array([0.0, 0.3, -1.0])
     losses = np.abs(rng.normal(size=(3, n))) * np.array([[1.0], [1.5], [4.0]])
     L, M = float(losses[0].max()), 0.7
-    res = probe.theorem7_check(losses, ts, L, M, R, seed=3, k_store=np.array([1, 5, 11]))
-    perms = probe.orderings(n, R, 3)
+    res = theorem7.theorem7_check(losses, ts, L, M, R, seed=3, k_store=np.array([1, 5, 11]))
+    perms = orderings(n, R, 3)
     held = held_tight = 0
     for ti, t in enumerate(ts):
         for p in perms:
@@ -232,8 +234,8 @@ def test_taylor_check_is_exact_on_quadratics_and_breaks_on_cubics():
     l0, a, c = rng.uniform(0, 1, n), rng.normal(size=n), rng.uniform(1, 2, n)
     ts = np.array([-0.1, -0.01, 0.0, 0.01, 0.1, 1.0])
     quad = l0 + ts[:, None] * a + 0.5 * ts[:, None] ** 2 * c
-    perms = probe.orderings(n, 3, 0)
-    res = probe.taylor_check(quad, ts, l0, a, c, perms, np.array([2, n]), 0.1)
+    perms = orderings(n, 3, 0)
+    res = theorem7.taylor_check(quad, ts, l0, a, c, perms, np.array([2, n]), 0.1)
     assert res["full"]["t_break"] == [None, None]
     # the paper's model drops t a: relative error 2|A|/(|t| C), large for small t
     A, C = a.mean(), c.mean()
@@ -241,7 +243,7 @@ def test_taylor_check_is_exact_on_quadratics_and_breaks_on_cubics():
     # a cubic term e t^3 gives a relative error 2 |e t| / C_k exactly
     e = 0.2
     cubic = quad + e * ts[:, None] ** 3
-    res = probe.taylor_check(cubic, ts, l0, a, c, perms, np.array([n]), 0.1)
+    res = theorem7.taylor_check(cubic, ts, l0, a, c, perms, np.array([n]), 0.1)
     assert res["full"]["rel_error_median"][5][0] == pytest.approx(2 * e * 1.0 / C, rel=1e-9)
     # the error 2 e |t| / C is a power of |t|: the interpolated break is exact, |t| = 0.1 C / (2 e)
     assert res["full"]["break_status"] == ["crossing"]
@@ -252,33 +254,33 @@ def test_taylor_break_known_crossings():
     ts = np.array([-1.0, -0.1, -0.01, 0.0, 0.01, 0.1, 1.0])
     # error = 3 |t| on both sides: exceeds 0.1 from |t| = 1/30 (between the grid points 0.01 and 0.1)
     err = np.where(ts != 0, 3 * np.abs(ts), np.nan)
-    b = probe.taylor_break(ts, err, 0.1)
+    b = theorem7.taylor_break(ts, err, 0.1)
     assert b["status"] == b["final_status"] == "crossing"
     assert b["t_break"] == pytest.approx(1 / 30, rel=1e-12) and b["t_break_final"] == b["t_break"]
-    assert probe.describe_break(b) == "|t| = 0.0333"
+    assert theorem7.describe_break(b) == "|t| = 0.0333"
     # asymmetric: error 30 t^2 for t > 0 (break at sqrt(1/300)), 3 |t| for t < 0: the side closer to 0 wins
     err2 = np.where(ts > 0, 30 * ts**2, err)
-    b2 = probe.taylor_break(ts, err2, 0.1)
+    b2 = theorem7.taylor_break(ts, err2, 0.1)
     assert b2["t_break"] == pytest.approx(1 / 30, rel=1e-12)
     assert b2["sides"]["+"]["first"]["t"] == pytest.approx(np.sqrt(1 / 300), rel=1e-12)
     # above the tolerance at the smallest |t| only (as a ReLU kink can do), within it further out:
     # the first break is below the probed range, the final one interpolated between 0.1 and 1
     err3 = np.array([5.0, 0.05, 0.5, np.nan, 0.5, 0.05, 5.0])
-    b3 = probe.taylor_break(ts, err3, 0.1)
+    b3 = theorem7.taylor_break(ts, err3, 0.1)
     assert b3["status"] == "below" and b3["t_break"] is None and b3["t_min"] == 0.01
     final = 10 ** (-1 + np.log10(0.1 / 0.05) / np.log10(5.0 / 0.05))
     assert b3["final_status"] == "crossing" and b3["t_break_final"] == pytest.approx(final, rel=1e-12)
-    assert probe.describe_break(b3) == "below the probed range (|t| < 0.0100) (for good from |t| = 0.141)"
+    assert theorem7.describe_break(b3) == "below the probed range (|t| < 0.0100) (for good from |t| = 0.141)"
     # above the tolerance everywhere: no number invented
-    b4 = probe.taylor_break(ts, np.where(ts != 0, 0.5, np.nan), 0.1)
+    b4 = theorem7.taylor_break(ts, np.where(ts != 0, 0.5, np.nan), 0.1)
     assert b4["status"] == b4["final_status"] == "below"
-    assert probe.describe_break(b4) == "below the probed range (|t| < 0.0100)"
+    assert theorem7.describe_break(b4) == "below the probed range (|t| < 0.0100)"
     # within everywhere: not within the probed range
-    b5 = probe.taylor_break(ts, np.where(ts != 0, 0.01, np.nan), 0.1)
+    b5 = theorem7.taylor_break(ts, np.where(ts != 0, 0.01, np.nan), 0.1)
     assert b5["status"] == b5["final_status"] == "none" and b5["t_break"] is None
-    assert probe.describe_break(b5) == "not within the probed range (|t| <= 1.00)"
+    assert theorem7.describe_break(b5) == "not within the probed range (|t| <= 1.00)"
     with pytest.raises(ValueError, match="same length"):
-        probe.taylor_break(ts, err[:3], 0.1)
+        theorem7.taylor_break(ts, err[:3], 0.1)
 
 
 def test_taylor_break_on_a_function_with_a_known_break():
@@ -299,7 +301,7 @@ def test_taylor_break_on_a_function_with_a_known_break():
         ts = np.concatenate([-half[::-1], [0.0], half])
         kink = s_ * np.maximum(0.0, np.abs(ts) - t0) ** 3
         losses = l0 + ts[:, None] * a + 0.5 * ts[:, None] ** 2 * c + kink[:, None]
-        res = probe.taylor_check(losses, ts, l0, a, c, probe.orderings(n, 2, 0), np.array([n]), tol)
+        res = theorem7.taylor_check(losses, ts, l0, a, c, orderings(n, 2, 0), np.array([n]), tol)
         b = res["full"]["breaks"][0]
         assert b["status"] == b["final_status"] == "crossing" and b["t_break_final"] == b["t_break"]
         cell = np.searchsorted(half, t_star)
@@ -313,12 +315,12 @@ def test_zero_gradient_test_against_direct_numbers():
     G = rng.normal(size=(n, P))
     # mean exactly zero and symmetric: every sign flip gives a statistic >= 0 = T, p = 1
     Gz = np.concatenate([G[:20], -G[:20]])
-    z = probe.zero_gradient_test(Gz @ Gz.T, n_flips=300, seed=0)
+    z = assumption1.zero_gradient_test(Gz @ Gz.T, n_flips=300, seed=0)
     assert z["p_value"] == 1.0 and z["vanishes"] and z["floor"] == pytest.approx(0.0, abs=1e-12)
     # a mean far above the noise: rejected at the smallest attainable p, floor estimates close to ||g||
     g = np.full(P, 2.0)
     Gs = G + g
-    s = probe.zero_gradient_test(Gs @ Gs.T, n_flips=300, seed=0)
+    s = assumption1.zero_gradient_test(Gs @ Gs.T, n_flips=300, seed=0)
     assert s["p_value"] == pytest.approx(1 / 301) and not s["vanishes"]
     gbar = Gs.mean(axis=0)
     s2 = ((Gs - gbar) ** 2).sum() / (n - 1)  # unbiased tr(Cov)
@@ -340,9 +342,9 @@ def test_zero_gradient_test_is_calibrated_under_the_null():
     rejected = rejected_alt = 0
     for i in range(trials):
         G = rng.normal(size=(n, P))
-        rejected += not probe.zero_gradient_test(G @ G.T, n_flips=199, seed=i)["vanishes"]
+        rejected += not assumption1.zero_gradient_test(G @ G.T, n_flips=199, seed=i)["vanishes"]
         Ga = G + 1.5 * np.sqrt(P / n) * np.eye(P)[0] * np.sqrt(P)
-        rejected_alt += not probe.zero_gradient_test(Ga @ Ga.T, n_flips=199, seed=i)["vanishes"]
+        rejected_alt += not assumption1.zero_gradient_test(Ga @ Ga.T, n_flips=199, seed=i)["vanishes"]
     lo, hi = binom.ppf([0.0005, 0.9995], trials, 0.05)
     assert lo <= rejected <= hi
     assert rejected_alt > 0.5 * trials
@@ -352,7 +354,7 @@ def test_minimiser_shift_matches_manual_gradient_descent():
     model, x, y = tiny(seed=10, depth=1, n=8)
     fm = FlatModel.of(model)
     perm = np.random.default_rng(0).permutation(8)
-    res = probe.minimiser_shift(fm, x, y, perm, [3], steps=4, lr=0.05)
+    res = assumption1.minimiser_shift(fm, x, y, perm, [3], steps=4, lr=0.05)
 
     def gd(k):
         w = fm.w0.clone()
@@ -391,7 +393,7 @@ def small_run():
         "shift_steps": 2,
         "shift_orderings": 2,
     }
-    return probe.run_probe(model, x, y, Probe.with_defaults(settings_), init_model=init)
+    return compute.run_probe(model, x, y, Probe.with_defaults(settings_), init_model=init)
 
 
 def test_run_probe_result_is_consistent(small_run):
@@ -412,7 +414,7 @@ def test_run_probe_result_is_consistent(small_run):
 
 
 def test_claim_rows_and_table(small_run):
-    rows = probe.claim_rows(small_run, evidence="x.json")
+    rows = verdicts.claim_rows(small_run, evidence="x.json")
     assert [r["id"] for r in rows] == ["theorem7_at_w_star", "theorem7_off_w_star", "assumption1_trend"]
     for r in rows:
         assert set(r) == {"id", "claim", "source", "measured", "verdict", "evidence", "rule"}
@@ -425,7 +427,7 @@ def test_claim_rows_and_table(small_run):
     assert "first exceeds 10.0% relative error (interpolated on the t grid): top eigenvector u: " in rows[1]["measured"]
     assert "first grid point" not in rows[1]["measured"]
     assert "slope" not in small_run["minimiser_shift"]  # no power law from three k
-    df = probe.assumption1_table(small_run)
+    df = verdicts.assumption1_table(small_run)
     assert list(df["k"]) == small_run["assumption1"]["k"]
     assert (df["minimiser_shift"] != "").sum() == 2
 
@@ -436,8 +438,8 @@ def test_block_stack_diagram_and_probe_figures(small_run):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from transformer_hessian import probe_plots
     from transformer_hessian.diagrams import BLOCK_STACK, draw_block_stack
+    from transformer_hessian.studies.probe import plot as probe_plots
 
     fig, ax = plt.subplots()
     art = draw_block_stack(ax)
@@ -458,3 +460,14 @@ def test_block_stack_diagram_and_probe_figures(small_run):
         assert len(fig.axes) == n_axes
         assert " ".join(label.split()) in " ".join(fig._suptitle.get_text().split())  # wrapped title
         plt.close(fig)
+
+
+def test_result_file_roundtrip_and_missing_keys(tmp_path):
+    from transformer_hessian.studies.probe.result import load_probe, save_probe
+
+    obj = {"theorem7_summary": {"n": 1}, "assumption1": {"slope": -1.0}}
+    save_probe(tmp_path / "p.json", obj)
+    assert load_probe(tmp_path / "p.json") == obj
+    save_probe(tmp_path / "bad.json", {"theorem7_summary": {}})
+    with pytest.raises(KeyError, match="assumption1.*probe"):
+        load_probe(tmp_path / "bad.json")

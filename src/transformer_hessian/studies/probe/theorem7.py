@@ -11,9 +11,9 @@ import numpy as np
 import torch
 from torch.func import grad, jvp, vmap
 
-from ..bounds.landscape import landscape_bound, landscape_bound_tight
-from ..landscape import loss_differences
-from .operators import FlatModel
+from ...bounds.landscape import landscape_bound, landscape_bound_tight
+from ...krylov import FlatModel
+from ...landscape import loss_differences
 
 #: Relative slack when comparing a measured value against a bound (rounding only).
 BOUND_RTOL = 1e-12
@@ -251,7 +251,7 @@ def describe_break(b: dict[str, Any]) -> str:
     """Text for a :func:`taylor_break` result: ``"|t| = 0.00880"``, ``"below the probed range
     (|t| < 0.0350)"`` or ``"not within the probed range (|t| <= 17.5)"``, followed by
     ``"(for good from |t| = 0.300)"`` when the final break is elsewhere."""
-    from ..numfmt import fmt
+    from ...numfmt import fmt
 
     def one(status: str, t: float | None) -> str:
         if status == "crossing":

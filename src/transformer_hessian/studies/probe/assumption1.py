@@ -9,8 +9,8 @@ import numpy as np
 import torch
 from torch.func import grad, vmap
 
-from ..landscape import bootstrap_slope_ci, fit_loglog_slope
-from .operators import FlatModel
+from ...krylov import FlatModel
+from ...landscape import bootstrap_slope_ci, fit_loglog_slope
 
 # ----------------------------------------------------------------------------- Assumption 1
 

@@ -5,8 +5,12 @@ Everything here concerns the empirical loss of the paper (arXiv 2510.16927, Sec.
 ``l_i`` the cross-entropy of sample ``i`` and ``w`` **all** parameters of the model (flattened
 in ``model.named_parameters()`` order). All curvature runs in float64 with ``torch.func``.
 
-Pieces (modules :mod:`.operators`, :mod:`.theorem7`, :mod:`.assumption1`, :mod:`.run`,
-:mod:`.verdicts`; ``docs/theory.md`` explains the choices):
+Pieces (modules :mod:`transformer_hessian.krylov` (core: the flat model, HVPs, Lanczos),
+:mod:`.theorem7`, :mod:`.assumption1`, :mod:`.compute`, :mod:`.verdicts`; ``docs/theory.md``
+explains the choices), plus :mod:`.result` (the result file and the claim rows file), :mod:`.step`,
+:mod:`.plot` (Figures 1, 12 and Theorem 7's), :mod:`.cli` (the ``probe`` command) and
+:mod:`.registry` (the three figures); its rule is in ``workflow/rules/studies/probe.smk``. Nothing
+is imported here (the command line imports this package): import the modules.
 
 * :class:`FlatModel` - the model as a function of one flat parameter vector.
 * :func:`lanczos` - batched Lanczos with full reorthogonalisation for extreme eigenpairs of a
@@ -25,56 +29,3 @@ Pieces (modules :mod:`.operators`, :mod:`.theorem7`, :mod:`.assumption1`, :mod:`
 * :func:`minimiser_shift` - ``||w*_k - w*_{k+1}||`` from short gradient-descent fine-tunes.
 * :func:`run_probe` - the whole protocol on a trained model; :func:`claim_rows` its verdicts.
 """
-
-from ..landscape import orderings
-from .assumption1 import (
-    assumption1_analysis,
-    expected_sq_grad_norm,
-    gradient_norms,
-    minimiser_shift,
-    per_sample_gradients,
-    zero_gradient_test,
-)
-from .operators import FlatModel, hvp_operator, lanczos, per_sample_spectral_norms, top_eigenpair
-from .run import run_probe
-from .theorem7 import (
-    BOUND_RTOL,
-    describe_break,
-    directional_derivatives,
-    log_grid,
-    path_losses,
-    prefix_means,
-    taylor_break,
-    taylor_check,
-    theorem7_check,
-)
-from .verdicts import ASSUMPTION1_QUOTE, THEOREM7_QUOTE, assumption1_table, claim_rows
-
-__all__ = [
-    "ASSUMPTION1_QUOTE",
-    "BOUND_RTOL",
-    "THEOREM7_QUOTE",
-    "FlatModel",
-    "assumption1_analysis",
-    "assumption1_table",
-    "claim_rows",
-    "describe_break",
-    "directional_derivatives",
-    "expected_sq_grad_norm",
-    "gradient_norms",
-    "hvp_operator",
-    "lanczos",
-    "log_grid",
-    "minimiser_shift",
-    "orderings",
-    "path_losses",
-    "per_sample_gradients",
-    "per_sample_spectral_norms",
-    "prefix_means",
-    "run_probe",
-    "taylor_check",
-    "theorem7_check",
-    "top_eigenpair",
-    "taylor_break",
-    "zero_gradient_test",
-]

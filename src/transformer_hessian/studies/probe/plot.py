@@ -1,4 +1,4 @@
-"""Figures of the landscape probes (:mod:`transformer_hessian.probe`).
+"""Figures of the landscape probes (:mod:`transformer_hessian.studies.probe`).
 
 * :func:`fig1_figure` - the paper's Figure 1 from data: (a) measured ``L_k`` and ``L_{k+1}``
   along ``w* + t d``, (b) the block diagram (:func:`transformer_hessian.diagrams.draw_block_stack`).
@@ -20,8 +20,8 @@ import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
-from .diagrams import draw_block_stack
-from .plotting.style import COMPACT_RC, wrap_lines
+from ...diagrams import draw_block_stack
+from ...plotting.style import COMPACT_RC, wrap_lines
 
 __all__ = ["fig1_figure", "fig12_figure", "run_label", "theorem7_figure"]
 

@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ..bounds.landscape import landscape_bound, landscape_bound_tight
-from ..landscape import loss_differences, orderings
+from ...bounds.landscape import landscape_bound, landscape_bound_tight
+from ...krylov import FlatModel, per_sample_spectral_norms, top_eigenpair
+from ...landscape import loss_differences, orderings
 from .assumption1 import assumption1_analysis, gradient_norms, minimiser_shift, per_sample_gradients
-from .operators import FlatModel, per_sample_spectral_norms, top_eigenpair
 from .theorem7 import (
     BOUND_RTOL,
     directional_derivatives,
@@ -48,7 +48,7 @@ from .theorem7 import (
 )
 
 if TYPE_CHECKING:
-    from ..settings import Probe
+    from ...settings import Probe
 
 # ----------------------------------------------------------------------------- protocol
 
