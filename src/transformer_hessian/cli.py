@@ -143,7 +143,7 @@ def cmd_summary(a) -> None:
         registry_config=a.registry_config,
         notebook_dir=a.notebook_dir,
         claims=a.claims,
-        sections=a.section,
+        sections=[*a.section, *(f"{name}={path}" for name, path in (a.sections or {}).items())],
     )
 
 
@@ -351,6 +351,12 @@ def _add_report_parsers(sub) -> None:
     s.add_argument("--bounds", nargs="*", default=[], help="results/<exp>/bounds/<stage>.json (bounds rule)")
     s.add_argument(
         "--section", action="append", default=[], help="NAME=PATH: a study's summary section (JSON), as key NAME"
+    )
+    s.add_argument(
+        "--sections",
+        type=_json_arg,
+        default=None,
+        help="the studies' summary sections as a JSON object {NAME: PATH} (or @FILE; the rule's form), as --section",
     )
     s.add_argument("--out", required=True, help="output JSON (paper/summary.json)")
     s.set_defaults(func=cmd_summary)

@@ -94,7 +94,9 @@ rule summary:
         config_hash=CONFIG_HASH,
         registry_config=settings_file("config", config),
         notebook_dir=NB,
-        section_args=" ".join(f"--section {name}={shlex.quote(path)}" for name, path in SUMMARY_SECTIONS),
+        # the studies' sections as one settings file {NAME: PATH} (--sections), so that the command
+        # line does not grow with every study
+        sections=settings_file("summary_sections", dict(SUMMARY_SECTIONS)),
     conda:
         "../../environment.yml"
     log:
@@ -110,4 +112,4 @@ rule summary:
         "--metrics {input.metrics:q} --landscape {input.landscape:q} --theory {input.theory:q} "
         "--figures {input.figures:q} --tables {input.tables:q} --registry-config {params.registry_config:q} "
         "--notebook-dir {params.notebook_dir:q} --claims {input.claims:q} --bounds {input.bounds:q} "
-        "{params.section_args} --out {output:q} 2> {log:q}"
+        "--sections {params.sections:q} --out {output:q} 2> {log:q}"
