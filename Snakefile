@@ -2,6 +2,7 @@
 # Implications for Scaling Laws" (arXiv 2510.16927). `snakemake --cores all` regenerates every
 # figure and table into paper/. See README.md and config/README.md.
 
+import glob
 import json
 import os
 import sys
@@ -50,7 +51,6 @@ CONFIG_HASH = config_hash(config)
 DATA_ROOT = config["data"]["root"]
 HEXP = config["hessian"]["experiment"]
 LEXP = config["landscape"]["experiment"]
-SEXP = config.get("spectrum", {}).get("experiment") or LEXP  # the deep model of the spectrum rule
 STAGES = ["init", "trained"]
 
 from transformer_hessian.registry import figure_ids, notebook_tables  # noqa: E402
@@ -58,8 +58,11 @@ from transformer_hessian.registry import figure_ids, notebook_tables  # noqa: E4
 FIGURES = figure_ids(config)  # the registry's figures (src/transformer_hessian/registry/figures.py) this config switches on
 TABLES = ["block_norms", "run_summary", "closed_form_check"]  # written by the `tables` rule
 ALL_TABLES = TABLES + ["table1", "bounds"] + notebook_tables()  # + Table 1 (rule table1) + tables of figure notebooks
-ARCHITECTURES = config["architectures"]["enabled"]  # the architecture study (beyond the paper)
-ALL_TABLES += ["architectures"] if ARCHITECTURES else []
+# What the rule files add for the consumers included last (claims.smk, figures.smk): JSON lists of
+# finished claim rows (claims --rows) and summary sections (summary --section NAME=PATH), as
+# (NAME, path) pairs. A study's rule file appends its own, so adding a study edits neither consumer.
+CLAIM_ROW_FILES = []
+SUMMARY_SECTIONS = []
 
 
 wildcard_constraints:
@@ -74,20 +77,16 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/hessian.smk"
 include: "workflow/rules/theory.smk"
 include: "workflow/rules/landscape.smk"
-include: "workflow/rules/probe.smk"
-include: "workflow/rules/dynamics.smk"
+include: "workflow/rules/table1.smk"
 include: "workflow/rules/bounds.smk"
-include: "workflow/rules/spectrum.smk"
 
 
-if config["scaling"]["enabled"]:
+# Every study's rule file (workflow/rules/studies/<name>.smk, sorted): it defines the study's rules
+# (under its own config switch), appends its tables to ALL_TABLES and its claim rows and summary
+# section to the lists above. A new study adds its file there; nothing here changes.
+for _study_rules in sorted(glob.glob(os.path.join(workflow.basedir, "workflow", "rules", "studies", "*.smk"))):
 
-    include: "workflow/rules/scaling.smk"
-
-
-if ARCHITECTURES:
-
-    include: "workflow/rules/architectures.smk"
+    include: _study_rules
 
 
 # Consumers of every rule above (each input is a `rules.<producer>.output`): included last.

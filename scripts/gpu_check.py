@@ -25,7 +25,7 @@ long loops, and what it cuts off is recorded as skipped with the reason. Writes
   (``torch.autograd.grad`` of the gradient with ``is_grads_batched``, which is what
   ``torch.autograd.functional.hessian(vectorize=True)`` does, in row chunks, inside
   ``sdpa_kernel(SDPBackend.MATH)``) and curvlinops when it is importable.
-- ``spectrum_*``: Lanczos top eigenvalues and Hutchinson trace (:mod:`transformer_hessian.spectrum`)
+- ``spectrum_*``: Lanczos top eigenvalues and Hutchinson trace (:mod:`transformer_hessian.studies.spectrum.compute`)
   of the 8-block width-128 model's Hessian (seeded initialisation, one random batch), for block
   0's five groups and for the whole model, in float64 and float32, with the differences.
 - ``exact_hessian_encoder``: ``transformer_hessian.exact_hessian`` on a
@@ -467,8 +467,14 @@ def _spectrum_model(chk: Check, dtype):
 
 def _spectrum(chk: Check, whole: bool) -> dict:
     from transformer_hessian.hessian import loss_of_groups
-    from transformer_hessian.probe import FlatModel
-    from transformer_hessian.spectrum import batched_hvp, hutchinson_trace, lanczos_tridiagonal, ritz, top_eigenvalues
+    from transformer_hessian.krylov import FlatModel
+    from transformer_hessian.studies.spectrum.compute import (
+        batched_hvp,
+        hutchinson_trace,
+        lanczos_tridiagonal,
+        ritz,
+        top_eigenvalues,
+    )
 
     s = chk.sizes
     what = "the whole model's spectrum" if whole else "block 0's spectrum"

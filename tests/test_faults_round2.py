@@ -53,7 +53,7 @@ def short_run(tmp_path_factory):
 @pytest.mark.slow
 def test_damaged_epoch_checkpoint_is_set_aside_not_a_block(short_run, tmp_path, caplog):
     """Item 1: a truncated epoch_001.pt no longer stops the dynamics replay for good."""
-    from transformer_hessian.dynamics import replay
+    from transformer_hessian.studies.dynamics.compute import replay
 
     root, spec = short_run
     run = tmp_path / "run"

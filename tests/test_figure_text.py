@@ -21,7 +21,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-from transformer_hessian import GROUPS, plotting, probe_plots, registry, scaling, scaling_plot  # noqa: E402
+from transformer_hessian import GROUPS, plotting, registry  # noqa: E402
 from transformer_hessian.plotting.print_check import (  # noqa: E402
     MIN_FONT_PT,
     PRINT_WIDTH_IN,
@@ -29,6 +29,9 @@ from transformer_hessian.plotting.print_check import (  # noqa: E402
     printed_texts,
     text_problems,
 )
+from transformer_hessian.studies.probe import plot as probe_plots  # noqa: E402
+from transformer_hessian.studies.scaling import compute as scaling  # noqa: E402
+from transformer_hessian.studies.scaling import plot as scaling_plot  # noqa: E402
 
 # A small block layout of Figures 3-5: d = 4, d_K = 2, d_ff = 8.
 SHAPES = np.array([[4, 2], [4, 2], [4, 4], [4, 8], [8, 4]])
@@ -137,9 +140,9 @@ def build_fig6():
 
 @pytest.fixture(scope="module")
 def probe_result():
-    from transformer_hessian import probe
     from transformer_hessian.model import ModelConfig, ViT
     from transformer_hessian.settings import Probe
+    from transformer_hessian.studies.probe import compute
 
     def tiny(seed, n):
         torch.manual_seed(seed)
@@ -167,7 +170,7 @@ def probe_result():
         "shift_steps": 2,
         "shift_orderings": 2,
     }
-    result = probe.run_probe(model, x, y, Probe.with_defaults(s), init_model=init)
+    result = compute.run_probe(model, x, y, Probe.with_defaults(s), init_model=init)
     return dict(result, dataset="digits")
 
 
@@ -181,8 +184,8 @@ def _probe(fn):
 
 def _dynamics(fig_id):
     def build():
-        from transformer_hessian.dynamics_plot import dynamics_figure
         from transformer_hessian.hessian_groups import ALL_GROUPS
+        from transformer_hessian.studies.dynamics.plot import dynamics_figure
 
         d, dk, dff = 8, 8, 16
         steps, heat = np.arange(0, 101, 10), (0, 10, 100)
@@ -295,7 +298,7 @@ def build_scaling():
 def build_spectrum():
     from transformer_hessian.model import ModelConfig, ViT
     from transformer_hessian.settings import Spectrum
-    from transformer_hessian.spectrum import run_spectrum
+    from transformer_hessian.studies.spectrum.compute import run_spectrum
 
     out = []
     for depth in (1, 3):
@@ -306,7 +309,7 @@ def build_spectrum():
         s = {"lanczos_steps": 30, "n_probes": 4, "slq_probes": 2, "pair_steps": 9, "n_eigenvalues": 3}
         result = dict(run_spectrum(model, x, y, Spectrum.with_defaults(s)), dataset="digits")
         label = probe_plots.run_label(result, _metrics(depth=depth, width=3, d_k=2, d_ff=4))
-        from transformer_hessian.spectrum_plot import spectrum_figure
+        from transformer_hessian.studies.spectrum.plot import spectrum_figure
 
         out.append(spectrum_figure(result, label))
     return out

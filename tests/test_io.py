@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_hessian import io, plotting
-from transformer_hessian.dynamics_plot import load_dynamics as plot_load_dynamics
 
 
 def _norms(stage="init"):
@@ -63,10 +62,9 @@ def test_hessian_reader_names_missing_file_and_arrays(tmp_path):
         io.load_hessian(bad)
 
 
-def test_plotting_and_dynamics_plot_readers_are_the_io_ones():
+def test_plotting_readers_are_the_io_ones():
     assert plotting.load_hessian is io.load_hessian
     assert plotting.load_json is io.load_json
-    assert plot_load_dynamics is io.load_dynamics
 
 
 def test_norms_roundtrip_key_order_and_schema(tmp_path):
@@ -93,7 +91,7 @@ def test_json_writers_refuse_nan_and_readers_name_the_file(tmp_path):
     with pytest.raises(ValueError, match="broken.json.*not valid JSON"):
         io.load_json(tmp_path / "broken.json")
     with pytest.raises(FileNotFoundError, match="probe.json.*probe rule"):
-        io.load_probe(tmp_path / "probe.json")
+        io.load_json(tmp_path / "probe.json", "probe")
     (tmp_path / "list.json").write_text("[1, 2]")
     with pytest.raises(ValueError, match="not an object"):
         io.load_metrics(tmp_path / "list.json")
@@ -106,17 +104,6 @@ def test_numpy_values_become_json_numbers(tmp_path):
     io.save_landscape(tmp_path / "l.json", {"slope": np.float64(slope), "slope_ci95": ci, "k": np.arange(3)})
     got = io.load_landscape(tmp_path / "l.json")
     assert got["slope"] == slope and got["slope_ci95"] == list(ci) and got["k"] == [0, 1, 2]
-
-
-def test_dynamics_roundtrip(tmp_path):
-    rng = np.random.default_rng(3)
-    arrays = {"steps": np.arange(4), "names": np.array(["W_Q", "W_K"]), "W_Q": rng.normal(size=(4, 2, 3))}
-    summary = {"steps": [0, 1, 2, 3], "capped": False}
-    io.save_dynamics(tmp_path / "d.npz", tmp_path / "d.json", arrays, summary)
-    got = io.load_dynamics(tmp_path / "d.npz")
-    assert got["names"] == ["W_Q", "W_K"] and all(isinstance(n, str) for n in got["names"])
-    np.testing.assert_array_equal(got["W_Q"], arrays["W_Q"])
-    assert io.load_dynamics_summary(tmp_path / "d.json") == summary
 
 
 def test_claims_roundtrip_dict_and_bare_list(tmp_path):
@@ -137,27 +124,12 @@ def test_claims_roundtrip_dict_and_bare_list(tmp_path):
             io.load_theory_check,
             {"stage": "init", "blocks": [], "max_rel_error": 0.1, "passed": True},
         ),
-        (io.save_probe, io.load_probe, {"theorem7_summary": {"n": 1}, "assumption1": {"slope": -1.0}}),
         (io.save_bounds, io.load_bounds, {"stage": "trained", "summary": {"holds_fraction": 1.0}}),
         (io.save_metrics, io.load_metrics, {"experiment": "e", "final": {"val_acc": 0.5}}),
         (io.save_summary, io.load_summary, {"provenance": {"config_hash": "x"}}),
         (io.save_manifest, io.load_manifest, {"dataset": "digits", "files": []}),
-        (
-            io.save_spectrum,
-            io.load_spectrum,
-            {"blocks": [{"block": 0}], "whole_model": {"n_params": 3}, "interlacing": {"holds": True}},
-        ),
-        (io.save_scaling, io.load_scaling, {"rows": [{"n_params": 10}], "fits": {}, "models": []}),
     ],
 )
 def test_json_formats_roundtrip(tmp_path, save, load, obj):
     save(tmp_path / "r.json", obj)
     assert load(tmp_path / "r.json") == obj
-
-
-def test_scaling_part_roundtrip_and_missing_keys(tmp_path):
-    io.save_scaling_part(tmp_path / "p.json", 1, 3, [{"id": "w4_d1_nall"}])
-    assert io.load_scaling_part(tmp_path / "p.json") == {"part": 1, "jobs": 3, "models": [{"id": "w4_d1_nall"}]}
-    io.save_json({"rows": []}, tmp_path / "bad.json")  # no "fits": not a scaling result
-    with pytest.raises(Exception, match="bad.json"):
-        io.load_scaling(tmp_path / "bad.json")

@@ -1,4 +1,4 @@
-"""The matrix-free estimators (probe.operators, spectrum) on a model that is not the project's ViT:
+"""The matrix-free estimators (krylov, studies.spectrum) on a model that is not the project's ViT:
 torch's own nn.TransformerEncoderLayer, whose attention goes through scaled_dot_product_attention.
 References: reverse-over-reverse autograd (torch.autograd.functional.hessian, inside the MATH
 attention backend) and the dense Hessian's eigenvalues, float64, on fresh random inputs."""
@@ -31,7 +31,7 @@ def _setup(seed, d_model, nhead, tokens, norm_first):
     model = TinyEncoder(3, d_model, nhead, 2 * d_model, 3, norm_first).double()
     x = torch.randn(4, tokens, 3, dtype=torch.float64)
     y = torch.randint(0, 3, (4,))
-    from transformer_hessian.probe import FlatModel
+    from transformer_hessian.krylov import FlatModel
 
     fm = FlatModel.of(model)
     loss = lambda w: fm.mean_loss(w, x, y)  # noqa: E731
@@ -48,8 +48,8 @@ def _setup(seed, d_model, nhead, tokens, norm_first):
     norm_first=st.booleans(),
 )
 def test_hvp_and_lanczos_on_torch_transformer_layer_match_the_dense_hessian(seed, d_model, tokens, norm_first):
-    from transformer_hessian.probe import hvp_operator, top_eigenpair
-    from transformer_hessian.spectrum import batched_hvp, top_eigenvalues
+    from transformer_hessian.krylov import hvp_operator, top_eigenpair
+    from transformer_hessian.studies.spectrum.compute import batched_hvp, top_eigenvalues
 
     fm, loss, H, x, y = _setup(seed, d_model, 2, tokens, norm_first)
     gen = torch.Generator().manual_seed(seed)
@@ -70,7 +70,7 @@ def test_hvp_and_lanczos_on_torch_transformer_layer_match_the_dense_hessian(seed
 def test_operation_without_forward_ad_gets_a_clear_error():
     """A fused attention kernel called directly (not through scaled_dot_product_attention, so no
     backend choice applies) has no forward-mode derivative: the error names it and says what to do."""
-    from transformer_hessian.probe.operators import forward_over_reverse
+    from transformer_hessian.krylov import forward_over_reverse
 
     q = torch.randn(1, 1, 3, 2)
 

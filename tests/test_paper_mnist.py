@@ -11,9 +11,9 @@ from transformer_hessian.claims.rows import _data_note
 from transformer_hessian.config import load_config
 from transformer_hessian.datanames import stands_in
 from transformer_hessian.plotting import dataset_model_label
-from transformer_hessian.probe_plots import run_label
 from transformer_hessian.registry import FIGURES
 from transformer_hessian.registry.rules import caption
+from transformer_hessian.studies.probe.plot import run_label
 
 
 @pytest.fixture(scope="module")

@@ -64,7 +64,7 @@ def _split(path: str) -> list[str]:
 
 def workflow_texts() -> dict[str, str]:
     """The Snakefile and every rule file, by name."""
-    files = [ROOT / "Snakefile", *sorted((ROOT / "workflow" / "rules").glob("*.smk"))]
+    files = [ROOT / "Snakefile", *sorted((ROOT / "workflow" / "rules").rglob("*.smk"))]
     return {f.name: f.read_text() for f in files}
 
 

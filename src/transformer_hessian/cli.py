@@ -89,26 +89,6 @@ def cmd_theory(a) -> None:
     )
 
 
-def cmd_dynamics(a) -> None:
-    """Rule dynamics: replay the first training steps and record the snapshots of Figures 7-11."""
-    from .settings import Dynamics, Experiment, Hessian
-    from .steps import dynamics_step
-
-    hessian = Hessian.from_dict(a.hessian)
-    dynamics_step(
-        a.checkpoint,
-        Experiment.from_dict(a.spec, f"experiments.{hessian.experiment}"),
-        hessian,
-        Dynamics.from_dict(a.dynamics),
-        a.data_root,
-        a.out_npz,
-        a.out_json,
-        saved_init_hessian=a.saved_init_hessian,
-        tolerance=a.tolerance,
-        device=a.device,
-    )
-
-
 def cmd_table1(a) -> None:
     """Rule table1: Table 1 from the config and the runs' metrics."""
     from .settings import Experiment, Hessian, Landscape
@@ -130,23 +110,6 @@ def cmd_landscape(a) -> None:
     landscape = Landscape.from_dict(a.landscape)
     spec = Experiment.from_dict(a.spec, f"experiments.{landscape.experiment}")
     landscape_step(a.checkpoint, spec, landscape, a.data_root, a.out, device=a.device)
-
-
-def cmd_probe(a) -> None:
-    """Rule probe: Theorem 7 off w*, the Taylor model and Assumption 1 around w*."""
-    from .settings import Experiment, Probe
-    from .steps import probe_step
-
-    probe_step(
-        a.checkpoint,
-        Experiment.from_dict(a.spec, f"experiments.{a.experiment or '<landscape.experiment>'}"),
-        Probe.from_dict(a.probe),
-        a.data_root,
-        a.out,
-        init_checkpoint=a.init_checkpoint,
-        device=a.device,
-        experiment=a.experiment,
-    )
 
 
 def cmd_tables(a) -> None:
@@ -180,9 +143,7 @@ def cmd_summary(a) -> None:
         registry_config=a.registry_config,
         notebook_dir=a.notebook_dir,
         claims=a.claims,
-        scaling=a.scaling,
-        spectrum=a.spectrum,
-        sections=a.section,
+        sections=[*a.section, *(f"{name}={path}" for name, path in (a.sections or {}).items())],
     )
 
 
@@ -270,32 +231,6 @@ def cmd_bounds_table(a) -> None:
     table_step(a.results, a.out_dir, claims_out=a.claims_out)
 
 
-def cmd_scaling_models(a) -> None:
-    """Rule scaling_models: train and measure part ``--part`` of ``--jobs`` of the sweep's models."""
-    from .settings import Scaling
-    from .steps import scaling_models_step
-
-    scaling_models_step(Scaling.from_dict(a.scaling), a.part, a.jobs, a.data_root, a.cache_dir, a.out, device=a.device)
-
-
-def cmd_scaling_aggregate(a) -> None:
-    """Rule scaling: power laws across the sweep's models -> results/scaling/scaling.json."""
-    from .settings import Scaling
-    from .steps import scaling_aggregate_step
-
-    scaling_aggregate_step(Scaling.from_dict(a.scaling), a.parts, a.out)
-
-
-def cmd_spectrum(a) -> None:
-    """Rule spectrum_compute: matrix-free top eigenvalues, traces, densities and block-pair norms."""
-    from .settings import Experiment, Spectrum
-    from .steps import spectrum_step
-
-    spectrum = Spectrum.from_dict(a.spectrum)
-    spec = Experiment.from_dict(a.spec, f"experiments.{spectrum.experiment or '<spectrum.experiment>'}")
-    spectrum_step(a.checkpoint, spec, spectrum, a.data_root, a.out, device=a.device)
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every command (imports nothing heavy, so --help is instant)."""
     p = argparse.ArgumentParser(
@@ -315,9 +250,10 @@ def build_parser() -> argparse.ArgumentParser:
         _add_sweep_parsers,
     ):
         add(sub)
-    from .studies.architectures.cli import add_parser as add_architectures
+    from .studies import study_parts
 
-    add_architectures(sub, _json_arg, DATA_ROOT_HELP)
+    for study in study_parts("cli"):  # every studies/<name>/cli.py, sorted by name: no edit here per study
+        study.add_parser(sub, _json_arg, DATA_ROOT_HELP)
     return p
 
 
@@ -369,25 +305,7 @@ def _add_data_parsers(sub) -> None:
 
 
 def _add_study_parsers(sub) -> None:
-    """The subcommands dynamics, table1, landscape and probe (``sub``: the command subparsers)."""
-    s = sub.add_parser("dynamics", help="replay the first training steps; weights, norms, Hessian blocks (App. A.1)")
-    s.add_argument("--checkpoint", required=True, help="the run's init.pt (epoch checkpoints beside it are compared)")
-    s.add_argument("--spec", type=_json_arg, required=True, help="the experiment's config section")
-    s.add_argument("--hessian", type=_json_arg, required=True, help="the 'hessian' config section")
-    s.add_argument("--dynamics", type=_json_arg, required=True, help="the 'dynamics' config section")
-    s.add_argument("--data-root", required=True, help=DATA_ROOT_HELP)
-    s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
-    s.add_argument("--saved-init-hessian", default=None, help="hessian rule's init .npz: must equal step 0")
-    s.add_argument(
-        "--tolerance",
-        type=float,
-        default=1e-8,
-        help="largest relative error of the replayed step-0 Hessian vs the saved init Hessian",
-    )
-    s.add_argument("--out-npz", required=True, help="snapshots: weights and diagonal Hessian blocks (.npz)")
-    s.add_argument("--out-json", required=True, help="snapshots: norms and Hessian block norms (JSON)")
-    s.set_defaults(func=cmd_dynamics)
-
+    """The subcommands table1 and landscape (``sub``: the command subparsers)."""
     s = sub.add_parser("table1", help="write paper/tables/table1.{csv,tex,md} (Table 1 of the paper)")
     s.add_argument("--config", type=_json_arg, required=True, help="the whole validated config as JSON")
     s.add_argument("--metrics", nargs="+", required=True, help="metrics.json of each experiment (train rule)")
@@ -402,19 +320,6 @@ def _add_study_parsers(sub) -> None:
     s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
     s.add_argument("--out", required=True, help="output JSON (landscape.json)")
     s.set_defaults(func=cmd_landscape)
-
-    s = sub.add_parser("probe", help="landscape probes at w*: Theorem 7 off w*, Taylor model, Assumption 1")
-    s.add_argument(
-        "--experiment", default=None, help="the experiment's name (landscape.experiment), for messages and the result"
-    )
-    s.add_argument("--checkpoint", required=True, help="trained checkpoint w* (final.pt)")
-    s.add_argument("--init-checkpoint", default=None, help="weights at initialisation (Assumption 1 control)")
-    s.add_argument("--spec", type=_json_arg, required=True, help="the experiment's config section as JSON")
-    s.add_argument("--probe", type=_json_arg, required=True, help="the 'probe' config section")
-    s.add_argument("--data-root", required=True, help=DATA_ROOT_HELP)
-    s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]; float64 throughout")
-    s.add_argument("--out", required=True, help="output JSON (results/<exp>/probe/probe.json)")
-    s.set_defaults(func=cmd_probe)
 
 
 def _add_report_parsers(sub) -> None:
@@ -444,10 +349,14 @@ def _add_report_parsers(sub) -> None:
     s.add_argument("--notebook-dir", default=None, help="folder of the figure notebooks (default ./notebooks)")
     s.add_argument("--claims", default=None, help="paper/claims.json: adds the key 'claims'")
     s.add_argument("--bounds", nargs="*", default=[], help="results/<exp>/bounds/<stage>.json (bounds rule)")
-    s.add_argument("--scaling", default=None, help="results/scaling/scaling.json: adds the key 'scaling'")
-    s.add_argument("--spectrum", default=None, help="results/spectrum/<exp>.json (spectrum_compute rule)")
     s.add_argument(
         "--section", action="append", default=[], help="NAME=PATH: a study's summary section (JSON), as key NAME"
+    )
+    s.add_argument(
+        "--sections",
+        type=_json_arg,
+        default=None,
+        help="the studies' summary sections as a JSON object {NAME: PATH} (or @FILE; the rule's form), as --section",
     )
     s.add_argument("--out", required=True, help="output JSON (paper/summary.json)")
     s.set_defaults(func=cmd_summary)
@@ -572,7 +481,7 @@ def _add_bench_parsers(sub) -> None:
 
 
 def _add_sweep_parsers(sub) -> None:
-    """The subcommands bounds, scaling and spectrum (``sub``: the command subparsers)."""
+    """The subcommand bounds (``sub``: the command subparsers)."""
     s = sub.add_parser("bounds", help="Hessian bounds (Theorems 1, 6, Lemma 4) vs measured curvature")
     bsub = s.add_subparsers(dest="bounds_command", required=True)
     e = bsub.add_parser("evaluate", help="one stage: measured norms, project and paper bounds -> JSON")
@@ -592,33 +501,6 @@ def _add_sweep_parsers(sub) -> None:
     t.add_argument("--out-dir", required=True, help="folder for the table (paper/tables)")
     t.add_argument("--claims-out", default=None, help="also write the claim rows (JSON list) here")
     t.set_defaults(func=cmd_bounds_table)
-
-    s = sub.add_parser("scaling", help="scaling study: D_k slope, k*, top Hessian eigenvalue across model sizes")
-    ssub = s.add_subparsers(dest="scaling_command", required=True)
-    m = ssub.add_parser("models", help="train and measure one part of the sweep's models (cached per model)")
-    m.add_argument("--scaling", type=_json_arg, required=True, help="the validated 'scaling' config section")
-    m.add_argument("--part", type=int, default=0, help="this job's part (0-based): models part, part+jobs, ...")
-    m.add_argument("--jobs", type=int, default=1, help="number of parts the sweep is split into")
-    m.add_argument("--data-root", required=True, help=DATA_ROOT_HELP)
-    m.add_argument("--cache-dir", required=True, help="per-model results <id>.json and checkpoints <id>/")
-    m.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
-    m.add_argument("--out", required=True, help="output JSON: this part's model results")
-    m.set_defaults(func=cmd_scaling_models)
-    g = ssub.add_parser("aggregate", help="power laws in the parameter count across all parts")
-    g.add_argument("--scaling", type=_json_arg, required=True, help="the validated 'scaling' config section")
-    g.add_argument("--parts", nargs="+", required=True, help="the JSON of every part (scaling models)")
-    g.add_argument("--out", required=True, help="output JSON (results/scaling/scaling.json)")
-    g.set_defaults(func=cmd_scaling_aggregate)
-    s = sub.add_parser(
-        "spectrum", help="matrix-free Hessian spectrum per block and of the whole model (Lanczos, Hutchinson, SLQ)"
-    )
-    s.add_argument("--checkpoint", required=True, help="trained checkpoint (final.pt)")
-    s.add_argument("--spec", type=_json_arg, required=True, help="the experiment's config section as JSON")
-    s.add_argument("--spectrum", type=_json_arg, required=True, help="the 'spectrum' config section")
-    s.add_argument("--data-root", required=True, help=DATA_ROOT_HELP)
-    s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]; float64 throughout")
-    s.add_argument("--out", required=True, help="output JSON (results/spectrum/<exp>.json)")
-    s.set_defaults(func=cmd_spectrum)
 
 
 def main(argv: list[str] | None = None) -> int:

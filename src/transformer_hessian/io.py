@@ -17,16 +17,16 @@ trained):
 * ``results/<exp>/hessian/<stage>.npz`` (hessian rule): :func:`save_hessian` / :func:`load_hessian`
 * ``results/<exp>/hessian/<stage>_norms.json`` (hessian rule): :func:`save_norms` / :func:`load_norms`
 * ``results/<exp>/theory/<stage>.json`` (theory rule): :func:`save_theory_check` / :func:`load_theory_check`
-* ``results/<exp>/dynamics/dynamics.{npz,json}`` (dynamics rule): :func:`save_dynamics` / :func:`load_dynamics`, :func:`load_dynamics_summary`
 * ``results/<exp>/landscape/landscape.json`` (landscape rule): :func:`save_landscape` / :func:`load_landscape`
-* ``results/<exp>/probe/probe.json`` (probe rule): :func:`save_probe` / :func:`load_probe`
 * ``results/<exp>/bounds/<stage>.json`` (bounds rule): :func:`save_bounds` / :func:`load_bounds`
 * ``results/<exp>/metrics.json`` (train rule): :func:`save_metrics` / :func:`load_metrics`
 * ``results/data/<ds>/manifest.json`` (download rule): :func:`save_manifest` / :func:`load_manifest`
 * ``paper/claims.{json,md}`` (claims rule): :func:`save_claims` / :func:`load_claims`
 * ``paper/summary.json`` (summary rule): :func:`save_summary` / :func:`load_summary`
 
-Any other JSON result (a notebook parameter) is read with :func:`load_json`.
+A study's own result files are saved and loaded by its ``studies/<name>/result.py`` (on
+the writers and readers here). Any other JSON result (a notebook parameter) is read with
+:func:`load_json`.
 
 Every result file under ``results/`` carries a digest: the writer records the SHA-256 of the
 bytes it wrote in ``<file>.sha256`` (before the file is renamed into place) and every reader
@@ -60,13 +60,8 @@ __all__ = [
     "load_norms",
     "save_theory_check",
     "load_theory_check",
-    "save_dynamics",
-    "load_dynamics",
-    "load_dynamics_summary",
     "save_landscape",
     "load_landscape",
-    "save_probe",
-    "load_probe",
     "save_bounds",
     "load_bounds",
     "save_metrics",
@@ -276,40 +271,6 @@ def load_theory_check(path: PathLike) -> dict[str, Any]:
     return _load_keyed(path, "theory", ("stage", "blocks", "max_rel_error", "passed"))
 
 
-# ----------------------------------------------------------------------------- dynamics
-
-
-def save_dynamics(
-    npz_path: PathLike, json_path: PathLike, arrays: Mapping[str, Any], summary: Mapping[str, Any]
-) -> None:
-    """Write the training-dynamics snapshots (``results/<exp>/dynamics/dynamics.{npz,json}``).
-
-    ``npz_path``: the arrays of :func:`.dynamics.record_dynamics` (``steps`` int64 ``(S,)``,
-    ``names`` str ``(G,)``, per group the weight snapshots ``(S, out, in)`` and the diagonal and
-    chosen off-diagonal Hessian blocks per snapshot; float64). ``json_path``: its summary (``steps``,
-    per-snapshot norms and Hessian block norms, ``seconds``, ``hessian_seconds``, ``hessian_method``,
-    ``capped``, ``requested_steps``, ``replayed_steps``, ``epoch_checks``, ``experiment``,
-    ``dataset``, ``model`` and, when checked, ``init_hessian_check``).
-    """
-    save_npz(npz_path, **arrays)
-    write_json(dict(summary), json_path)
-
-
-def load_dynamics(path: PathLike) -> dict[str, Any]:
-    """Read the ``.npz`` of :func:`save_dynamics` into a dict of arrays (``names`` as a list of str)."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"dynamics file {str(path)!r} not found; run the pipeline's dynamics rule")
-    with _open_npz(path, "dynamics") as data:
-        out = {k: np.asarray(data[k]) for k in data.files}
-    out["names"] = [str(n) for n in out["names"]]
-    return out
-
-
-def load_dynamics_summary(path: PathLike) -> dict[str, Any]:
-    """Read the JSON summary of :func:`save_dynamics`."""
-    return _load_keyed(path, "dynamics", ("steps",))
-
-
 # ----------------------------------------------------------------------------- landscape, probe, bounds
 
 
@@ -330,21 +291,6 @@ def save_landscape(path: PathLike, result: Mapping[str, Any]) -> None:
 def load_landscape(path: PathLike) -> dict[str, Any]:
     """Read a file written by :func:`save_landscape`."""
     return _load_keyed(path, "landscape", ("slope", "slope_ci95"))
-
-
-def save_probe(path: PathLike, result: Mapping[str, Any]) -> None:
-    """Write the landscape probes (``results/<exp>/probe/probe.json``).
-
-    The object of :func:`.probe.run_probe` (``M``, ``theorem7`` records and ``theorem7_summary``,
-    ``taylor``, ``assumption1`` with ``slope`` and ``slope_ci95``, ``timings``, ...) plus
-    ``experiment`` and ``dataset``.
-    """
-    write_json(dict(result), path)
-
-
-def load_probe(path: PathLike) -> dict[str, Any]:
-    """Read a file written by :func:`save_probe`."""
-    return _load_keyed(path, "probe", ("theorem7_summary", "assumption1"))
 
 
 def save_bounds(path: PathLike, result: Mapping[str, Any]) -> None:
@@ -414,50 +360,10 @@ def load_claims(path: PathLike) -> list[dict]:
     return doc["claims"] if isinstance(doc, dict) else doc
 
 
-def save_spectrum(path: PathLike, result: Mapping[str, Any]) -> None:
-    """Write the matrix-free spectrum (``results/spectrum/<exp>.json``).
-
-    The object of :func:`.spectrum.run_spectrum`: ``settings``, ``groups``, ``batch_size``,
-    ``blocks`` (per block: ``top`` Ritz values with residuals, ``trace`` mean/stderr, ``density``
-    grid and values, ``pair_norms`` 5 x 5), ``whole_model`` (``top``, ``trace``, ``n_params``),
-    ``interlacing`` (``holds``, ``gap``) and ``seconds``; plus ``experiment``, ``dataset``, ``device``.
-    """
-    write_json(dict(result), path)
-
-
-def load_spectrum(path: PathLike) -> dict[str, Any]:
-    """Read a file written by :func:`save_spectrum`."""
-    return _load_keyed(path, "spectrum_compute", ("blocks", "whole_model", "interlacing"))
-
-
-def save_scaling_part(path: PathLike, part: int, jobs: int, models: list[dict]) -> None:
-    """Write one part of the scaling sweep (``results/scaling/part<i>of<n>.json``):
-    ``{"part", "jobs", "models": [one result of :func:`.scaling.run_models` per model]}``."""
-    write_json({"part": int(part), "jobs": int(jobs), "models": list(models)}, path)
-
-
-def load_scaling_part(path: PathLike) -> dict[str, Any]:
-    """Read a file written by :func:`save_scaling_part`."""
-    return _load_keyed(path, "scaling_models", ("part", "jobs", "models"))
-
-
-def save_scaling(path: PathLike, result: Mapping[str, Any]) -> None:
-    """Write the scaling study (``results/scaling/scaling.json``): the object of
-    :func:`.scaling.aggregate` (``dataset``, ``settings``, ``rows``: one per model with its
-    parameter count, slope and interval, prefactor, k* measured and fitted, top eigenvalue, block
-    norms; ``fits``: data-set size -> series -> quantity -> power law; ``models``: the full results)."""
-    write_json(dict(result), path)
-
-
-def load_scaling(path: PathLike) -> dict[str, Any]:
-    """Read a file written by :func:`save_scaling`."""
-    return _load_keyed(path, "scaling", ("rows", "fits"))
-
-
 def save_summary(path: PathLike, summary: Mapping[str, Any]) -> None:
     """Write ``paper/summary.json`` (:func:`.report.build_summary`: ``provenance``, ``hessian``,
     ``training``, ``theory``, ``landscape``, ``bounds``, ``figures``, ``tables`` and, when given,
-    ``figure_provenance``, ``claims``, ``scaling`` and ``spectrum``)."""
+    ``figure_provenance``, ``claims`` and each study's section, e.g. ``spectrum``, ``scaling``)."""
     _write_json_unsealed(dict(summary), path)
 
 

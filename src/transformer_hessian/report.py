@@ -6,7 +6,7 @@ import datetime as _dt
 
 import pandas as pd
 
-from .io import load_bounds, load_landscape, load_metrics, load_norms, load_scaling, load_spectrum, load_theory_check
+from .io import load_bounds, load_landscape, load_metrics, load_norms, load_theory_check
 from .tablefmt import _fmt, to_latex, to_markdown, write_table  # noqa: F401  (re-exported: they live in tablefmt)
 from .utils import device_description, git_commit, package_versions
 
@@ -98,8 +98,6 @@ def build_summary(
     figures: dict[str, str],
     tables: dict[str, str],
     bounds: list[str] | None = None,
-    scaling: str | None = None,
-    spectrum: str | None = None,
 ) -> dict:
     """Gather every number the figures and tables show, with provenance.
 
@@ -135,13 +133,6 @@ def build_summary(
         results = {r["stage"]: r for r in map(load_bounds, bounds)}
         summary["bounds"] = {stage: r["summary"] for stage, r in results.items()}
         summary["bounds"]["claims"] = claim_rows(results)
-    if scaling:
-        # the scaling study (scaling.aggregate): per-model numbers and power-law fits, no curves
-        summary["scaling"] = {k: v for k, v in load_scaling(scaling).items() if k != "models"}
-    if spectrum:
-        from .spectrum import summary_section
-
-        summary["spectrum"] = summary_section(load_spectrum(spectrum))
     summary["figures"] = figures
     summary["tables"] = tables
     return summary

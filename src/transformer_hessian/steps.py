@@ -2,7 +2,7 @@
 
 Layering (``docs/architecture.md``): ``cli.py`` only parses arguments and calls one function
 here; each function here loads its inputs (through :mod:`.io`, :mod:`.train`), calls the
-package's computation (:mod:`.hessian`, :mod:`.checks`, :mod:`.landscape`, :mod:`.probe`, ...),
+package's computation (:mod:`.hessian`, :mod:`.checks`, :mod:`.landscape`, ...),
 applies the rule's gate (pass/fail against a tolerance), logs one line and writes its outputs
 through :mod:`.io`. The computation modules therefore never touch argument parsing or file
 formats, :mod:`.io` owns the formats, and these functions can be called (and tested) from Python
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from .utils import log
 
 if TYPE_CHECKING:
-    from .settings import Dynamics, Experiment, Hessian, Landscape, Probe, Scaling, Spectrum
+    from .settings import Experiment, Hessian, Landscape
 
 __all__ = [
     "download_dataset",
@@ -32,10 +32,8 @@ __all__ = [
     "hessian_inputs",
     "hessian_step",
     "theory_step",
-    "dynamics_step",
     "table1_step",
     "landscape_step",
-    "probe_step",
     "tables_step",
     "summary_step",
     "claims_step",
@@ -191,72 +189,6 @@ def theory_step(
     return result
 
 
-def dynamics_step(
-    checkpoint: str,
-    spec: Experiment,
-    hessian: Hessian,
-    dynamics: Dynamics,
-    data_root: str,
-    out_npz: str,
-    out_json: str,
-    saved_init_hessian: str | None = None,
-    tolerance: float = 1e-8,
-    device: str = "auto",
-) -> dict[str, Any]:
-    """Rule dynamics: replay the first training steps from ``checkpoint`` (init.pt) and write the
-    snapshots of Figures 7-11 (:func:`.io.save_dynamics`). With ``saved_init_hessian`` the replay's
-    step-0 Hessian must equal the hessian rule's to relative error ``tolerance`` (else
-    :class:`ValueError`, after writing)."""
-    from .checkpoints import load_checkpoint
-    from .dynamics import check_against_saved, record_dynamics
-    from .io import load_hessian, save_dynamics
-    from .train import check_model_matches
-
-    check_model_matches(load_checkpoint(checkpoint)["model_config"], spec, hessian.experiment, checkpoint)
-
-    arrays, summary, H0 = record_dynamics(
-        spec,
-        data_root,
-        checkpoint,
-        hessian,
-        dynamics,
-        device=device,
-        checkpoint_dir=Path(checkpoint).parent,
-    )
-    summary["experiment"] = hessian.experiment
-    summary["dataset"] = spec.dataset
-    summary["model"] = spec.model.to_dict()
-    if saved_init_hessian:
-        chk = check_against_saved(H0, load_hessian(saved_init_hessian))
-        chk["tolerance"] = tolerance
-        chk["passed"] = bool(chk["rel_error"] <= tolerance)
-        summary["init_hessian_check"] = chk
-    save_dynamics(out_npz, out_json, arrays, summary)
-    log.info(
-        "dynamics: %d snapshots over %d steps in %.1f s (Hessians %.1f s via %s)",
-        len(summary["steps"]),
-        summary["steps"][-1],
-        summary["seconds"],
-        summary["hessian_seconds"],
-        summary["hessian_method"],
-    )
-    if summary["capped"]:
-        log.warning(
-            "dynamics: dynamics.steps=%d exceeds the run's %d steps; recorded those",
-            summary["requested_steps"],
-            summary["replayed_steps"],
-        )
-    bad = [c["epoch"] for c in summary["epoch_checks"] if c["identical"] is False]
-    if bad:
-        log.warning("dynamics: the replay differs from the saved epoch checkpoint(s) %s", bad)
-    if saved_init_hessian and not summary["init_hessian_check"]["passed"]:
-        raise ValueError(
-            f"dynamics: the step-0 Hessian differs from {saved_init_hessian} by relative error "
-            f"{summary['init_hessian_check']['rel_error']:.3e} > theory.tolerance={tolerance:g}"
-        )
-    return summary
-
-
 def _metrics_by_experiment(paths: Sequence[str]) -> dict[str, dict]:
     from .io import load_metrics
 
@@ -350,67 +282,6 @@ def _log_landscape(result: dict[str, Any]) -> None:
         )
 
 
-def probe_step(
-    checkpoint: str,
-    spec: Experiment,
-    probe: Probe,
-    data_root: str,
-    out: str,
-    init_checkpoint: str | None = None,
-    device: str = "auto",
-    experiment: str | None = None,
-) -> dict[str, Any]:
-    """Rule probe: Theorem 7 off w*, the Taylor model and Assumption 1 around w*
-    (:func:`.probe.run_probe`, float64), written with :func:`.io.save_probe`; warns on violations.
-    ``experiment`` names the experiment ``spec`` is (``landscape.experiment`` in the workflow)."""
-    import torch
-
-    from .io import save_probe
-    from .probe import run_probe
-    from .train import load_experiment_data, load_model
-    from .utils import resolve_device
-
-    dev = resolve_device(device)
-    data = load_experiment_data(spec, data_root)
-    name = experiment or "<landscape.experiment>"
-    model = load_model(checkpoint, device=dev, dtype=torch.float64, spec=spec, experiment=name)
-    init = (
-        load_model(init_checkpoint, device=dev, dtype=torch.float64, spec=spec, experiment=name)
-        if init_checkpoint
-        else None
-    )
-    result = run_probe(model, data["train_x"], data["train_y"], probe, init_model=init)
-    result["experiment"] = experiment
-    result["dataset"] = spec.dataset
-    save_probe(out, result)
-    s = result["theorem7_summary"]
-    log.info(
-        "probe: Theorem 7 off w* held in %.4f%% of %d comparisons (M = %.3g); Assumption 1: "
-        "||grad L_n(w*)|| = %.3g against the noise-only level %.3g, sign-flip p = %.3g (mean-norm slope %.3f "
-        "[%.3f, %.3f]); %.1f s",
-        100 * s["held_fraction"],
-        s["n_comparisons"],
-        result["M"],
-        result["assumption1"]["zero_gradient_test"]["floor"],
-        result["assumption1"]["zero_gradient_test"]["noise_at_n"],
-        result["assumption1"]["zero_gradient_test"]["p_value"],
-        result["assumption1"]["slope"],
-        *result["assumption1"]["slope_ci95"],
-        result["timings"]["total"],
-    )
-    if s["n_violations"]:
-        w = s["worst"]
-        log.warning(
-            "probe: Theorem 7's bound fails in %d comparisons; worst lhs/rhs = %.3g (%s, t = %.3g, k = %d)",
-            s["n_violations"],
-            w["ratio"],
-            w["direction"],
-            w["t"],
-            w["k"],
-        )
-    return result
-
-
 def tables_step(
     norms_init: str, norms_trained: str, metrics: Sequence[str], theory: Sequence[str], out_dir: str
 ) -> None:
@@ -447,13 +318,11 @@ def summary_step(
     registry_config: Mapping[str, Any] | None = None,
     notebook_dir: str | None = None,
     claims: str | None = None,
-    scaling: str | None = None,
-    spectrum: str | None = None,
     sections: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Rule summary: ``paper/summary.json`` (:func:`.report.build_summary`, keyed by file stem for
-    figures and tables) with, when given, the figures' provenance, the claim rows and the
-    scaling study."""
+    figures and tables) with, when given, the figures' provenance, the claim rows and each
+    study's section (``sections``: ``NAME=PATH``, the JSON its rule wrote)."""
     from .io import load_claims, save_summary
     from .report import build_summary
 
@@ -468,8 +337,6 @@ def summary_step(
         fig_map,
         table_map,
         bounds=list(bounds),
-        scaling=scaling,
-        spectrum=spectrum,
     )
     if registry_config:
         from .registry import provenance
@@ -571,88 +438,3 @@ def registry_step(path: str, write_readme: bool = False, check: bool = False) ->
     else:
         for fig in registry.FIGURES:
             print(f"{fig.id}\t{fig.paper}\t{fig.label}\tnotebooks/{fig.notebook}")
-
-
-def scaling_models_step(
-    scaling: Scaling, part: int, jobs: int, data_root: str, cache_dir: str, out: str, device: str = "auto"
-) -> dict[str, Any]:
-    """Rule scaling_models: train and measure models ``part, part + jobs, ...`` of the sweep
-    (:func:`.scaling.sweep_models`; per-model results cached in ``cache_dir``) and write
-    ``{"part", "jobs", "models": [...]}`` to ``out``."""
-    from .io import save_scaling_part
-    from .scaling import run_models, sweep_models
-
-    points = sweep_models(scaling)[part::jobs]
-    models = run_models(points, scaling, data_root, cache_dir, device=device)
-    save_scaling_part(out, part, jobs, models)
-    return {"part": part, "jobs": jobs, "models": models}
-
-
-def scaling_aggregate_step(scaling: Scaling, parts: Sequence[str], out: str) -> dict[str, Any]:
-    """Rule scaling: power laws in the parameter count across every part's models
-    (:func:`.scaling.aggregate`) -> ``out``; logs each fitted exponent with its interval."""
-    from .io import load_scaling_part, save_scaling
-    from .scaling import aggregate
-
-    results = [m for path in parts for m in load_scaling_part(path)["models"]]
-    agg = aggregate(results, scaling)
-    save_scaling(out, agg)
-    for size, by_series in agg["fits"].items():
-        for series, fits in by_series.items():
-            for q, f in fits.items():
-                if "exponent" in f:
-                    lo_hi = f["exponent_ci"]
-                    ci = (
-                        f"95% CI [{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]" if lo_hi else f"no interval ({f['n_points']} models)"
-                    )
-                    log.info("scaling (n = %s, %s series): %s ~ P^%.3f, %s", size, series, q, f["exponent"], ci)
-                else:
-                    log.info("scaling (n = %s, %s series): %s not fitted: %s", size, series, q, f["skipped"])
-    return agg
-
-
-def spectrum_step(
-    checkpoint: str,
-    spec: Experiment,
-    spectrum: Spectrum,
-    data_root: str,
-    out: str,
-    device: str = "auto",
-) -> dict[str, Any]:
-    """Rule spectrum_compute: :func:`.spectrum.run_spectrum` (top eigenvalues, Hutchinson traces,
-    SLQ densities, block-pair norms) of the trained model on one fixed training batch, float64;
-    warns when the whole-model top Ritz value lies below a block's (Lanczos not converged)."""
-    import torch
-
-    from .hessian import fixed_batch
-    from .io import save_spectrum
-    from .spectrum import run_spectrum
-    from .train import load_experiment_data, load_model
-    from .utils import resolve_device
-
-    s = spectrum
-    dev = resolve_device(device)
-    data = load_experiment_data(spec, data_root)
-    images, labels = fixed_batch(data["train_x"], data["train_y"], s.batch_size, s.seed)
-    name = s.experiment or "<spectrum.experiment>"
-    model = load_model(checkpoint, device=dev, dtype=torch.float64, spec=spec, experiment=name)
-    result = run_spectrum(model, images.to(device=dev, dtype=torch.float64), labels.to(dev), s)
-    result["experiment"] = s.experiment
-    result["dataset"] = spec.dataset
-    result["device"] = str(dev)
-    save_spectrum(out, result)
-    log.info(
-        "spectrum: whole-model lambda_max %.4g, trace %.4g +- %.2g; %d blocks; %.1f s",
-        result["whole_model"]["top"]["eigenvalues"][0],
-        result["whole_model"]["trace"]["mean"],
-        result["whole_model"]["trace"]["stderr"],
-        len(result["blocks"]),
-        result["seconds"],
-    )
-    if not result["interlacing"]["holds"]:
-        log.warning(
-            "spectrum: the whole-model top Ritz value lies below a block's (gaps %s): Lanczos has not "
-            "converged; raise spectrum.lanczos_steps",
-            result["interlacing"]["gap"],
-        )
-    return result

@@ -49,3 +49,6 @@ rule bounds_table:
     shell:
         "transformer-hessian bounds table --results {input:q} --out-dir {params.out_dir:q} "
         "--claims-out {output.claims:q} 2> {log:q}"
+
+
+CLAIM_ROW_FILES.append(rules.bounds_table.output.claims)  # the Theorem 1/6, Lemma 4 rows (claims rule)

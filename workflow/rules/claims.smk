@@ -1,11 +1,8 @@
 # A verdict on each empirical claim of the paper (transformer_hessian.claims), computed from the
 # results; paper/claims.md holds the table, the recap printed last (onsuccess, Snakefile) the counts.
 
-# Results of other modules with a claims.PROVIDERS entry: name -> path (passed as --extra).
-CLAIM_EXTRA_INPUTS = {"probe": rules.probe.output.json}
-# JSON lists of finished claim rows written by other rules (passed as --rows).
-CLAIM_ROW_FILES = [rules.bounds_table.output.claims]
-CLAIM_ROW_FILES += [rules.architectures_report.output.claims] if ARCHITECTURES else []
+# JSON lists of finished claim rows written by other rules (passed as --rows): CLAIM_ROW_FILES, which
+# the rule files included before this one fill (Snakefile).
 
 
 rule claims:
@@ -16,14 +13,12 @@ rule claims:
         metrics_hessian=expand(rules.train.output.metrics, exp=HEXP),
         metrics_landscape=expand(rules.train.output.metrics, exp=LEXP),
         landscape=expand(rules.landscape.output.json, exp=LEXP),
-        extra=list(CLAIM_EXTRA_INPUTS.values()),
         rows=CLAIM_ROW_FILES,
     output:
         md="paper/claims.md",
         json="paper/claims.json",
     params:
         config_hash=CONFIG_HASH,
-        extra_args=" ".join(f"--extra {shlex.quote(f'{k}={v}')}" for k, v in CLAIM_EXTRA_INPUTS.items()),
         rows_args=" ".join(f"--rows {shlex.quote(p)}" for p in CLAIM_ROW_FILES),
     conda:
         "../../environment.yml"
@@ -38,5 +33,5 @@ rule claims:
     shell:
         "transformer-hessian claims --hessian-init {input.hessian_init:q} --norms-init {input.init:q} --norms-trained {input.trained:q} "
         "--metrics-hessian {input.metrics_hessian:q} --metrics-landscape {input.metrics_landscape:q} "
-        "--landscape {input.landscape:q} {params.extra_args} {params.rows_args} --config-hash {params.config_hash:q} "
+        "--landscape {input.landscape:q} {params.rows_args} --config-hash {params.config_hash:q} "
         "--out-md {output.md:q} --out-json {output.json:q} 2> {log:q}"

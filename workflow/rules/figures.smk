@@ -87,17 +87,16 @@ rule summary:
         tables=table_files(ALL_TABLES, ["csv"]),
         claims=rules.claims.output.json,
         bounds=expand(rules.bounds.output.json, exp=HEXP, stage=STAGES),
-        scaling=rules.scaling.output if config["scaling"]["enabled"] else [],
-        spectrum=rules.spectrum_compute.output.json,
-        architectures=[rules.architectures_report.output.summary] if ARCHITECTURES else [],
+        sections=[path for _, path in SUMMARY_SECTIONS],  # each study's section (its rule file adds it)
     output:
         "paper/summary.json",
     params:
         config_hash=CONFIG_HASH,
         registry_config=settings_file("config", config),
         notebook_dir=NB,
-        scaling_args=lambda w, input: " ".join(f"--scaling {shlex.quote(p)}" for p in input.scaling),
-        section_args=lambda w, input: " ".join(f"--section architectures={shlex.quote(p)}" for p in input.architectures),
+        # the studies' sections as one settings file {NAME: PATH} (--sections), so that the command
+        # line does not grow with every study
+        sections=settings_file("summary_sections", dict(SUMMARY_SECTIONS)),
     conda:
         "../../environment.yml"
     log:
@@ -112,5 +111,5 @@ rule summary:
         "transformer-hessian summary --config-hash {params.config_hash:q} --norms {input.norms:q} "
         "--metrics {input.metrics:q} --landscape {input.landscape:q} --theory {input.theory:q} "
         "--figures {input.figures:q} --tables {input.tables:q} --registry-config {params.registry_config:q} "
-        "--notebook-dir {params.notebook_dir:q} --claims {input.claims:q} --bounds {input.bounds:q} {params.scaling_args} "
-        "{params.section_args} --spectrum {input.spectrum:q} --out {output:q} 2> {log:q}"
+        "--notebook-dir {params.notebook_dir:q} --claims {input.claims:q} --bounds {input.bounds:q} "
+        "--sections {params.sections:q} --out {output:q} 2> {log:q}"

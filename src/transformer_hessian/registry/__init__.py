@@ -20,8 +20,9 @@ How to add a figure
    variable per input (the names of ``inputs`` below), one per literal ``params`` key, and
    ``out``; the other cells only load results and call helpers from the package, then
    ``plotting.save_figure(fig, out)``. Commit it without outputs.
-2. Append a :class:`Figure` to :data:`FIGURES` (in ``registry/figures.py``). Input paths are templates: ``{hexp}`` is
-   ``config["hessian"]["experiment"]``, ``{lexp}`` is ``config["landscape"]["experiment"]``
+2. Append a :class:`Figure` to ``FIGURES`` of the study's ``studies/<name>/registry.py`` (the
+   registry collects every study's; the pipeline's own figures are in ``registry/figures.py``).
+   Input paths are templates: ``{hexp}`` is ``config["hessian"]["experiment"]``, ``{lexp}`` is ``config["landscape"]["experiment"]``
    (``{sexp}``: ``config["spectrum"]["experiment"]``, default ``{lexp}``);
    ``{cfg[section][key]}`` reads any other config value.
 3. Run ``transformer-hessian registry --write-readme`` and commit ``paper/README.md``.
@@ -35,7 +36,8 @@ Figures that other rule files build today (fig1, fig7-fig12, bound and Theorem 7
 move here the same way: their rule's inputs become ``inputs``, the notebook's output
 parameter is renamed ``out``.
 
-Modules: :mod:`.entry` (the :class:`Figure` record), :mod:`.figures` (the entries and lookups),
+Modules: :mod:`transformer_hessian.studies.entry` (the :class:`Figure` record, below the studies
+so that their registry entries can use it), :mod:`.figures` (the entries and lookups),
 :mod:`.rules` (inputs, captions, rule specs), :mod:`.readme` (``paper/README.md``),
 :mod:`.provenance` (per-figure sha256). Every name is re-exported here, so
 ``from transformer_hessian.registry import figure_ids, notebook_tables`` (the Snakefile) and
@@ -44,7 +46,7 @@ Modules: :mod:`.entry` (the :class:`Figure` record), :mod:`.figures` (the entrie
 
 from __future__ import annotations
 
-from .entry import Figure
+from ..studies.entry import Figure
 from .figures import FIGURES, OTHER_ARTEFACTS, by_id, enabled, figure_ids, groups, notebook_tables
 from .provenance import file_sha256, provenance, provenance_json
 from .readme import README_HEADER, render_paper_readme

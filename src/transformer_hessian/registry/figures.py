@@ -1,12 +1,15 @@
-"""The registry's entries (data): :data:`FIGURES`, one :class:`.entry.Figure` per figure of the
-paper the pipeline regenerates, and :data:`OTHER_ARTEFACTS` for ``paper/README.md``; plus the
-lookups over them. Add a figure here (see the package docstring, "How to add a figure")."""
+"""The registry's entries (data): :data:`FIGURES`, one :class:`~transformer_hessian.studies.entry.Figure`
+per figure the pipeline regenerates, and :data:`OTHER_ARTEFACTS` for ``paper/README.md``; plus the
+lookups over them. The pipeline's own figures are listed here, a study's in its
+``studies/<name>/registry.py`` (collected by :func:`transformer_hessian.studies.study_parts`).
+Add a figure there or here (see the package docstring, "How to add a figure")."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .entry import Figure
+from ..studies import study_parts
+from ..studies.entry import HESSIAN_CHECKED, Figure
 
 __all__ = ["FIGURES", "OTHER_ARTEFACTS", "by_id", "enabled", "figure_ids", "groups", "notebook_tables"]
 
@@ -17,41 +20,8 @@ _HEATMAP_INPUTS = {
     "hessian_trained": _H + "/trained.npz",
     "metrics": "results/{hexp}/metrics.json",
 }
-#: Inputs of the probe figures (group probe_figures).
-_PROBE_INPUTS = {"probe": "results/{lexp}/probe/probe.json", "metrics": "results/{lexp}/metrics.json"}
-_DYN = {
-    "dynamics_npz": "results/{hexp}/dynamics/dynamics.npz",
-    "dynamics_json": "results/{hexp}/dynamics/dynamics.json",
-}
-#: The theory rule's check of the saved Hessians: Hessian figures wait for it (a failed check stops them).
-_CHECKED = ("results/{hexp}/theory/init.json", "results/{hexp}/theory/trained.json")
 
-#: Panels of Figures 7-9 (one attention weight each).
-_DYN_PANELS = (
-    "entries at a few steps, log10 |H_{g}{g}| of the Hessian diagonal block on the fixed Hessian batch, the "
-    "spectral and Frobenius norms of {w} and the spectral norms of the Hessian blocks H_({g},g) against the step."
-)
-
-
-def _dynamics_figure(n: int, key: str, title: str, what: str, panels: str, shows: str) -> Figure:
-    """Figure ``n`` of App. A.1 (Figures 7-11): one group family over the first training steps; all
-    five are drawn by one run of the dynamics notebook (group ``fig7_fig11``)."""
-    return Figure(
-        id=f"fig{n}",
-        paper=f"Figure {n}",
-        label=f"fig:hessian_entries_{key}",
-        notebook="fig7_fig11_dynamics.ipynb",
-        group="fig7_fig11",
-        inputs=_DYN,
-        gate=_CHECKED,
-        caption=f'Figure {n} (App. A.1, "{title} entries visualization"). {what} of the one-block ViT on '
-        "{hessian_data} during the first training steps (replayed from the init checkpoint): " + panels,
-        shows=shows,
-        functions="`dynamics_plot.dynamics_figure`; `dynamics.record_dynamics`, `hessian_groups.hessian_all_groups`",
-    )
-
-
-FIGURES: list[Figure] = [
+_CORE_FIGURES: list[Figure] = [
     Figure(
         id="fig2",
         paper="Figure 2",
@@ -80,7 +50,7 @@ FIGURES: list[Figure] = [
         "whole batch) have a colour of their own; their share is given below the map.",
         shows="log10 \\|H\\| at initialisation, blocks W_Q, W_K, W_V, W_1, W_2; exact zeros in their own colour",
         functions="`plotting.hessian_heatmap`, `plotting.robust_log_range`; Hessian from `hessian.compute_hessian`",
-        gate=_CHECKED,
+        gate=HESSIAN_CHECKED,
     ),
     Figure(
         id="fig4",
@@ -93,7 +63,7 @@ FIGURES: list[Figure] = [
         "({hessian_data}). Exact zeros, if any, have a colour of their own.",
         shows="the same after training, on fig3's colour scale",
         functions="same as fig3",
-        gate=_CHECKED,
+        gate=HESSIAN_CHECKED,
     ),
     Figure(
         id="fig5",
@@ -111,7 +81,7 @@ FIGURES: list[Figure] = [
         "the spectral norm of every block H_ij, one colour scale for both panels.",
         shows="weight-matrix norms and Hessian block norms, init vs trained",
         functions="`plotting.norms_figure`; `hessian.block_norms`, `hessian.weight_norms`",
-        gate=_CHECKED,
+        gate=HESSIAN_CHECKED,
     ),
     Figure(
         id="fig6",
@@ -126,104 +96,6 @@ FIGURES: list[Figure] = [
         "over k is not drawn: on log axes it lags (flat up to k ~ 100) and lies above the data.",
         shows="\\|L_{k+1}(w*) - L_k(w*)\\| vs k (per sample or per batch), binned medians, 1/k line, fitted slope (95% CI), Theorem 7 bound",
         functions="`plotting.landscape_figure`; `landscape.analyse_landscape`, `train.per_sample_losses`",
-    ),
-    Figure(
-        id="fig1",
-        paper="Figure 1",
-        label="fig:introduction",
-        notebook="probe_figures.ipynb",
-        group="probe_figures",
-        inputs=dict(_PROBE_INPUTS),
-        caption="Figure 1. (a) Measured empirical losses L_k and L_(k+1) of the trained model on "
-        "{landscape_data} along w* + t d, for the top Hessian eigenvector u and a random unit "
-        "direction, at a small and a large k (first ordering of the samples), with the gap "
-        "|L_(k+1) - L_k| on log axes (mean over orderings): the paper draws this panel by hand. "
-        "(b) The post-norm block (self-attention, LayerNorm, feed-forward, LayerNorm, residuals) "
-        "drawn by code.",
-        shows="measured L_k, L_{k+1} along the top Hessian eigenvector and a random direction; the block stack",
-        functions="`probe_plots.fig1_figure`, `diagrams.draw_block_stack`; `probe.run_probe`",
-    ),
-    Figure(
-        id="theorem7",
-        paper="beyond the paper (Theorem 7)",
-        label="thm:convergence",
-        notebook="probe_figures.ipynb",
-        group="probe_figures",
-        inputs=dict(_PROBE_INPUTS),
-        caption="Theorem 7 off w*, trained model on {landscape_data}: |L_(k+1)(w) - L_k(w)| at "
-        "w = w* + t d (top Hessian eigenvector and random unit directions, several t) against "
-        "the printed bound 2L/(k+1) + M t^2/(k+1): curves, the ratio to the bound (violations "
-        "above 1 marked) and the relative error of the second-order Taylor model of L_k, which "
-        "locates where the quadratic model breaks.",
-        shows="Theorem 7's bound off w*, its ratio to the measured gap, where the Taylor model breaks",
-        functions="`probe_plots.theorem7_figure`; `probe.run_probe`, `bounds.landscape.landscape_bound`",
-    ),
-    Figure(
-        id="fig12",
-        paper="Figure 12",
-        label="fig:ass_1_validation",
-        notebook="probe_figures.ipynb",
-        group="probe_figures",
-        inputs=dict(_PROBE_INPUTS),
-        tables={
-            "assumption1": "Assumption 1 (Figure 12): gradient norms of L_k at w* over random "
-            "orderings and minimiser shifts"
-        },
-        caption="Figure 12 (Assumption 1), trained model on {landscape_data}: ||grad L_k(w*)|| and "
-        "||grad L_(k-1)(w*)|| against k (mean, median and 10-90% band over random orderings, "
-        "the sampling reference and the same at initialisation), with the fitted log-log slope "
-        "and its bootstrap 95% interval, and the minimiser shift ||w*_k - w*_(k+1)|| from short "
-        "gradient-descent fine-tunes started at w*.",
-        shows="gradient norms of L_k at w* against k, fitted slope, minimiser shifts (Assumption 1)",
-        functions="`probe_plots.fig12_figure`, `probe.assumption1_table`; `probe.run_probe`",
-    ),
-    *(
-        _dynamics_figure(n, key, title, what, panels, shows)
-        for n, key, title, what, panels, shows in (
-            (
-                7,
-                "queries",
-                "Queries",
-                "W_Q",
-                _DYN_PANELS.format(g="Q", w="W_Q"),
-                "W_Q entries, H_QQ, norms of W_Q and of its Hessian blocks over the first steps",
-            ),
-            (
-                8,
-                "keys",
-                "Keys",
-                "W_K",
-                _DYN_PANELS.format(g="K", w="W_K"),
-                "W_K entries, H_KK, norms of W_K and of its Hessian blocks over the first steps",
-            ),
-            (
-                9,
-                "values",
-                "Values",
-                "W_V",
-                _DYN_PANELS.format(g="V", w="W_V"),
-                "W_V entries, H_VV, norms of W_V and of its Hessian blocks over the first steps",
-            ),
-            (
-                10,
-                "layernorm",
-                "LayerNorm",
-                "gamma1, beta1, gamma2, beta2",
-                "entries against the step, log10 |H| of "
-                "the LayerNorm-LayerNorm Hessian block at a few steps, their norms and the spectral norms of the "
-                "Hessian blocks H_(g,h) (g a LayerNorm group) against the step.",
-                "LayerNorm gamma/beta entries, their Hessian blocks and norms over the first steps",
-            ),
-            (
-                11,
-                "feedforward",
-                "FeedForward",
-                "W_1 and W_2",
-                "entries at a few steps, log10 |H| of the diagonal "
-                "Hessian blocks, their norms and the spectral norms of the Hessian blocks H_(g,h) against the step.",
-                "W_1, W_2 entries, Hessian blocks and norms over the first steps",
-            ),
-        )
     ),
     Figure(
         id="bounds",
@@ -246,79 +118,10 @@ FIGURES: list[Figure] = [
         shows="measured Hessian block norms vs the project's and the paper's bounds; Theorem 1 counter-example",
         functions="`bounds.plot`; `bounds.pipeline`, `bounds.attention`, `bounds.block`",
     ),
-    Figure(
-        id="scaling",
-        paper="beyond the paper (Figure 1's sample size determination, Theorem 7)",
-        label="fig:introduction",
-        notebook="scaling.ipynb",
-        group="scaling_figure",  # the rule `scaling` computes the fits
-        inputs={"scaling": "results/scaling/scaling.json"},
-        enabled_by="scaling.enabled",
-        caption="Scaling study of post-norm ViTs on {scaling_data} (widths at fixed depth, depths at fixed "
-        "width; one colour per training-set size n). (a) D_k = |L_(k+1)(w*) - L_k(w*)| against k (mean over "
-        "random orderings, medians in log-spaced bins; dotted: the tolerance; markers: measured k*). "
-        "(b) decay rate -slope of the log-log fit of D_k (bootstrap 95% interval over orderings; dotted: "
-        "Theorem 7's 1/k rate), (c) its prefactor, (d) the sample size k*: measured = smallest k from which "
-        "the mean D_k stays at or below the tolerance (filled), fitted = smallest k with prefactor * k^slope "
-        "at or below it (open), (e) the top Hessian eigenvalue of the training loss at w* (Lanczos), "
-        "(f) the largest spectral norm of the diagonal blocks of the last block's Hessian (where it is "
-        "formed), each against the parameter count P on log axes, with fitted power laws a P^b "
-        "(exponent b in the legend) and their pairs-bootstrap 95% bands over models.",
-        shows="D_k curves, D_k slope and prefactor, sample size k* and top Hessian eigenvalue against the parameter count, with fitted power laws",
-        functions="`scaling_plot.scaling_figure`; `scaling.run_models`, `scaling.aggregate`",
-    ),
-    Figure(
-        id="spectrum",
-        paper="beyond the paper (Figure 5 for every block)",
-        label="fig:norm",
-        notebook="spectrum.ipynb",
-        inputs={
-            "spectrum": "results/spectrum/{sexp}.json",
-            "metrics": "results/{sexp}/metrics.json",
-        },
-        tables={
-            "spectrum": "Matrix-free Hessian spectrum: top eigenvalue and Hutchinson trace per block and of the whole model"
-        },
-        caption="Matrix-free Hessian spectrum of the trained deep ViT on {spectrum_data}, cross-entropy on one fixed "
-        "training batch, float64: (a) top Lanczos Ritz values of each block's Hessian w.r.t. W_Q, W_K, W_V, W_1, "
-        "W_2 and the whole model's largest eigenvalue; (b) Hutchinson trace estimates with +-2 standard errors; "
-        "(c) spectral densities by stochastic Lanczos quadrature (Gaussian-broadened, log scale); (d) log10 of the "
-        "block-pair spectral norms ||H_ab||_2 of Figure 5 for every block, one colour scale.",
-        shows="top Hessian eigenvalues, traces, spectral densities and block-pair norms of every block of the deep model",
-        functions="`spectrum_plot.spectrum_figure`, `spectrum_plot.spectrum_table`; `spectrum.run_spectrum`",
-    ),
-    Figure(
-        id="architectures",
-        paper="beyond the paper (Figures 3-5 on torch encoder architectures)",
-        label="fig:norm",
-        notebook="architectures.ipynb",
-        group="architectures_figure",  # the rule `architectures` computes the Hessians
-        inputs={"result": "results/architectures/{hexp}/architectures.json"},
-        enabled_by="architectures.enabled",
-        caption="Architecture study (beyond the paper): exact cross-entropy Hessian of all parameters of torch "
-        "encoders (patch embedding, nn.TransformerEncoderLayer or a stack, mean over tokens, linear head) trained on "
-        "{hessian_data}, one factor changed from the post-norm, 1-head, ReLU, 1-layer base at a time. (a) spectral "
-        "norm and (b) RMS entry of the diagonal blocks W_Q, W_K, W_V (split out of the packed in_proj), W_O, W_1, "
-        "W_2 after training, per layer; (c) JS0, the mean Jensen-Shannon distance between the diagonal blocks' "
-        "eigenvalue densities, and (d) the spread log10(max/min) of their spectral norms, at init and after "
-        "training; (e) for stacks, the share of ||H||_F^2 between different layers (what a layer-block-diagonal "
-        "approximation drops).",
-        shows="diagonal Hessian blocks, block heterogeneity (JS0, norm spread) and the off-layer share per architecture",
-        functions="`studies.architectures.plot.architectures_figure`; `studies.architectures.compute`",
-    ),
 ]
 
-#: Artefacts that are not notebook figures (for ``paper/README.md`` only): (path, what it
-#: shows, command, rule, package function).
-OTHER_ARTEFACTS: list[tuple[str, str, str, str, str]] = [
-    (
-        "tables/architectures.{csv,tex,md}",
-        "architecture study (beyond the paper; when architectures.enabled): per architecture the largest "
-        "Hessian block by RMS entry, Frobenius and spectral norm, the top-2 diagonal blocks, spread, JS0, off-layer share",
-        "`transformer-hessian architectures report`",
-        "`architectures_report` (after `architectures`)",
-        "`studies.architectures.report`, `studies.architectures.step`",
-    ),
+#: The artefacts of the pipeline's own rules (see :data:`OTHER_ARTEFACTS`).
+_CORE_ARTEFACTS: list[tuple[str, str, str, str, str]] = [
     (
         "tables/bounds.{csv,tex,md}",
         "per stage, setting (MSE theory / CE experiment) and block pair: measured "
@@ -377,6 +180,18 @@ OTHER_ARTEFACTS: list[tuple[str, str, str, str, str]] = [
         "-",
         "captions from `registry.FIGURES`",
     ),
+]
+
+
+#: Every figure: the entries above, then those of each study (``FIGURES`` of every
+#: ``studies/<name>/registry.py``, in study-name order; a new study edits nothing here).
+FIGURES: list[Figure] = [*_CORE_FIGURES, *(fig for study in study_parts("registry") for fig in study.FIGURES)]
+
+#: Artefacts that are not notebook figures (for ``paper/README.md`` only): (path, what it shows,
+#: command, rule, package function); the studies' own (their ``ARTEFACTS``) first.
+OTHER_ARTEFACTS: list[tuple[str, str, str, str, str]] = [
+    *(art for study in study_parts("registry") for art in getattr(study, "ARTEFACTS", ())),
+    *_CORE_ARTEFACTS,
 ]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .entry import Figure
+from ..studies.entry import Figure
 from .figures import enabled, groups
 
 __all__ = ["caption", "output_parameters", "resolve_inputs", "rule_specs"]

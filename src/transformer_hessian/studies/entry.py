@@ -1,0 +1,65 @@
+"""What one registry entry is: :class:`Figure` (id, paper label, notebook, inputs, caption, ...)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["HESSIAN_CHECKED", "Figure"]
+
+#: The theory rule's check of the saved Hessians (path templates): the figures of a Hessian wait for
+#: it as their ``gate`` (a failed check stops them).
+HESSIAN_CHECKED = ("results/{hexp}/theory/init.json", "results/{hexp}/theory/trained.json")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure of the paper as the pipeline regenerates it.
+
+    ``id`` is the public file name (``paper/figures/<id>.{pdf,png}``) and the rule name;
+    ``paper`` the paper's number ("Figure 3") and ``label`` its LaTeX label; ``notebook`` the
+    file under ``notebooks/``; ``inputs`` maps notebook parameter -> path template (see the
+    module docstring); ``params`` are literal notebook parameters; ``caption`` is a format
+    string with ``{hessian_data}``, ``{landscape_data}`` (data set names of the two
+    experiments, with what they stand in for), ``{granularity}``; ``shows`` is the one-line
+    description in ``paper/README.md`` and ``functions`` the package functions behind it.
+    """
+
+    id: str
+    paper: str
+    label: str
+    notebook: str
+    inputs: dict[str, str]
+    caption: str
+    shows: str
+    functions: str
+    params: dict[str, Any] = field(default_factory=dict)
+    #: Name of the rule (and notebook run) that draws the figure; entries that share a ``group``
+    #: are drawn by one run of one notebook (same ``notebook``, ``inputs`` and ``params``), which
+    #: then takes one output parameter ``out_<id>`` per figure instead of ``out``.
+    group: str | None = None
+    #: Tables the notebook run writes besides the figure: stem -> caption; each is passed as the
+    #: notebook parameter ``table_<stem>`` (``paper/tables/<stem>`` without suffix).
+    tables: dict[str, str] = field(default_factory=dict)
+    #: Path templates the rule waits for without passing them to the notebook: a figure of a
+    #: Hessian is drawn only after the ``theory`` rule has checked that Hessian.
+    gate: tuple[str, ...] = ()
+    #: Dotted config key of a boolean switch (e.g. ``"scaling.enabled"``): when it is false the
+    #: figure has no rule, is not in ``all`` or the provenance (:func:`enabled`), and
+    #: ``paper/README.md`` lists it as optional. None: always drawn.
+    enabled_by: str | None = None
+
+    @property
+    def rule(self) -> str:
+        """Name of the Snakemake rule that draws the figure (``group``, else ``id``)."""
+        return self.group or self.id
+
+    @property
+    def out(self) -> str:
+        """Output path without suffix (the notebook parameter ``out``)."""
+        return f"paper/figures/{self.id}"
+
+    @property
+    def executed(self) -> str:
+        """Where papermill writes the executed notebook."""
+        return f"results/notebooks/{self.rule}.ipynb"

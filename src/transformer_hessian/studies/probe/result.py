@@ -1,0 +1,26 @@
+"""The study's result file (``results/<exp>/probe/probe.json``): save and load."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ...io import _load_keyed, write_json
+
+__all__ = ["load_probe", "save_probe"]
+
+
+def save_probe(path: str | os.PathLike[str], result: Mapping[str, Any]) -> None:
+    """Write the landscape probes (``results/<exp>/probe/probe.json``).
+
+    The object of :func:`.compute.run_probe` (``M``, ``theorem7`` records and ``theorem7_summary``,
+    ``taylor``, ``assumption1`` with ``slope`` and ``slope_ci95``, ``timings``, ...) plus
+    ``experiment`` and ``dataset``.
+    """
+    write_json(dict(result), path)
+
+
+def load_probe(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a file written by :func:`save_probe`."""
+    return _load_keyed(path, "probe", ("theorem7_summary", "assumption1"))
