@@ -202,32 +202,17 @@ def test_rms_fro_spectral_all_reported():
     assert f"V {fmt(spec['W_V'])}" in kv["measured"].split("by spectral norm ")[1]
 
 
-def _dummy_provider(result):
-    return [
-        {
-            "id": "dummy",
-            "claim": "q",
-            "source": "App. A.2",
-            "measured": str(result["x"]),
-            "verdict": claims.verdict(result["x"] > 0),
-            "evidence": "dummy.json",
-        }
-    ]
-
-
-def test_collect_validates_and_takes_provider_rows(monkeypatch):
+def test_collect_validates_rows_in_order():
     base = claims.training_claim_rows(metrics(), metrics(), "a", "b")
-    monkeypatch.setitem(claims.PROVIDERS, "dummy", f"{__name__}:_dummy_provider")
-    rows = claims.collect_claims(base, extra={"dummy": {"x": 2}})
-    assert [r["id"] for r in rows][-1] == "dummy" and rows[-1]["verdict"] == claims.REPRODUCED
+    study = {**base[0], "id": "study_row", "evidence": "study.json"}
+    rows = claims.collect_claims(base, [study])
+    assert [r["id"] for r in rows] == [r["id"] for r in base] + ["study_row"]
     with pytest.raises(ValueError, match="duplicate"):
         claims.collect_claims(base, base)
     with pytest.raises(ValueError, match="verdict"):
         claims.collect_claims([{**base[0], "verdict": "probably"}])
     with pytest.raises(ValueError, match="measured"):
         claims.collect_claims([{k: v for k, v in base[0].items() if k != "measured"}])
-    with pytest.raises(ValueError, match="no claim provider"):
-        claims.collect_claims(base, extra={"nothing": {}})
 
 
 def test_markdown_lists_every_row_and_counts():

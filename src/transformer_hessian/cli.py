@@ -160,7 +160,6 @@ def cmd_claims(a) -> None:
         a.out_json,
         a.out_md,
         hessian_init=a.hessian_init,
-        extra=a.extra,
         rows=a.rows,
         config_hash=a.config_hash,
     )
@@ -379,13 +378,6 @@ def _add_claims_parsers(sub) -> None:
     s.add_argument("--metrics-hessian", required=True, help="metrics.json of the Hessian experiment")
     s.add_argument("--metrics-landscape", required=True, help="metrics.json of the landscape experiment")
     s.add_argument("--landscape", required=True, help="landscape.json (landscape rule)")
-    s.add_argument(
-        "--extra",
-        action="append",
-        default=[],
-        metavar="NAME=PATH",
-        help="result of another module; rows from claims.PROVIDERS[NAME](result)",
-    )
     s.add_argument(
         "--rows", action="append", default=[], metavar="PATH", help="JSON list of finished claim rows to append"
     )

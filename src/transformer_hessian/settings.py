@@ -210,7 +210,7 @@ class Probe(Section):
 
 @dataclass(frozen=True)
 class Spectrum(Section):
-    """The matrix-free Hessian spectrum of the deep model (rule spectrum_compute, :mod:`.spectrum`):
+    """The matrix-free Hessian spectrum of the deep model (rule spectrum_compute, :mod:`.studies.spectrum`):
     experiment (null: ``landscape.experiment``), batch, Lanczos / Hutchinson / SLQ sizes, density
     grid and width, and the HVP chunk."""
 

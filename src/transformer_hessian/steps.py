@@ -364,13 +364,11 @@ def claims_step(
     out_json: str,
     out_md: str,
     hessian_init: str | None = None,
-    extra: Sequence[str] = (),
     rows: Sequence[str] = (),
     config_hash: str | None = None,
 ) -> list[dict]:
     """Rule claims: one verdict per empirical claim of the paper (:func:`.claims.collect_claims`);
-    ``extra`` items are ``NAME=PATH`` results for ``claims.PROVIDERS[NAME]``, ``rows`` JSON lists of
-    finished rows. Writes ``out_json`` and ``out_md`` (:func:`.io.save_claims`); returns the rows."""
+    ``rows``: the JSON lists of finished rows the studies' rules write (``CLAIM_ROW_FILES``). Writes ``out_json`` and ``out_md`` (:func:`.io.save_claims`); returns the rows."""
     from . import claims
     from .io import load_hessian, load_json, load_landscape, load_metrics, load_norms, save_claims
 
@@ -385,12 +383,7 @@ def claims_step(
     )
     out += claims.training_claim_rows(mh, ml, metrics_hessian, metrics_landscape)
     out += claims.landscape_claim_rows(load_landscape(landscape), ml, evidence=landscape)
-    extra_results = {}
-    for item in extra:
-        name, _, path = item.partition("=")
-        extra_results[name] = load_json(path)
-    extra_rows = [r for path in rows for r in load_json(path)]
-    out = claims.collect_claims(out, extra_rows, extra=extra_results)
+    out = claims.collect_claims(out, [r for path in rows for r in load_json(path)])
     save_claims(out_json, out_md, out, config_hash, claims.claims_document(out, config_hash))
     failed = [r["id"] for r in out if r["verdict"] == claims.NOT_REPRODUCED]
     log.info("claims: %d rows, not reproduced: %s", len(out), ", ".join(failed) or "none")

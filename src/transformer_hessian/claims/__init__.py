@@ -23,21 +23,19 @@ Frobenius norms of the ``hessian`` rule and n_i from the model sizes.
 
 Collection point for other modules
 ----------------------------------
-A module that owns a result exposes ``claim_rows(result) -> list[dict]``. To wire it:
-add ``"<name>": "<module>:<function>"`` to :data:`PROVIDERS` (``claims/collect.py``) and pass its result file to
-``transformer-hessian claims --extra <name>=<path>`` (in ``workflow/rules/claims.smk`` add the
-path to ``CLAIM_EXTRA_INPUTS``). A rule may instead write a JSON list of finished rows and
-pass it with ``--rows <path>``. :func:`collect_claims` validates every row (schema, verdict
-word, unique id) and keeps the order: this module's rows, then the providers', then ``--rows``.
+A study's rule writes a JSON list of finished rows and appends its path to ``CLAIM_ROW_FILES``
+(in its ``workflow/rules/studies/<name>.smk``); the ``claims`` rule passes each with
+``--rows <path>``. :func:`collect_claims` validates every row (schema, verdict word, unique id)
+and keeps the order: this module's rows, then the files' in ``CLAIM_ROW_FILES`` order.
 
 Modules: :mod:`.schema` (verdict words, row keys, validation), :mod:`.rows` (this project's
-claim rows), :mod:`.collect` (providers and collection), :mod:`.render` (``paper/claims.md``,
+claim rows), :mod:`.collect` (collection), :mod:`.render` (``paper/claims.md``,
 the README block). Every name is re-exported here (``claims.collect_claims`` etc. keep working).
 """
 
 from __future__ import annotations
 
-from .collect import PROVIDERS, collect_claims
+from .collect import collect_claims
 from .render import README_END, README_START, claims_document, readme_section, render_markdown, update_readme
 from .rows import block_sizes, entry_spread, hessian_claim_rows, landscape_claim_rows, training_claim_rows
 from .schema import NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, ROW_KEYS, VERDICTS, validate_row, verdict
@@ -45,7 +43,6 @@ from .schema import NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, ROW_KEYS, VERDICTS
 __all__ = [
     "NOT_REPRODUCED",
     "NOT_TESTABLE",
-    "PROVIDERS",
     "README_END",
     "README_START",
     "REPRODUCED",

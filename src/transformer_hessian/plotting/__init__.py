@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from ..io import load_hessian, load_json
 from .hessian_maps import hessian_figure, hessian_heatmap, robust_log_range, shared_log_range, zero_fraction
-from .inputs import _as_mapping, as_mapping
+from .inputs import as_mapping
 from .landscape import landscape_curve, landscape_figure, slope_label
 from .norms import norms_figure
 from .save import publish, save_figure
@@ -53,7 +53,6 @@ __all__ = [
     "STAGE_COLOURS",
     "VALUES_COLOUR",
     "ZERO_COLOUR",
-    "_as_mapping",
     "as_mapping",
     "contrast_ratio",
     "dataset_model_label",

@@ -17,7 +17,3 @@ def as_mapping(obj: Mapping[str, Any] | str | os.PathLike[str]) -> Mapping[str, 
     if isinstance(obj, (str, os.PathLike)):
         return load_json(obj)
     return obj
-
-
-#: Old private name (``scaling_plot`` imports it from :mod:`transformer_hessian.plotting`).
-_as_mapping = as_mapping

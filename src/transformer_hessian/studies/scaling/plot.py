@@ -16,7 +16,7 @@ import numpy as np
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from ...plotting import COMPACT_RC, DATASET_NAMES, GROUP_COLOURS, _as_mapping
+from ...plotting import COMPACT_RC, DATASET_NAMES, GROUP_COLOURS, as_mapping
 
 #: Marker, fit line style and legend text of the two sweep directions.
 _MARKER = {"width": "o", "depth": "s"}
@@ -112,7 +112,7 @@ def scaling_figure(result: Mapping[str, Any] | str | os.PathLike[str], size=(6.0
 
 
 def _scaling_figure(result, size) -> Figure:
-    res = _as_mapping(result)
+    res = as_mapping(result)
     models, fits = res["models"], res["fits"]
     sizes = list(dict.fromkeys(m["train_size"] for m in models))
     colours = dict(zip(sizes, sns.color_palette("deep", max(3, len(sizes)))))
