@@ -179,32 +179,7 @@ def record_dynamics(
             n_total = math.ceil(len(data["train_x"]) / spec.train.batch_size) * spec.train.epochs
             snaps = snapshot_steps(min(steps_cfg, n_total), every) if min(steps_cfg, n_total) > 0 else [0]
             plan["heat"] = {snaps[i] for i in heatmap_indices(len(snaps), int(dyn_cfg.heatmaps))}
-        m64 = copy.deepcopy(model).to(torch.float64).eval()
-        blk = m64.blocks[block]
-        t0 = time.perf_counter()
-        H, method = hessian_all_groups(m64, block, images, labels)
-        meta["hessian_seconds"] += time.perf_counter() - t0
-        meta["method"] = method
-        names, _, off = layout(m64, block)
-        with torch.no_grad():
-            hloss = float(torch.nn.functional.cross_entropy(m64(images), labels))
-        rec["steps"].append(step)
-        rec["batch_loss"].append(np.nan if batch_loss is None else float(batch_loss))
-        rec["hessian_loss"].append(hloss)
-        for g in ALL_GROUPS:
-            rec["weights"][g].append(getattr(blk, g).detach().cpu().numpy().astype(np.float32))
-        rec["weight_norms"].append(weight_norms_all(m64, block))
-        Hc = H.cpu()
-        rec["hessian_norms"].append(symmetric_block_norms(Hc, off, names))
-        if step in plan["heat"]:
-            rec["heat_steps"].append(step)
-            for i, g in enumerate(GROUPS):
-                rec["hdiag"][g].append(Hc[off[i] : off[i + 1], off[i] : off[i + 1]].numpy().astype(np.float32))
-            p5 = off[len(GROUPS)]
-            rec["hdiag"]["LN"].append(Hc[p5:, p5:].numpy().astype(np.float32))
-        if step == 0:
-            rec["H0_matrix_part"] = Hc[: off[len(GROUPS)], : off[len(GROUPS)]].numpy()
-        log.info("dynamics: step %d, loss on the Hessian batch %.4f", step, hloss)
+        _record_snapshot(rec, meta, step, model, batch_loss, block, images, labels, step in plan["heat"])
         prog.advance(note=f"training step {step}")
 
     t0 = time.perf_counter()
@@ -222,6 +197,59 @@ def record_dynamics(
             checkpoint_dir=checkpoint_dir,
         )
     seconds = time.perf_counter() - t0
+    arrays = _arrays(rec)
+    summary = _summary(rec, arrays, meta, info, steps_cfg=steps_cfg, every=every, seconds=seconds)
+    summary.update(batch_size=int(len(images)), block=block)  # (key order: see _summary)
+    return arrays, summary, rec.get("H0_matrix_part")
+
+
+def check_against_saved(H0_matrix_part: np.ndarray, saved: dict) -> dict:
+    """Relative difference between the step-0 matrix-group Hessian of the replay and the one the
+    ``hessian`` rule saved for the init checkpoint: max |H0 - H_saved| / max |H_saved|."""
+    Hs = np.asarray(saved["H"])
+    if Hs.shape != H0_matrix_part.shape:
+        raise ValueError(f"saved init Hessian has shape {Hs.shape}, the replay's {H0_matrix_part.shape}")
+    scale = float(np.abs(Hs).max())
+    err = float(np.abs(H0_matrix_part - Hs).max())
+    return {"max_abs_error": err, "rel_error": err / scale if scale > 0 else err}
+
+
+def _record_snapshot(
+    rec: dict, meta: dict, step: int, model, batch_loss, block: int, images, labels, heat: bool
+) -> None:
+    """Append one snapshot of :func:`record_dynamics` to ``rec``: the float64 copy's nine-group
+    Hessian on the fixed batch, its block norms, the weights and their norms, the losses; with
+    ``heat`` also the diagonal blocks for the heat maps."""
+    m64 = copy.deepcopy(model).to(torch.float64).eval()
+    blk = m64.blocks[block]
+    t0 = time.perf_counter()
+    H, method = hessian_all_groups(m64, block, images, labels)
+    meta["hessian_seconds"] += time.perf_counter() - t0
+    meta["method"] = method
+    names, _, off = layout(m64, block)
+    with torch.no_grad():
+        hloss = float(torch.nn.functional.cross_entropy(m64(images), labels))
+    rec["steps"].append(step)
+    rec["batch_loss"].append(np.nan if batch_loss is None else float(batch_loss))
+    rec["hessian_loss"].append(hloss)
+    for g in ALL_GROUPS:
+        rec["weights"][g].append(getattr(blk, g).detach().cpu().numpy().astype(np.float32))
+    rec["weight_norms"].append(weight_norms_all(m64, block))
+    Hc = H.cpu()
+    rec["hessian_norms"].append(symmetric_block_norms(Hc, off, names))
+    if heat:
+        rec["heat_steps"].append(step)
+        for i, g in enumerate(GROUPS):
+            rec["hdiag"][g].append(Hc[off[i] : off[i + 1], off[i] : off[i + 1]].numpy().astype(np.float32))
+        p5 = off[len(GROUPS)]
+        rec["hdiag"]["LN"].append(Hc[p5:, p5:].numpy().astype(np.float32))
+    if step == 0:
+        rec["H0_matrix_part"] = Hc[: off[len(GROUPS)], : off[len(GROUPS)]].numpy()
+    log.info("dynamics: step %d, loss on the Hessian batch %.4f", step, hloss)
+
+
+def _arrays(rec: dict) -> dict:
+    """The npz arrays of :func:`record_dynamics` from the snapshots ``rec``."""
     arrays = {
         "steps": np.asarray(rec["steps"], dtype=np.int64),
         "batch_loss": np.asarray(rec["batch_loss"]),
@@ -235,7 +263,13 @@ def record_dynamics(
         arrays[f"weights_{g}"] = np.stack(rec["weights"][g])
     for g, mats in rec["hdiag"].items():
         arrays[f"hdiag_{g}"] = np.stack(mats)
-    summary = {
+    return arrays
+
+
+def _summary(rec: dict, arrays: dict, meta: dict, info: dict, *, steps_cfg: int, every: int, seconds: float) -> dict:
+    """The JSON summary of :func:`record_dynamics`; ``batch_size`` and ``block`` are placeholders
+    the caller fills (after ``seconds``, where the JSON has always had them)."""
+    return {
         "groups": list(ALL_GROUPS),
         "steps": rec["steps"],
         "heat_steps": rec["heat_steps"],
@@ -248,8 +282,8 @@ def record_dynamics(
         "hessian_method": meta["method"],
         "hessian_seconds": meta["hessian_seconds"],
         "seconds": seconds,
-        "batch_size": int(len(images)),
-        "block": block,
+        "batch_size": None,
+        "block": None,
         "batch_loss": [None if np.isnan(v) else v for v in rec["batch_loss"]],
         "hessian_loss": rec["hessian_loss"],
         "weight_norms": {
@@ -258,15 +292,3 @@ def record_dynamics(
         },
         "hessian_norm_fields": ["fro", "spectral", "max_abs"],
     }
-    return arrays, summary, rec.get("H0_matrix_part")
-
-
-def check_against_saved(H0_matrix_part: np.ndarray, saved: dict) -> dict:
-    """Relative difference between the step-0 matrix-group Hessian of the replay and the one the
-    ``hessian`` rule saved for the init checkpoint: max |H0 - H_saved| / max |H_saved|."""
-    Hs = np.asarray(saved["H"])
-    if Hs.shape != H0_matrix_part.shape:
-        raise ValueError(f"saved init Hessian has shape {Hs.shape}, the replay's {H0_matrix_part.shape}")
-    scale = float(np.abs(Hs).max())
-    err = float(np.abs(H0_matrix_part - Hs).max())
-    return {"max_abs_error": err, "rel_error": err / scale if scale > 0 else err}

@@ -141,8 +141,15 @@ def _theorem7_figure(result: Mapping[str, Any], label: str, size) -> Figure:
     k = np.asarray(result["k_store"], dtype=float)
     colours = _dir_colours(th)
     fig, axes = plt.subplots(3, 1, figsize=size, layout="constrained")
+    _theorem7_top_panel(axes[0], th, k)
+    _theorem7_ratio_panel(axes[1], result, th, k, colours)
+    _taylor_panel(axes[2], result, colours)
+    fig.suptitle(wrap_lines(f"Theorem 7 off $w^*$\n{label}"))
+    return fig
 
-    ax = axes[0]
+
+def _theorem7_top_panel(ax, th, k) -> None:
+    """(a) |L_{k+1} - L_k| along the top eigenvector u at four t, with the bound."""
     u = th["top eigenvector u"]
     t_all = np.asarray(u["t"])
     pos = np.flatnonzero(t_all > 0)
@@ -187,7 +194,9 @@ def _theorem7_figure(result: Mapping[str, Any], label: str, size) -> Figure:
     ax.set_title("(a) along the top eigenvector u")
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0))
 
-    ax = axes[1]
+
+def _theorem7_ratio_panel(ax, result, th, k, colours) -> None:
+    """(b) max over orderings of lhs / bound, per direction and t; violations marked."""
     n_viol = 0
     for d, res in th.items():
         for i in range(len(res["t"])):
@@ -218,7 +227,9 @@ def _theorem7_figure(result: Mapping[str, Any], label: str, size) -> Figure:
     )
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0))
 
-    ax = axes[2]
+
+def _taylor_panel(ax, result, colours) -> None:
+    """(c) the Taylor model's relative error at k = n against |t|, per direction."""
     tay = result["taylor"]
     for d, res in tay.items():
         t = np.asarray(res["t"])
@@ -247,18 +258,23 @@ def _theorem7_figure(result: Mapping[str, Any], label: str, size) -> Figure:
     ax.set_ylabel(r"$|L_n - Q_n| / (t^2 |C_n| / 2)$")
     ax.set_title(f"(c) Taylor model of $L_k$, k = n = {result['n_samples']} (dotted: break)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    fig.suptitle(wrap_lines(f"Theorem 7 off $w^*$\n{label}"))
-    return fig
 
 
 def fig12_figure(result: Mapping[str, Any], label: str = "", size=(5.8, 8.6)) -> Figure:
     """Figure 12: (a) ``||grad L_k(w*)||`` and ``||grad L_{k-1}(w*)||`` against ``k`` (log-log) with
     the fit; (b) the minimiser shift ``||w*_k - w*_{k+1}||`` against ``k``."""
+    fig, axes = plt.subplots(2, 1, figsize=size, layout="constrained", height_ratios=[1.3, 1])
+    _gradient_panel(axes[0], result)
+    _shift_panel(axes[1], result)
+    fig.suptitle(wrap_lines(f"Figure 12 (Assumption 1)\n{label}", 95), fontsize=9)
+    return fig
+
+
+def _gradient_panel(ax, result) -> None:
+    """Figure 12 (a): the gradient norms at w* against k, the fit and the references."""
     a1 = result["assumption1"]
     pal = sns.color_palette("deep")
     k = np.asarray(a1["k"], dtype=float)
-    fig, axes = plt.subplots(2, 1, figsize=size, layout="constrained", height_ratios=[1.3, 1])
-    ax = axes[0]
     ax.fill_between(
         k, a1["grad_norm_k_q10"], a1["grad_norm_k_q90"], color=pal[0], alpha=0.18, label="10-90% over orderings"
     )
@@ -308,7 +324,10 @@ def fig12_figure(result: Mapping[str, Any], label: str = "", size=(5.8, 8.6)) ->
     ax.set_title(f"(a) Assumption 1 asks for 0; {a1['n_orderings']} orderings of n = {result['n_samples']}", fontsize=9)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=2)
 
-    ax = axes[1]
+
+def _shift_panel(ax, result) -> None:
+    """Figure 12 (b): the minimiser shift against k."""
+    pal = sns.color_palette("deep")
     sh = result["minimiser_shift"]
     ks = np.array([r["k"] for r in sh["rows"]], dtype=float)
     mean = np.array([r["shift"] for r in sh["rows"]])
@@ -336,5 +355,3 @@ def fig12_figure(result: Mapping[str, Any], label: str = "", size=(5.8, 8.6)) ->
         fontsize=8.5,
     )
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=2)
-    fig.suptitle(wrap_lines(f"Figure 12 (Assumption 1)\n{label}", 95), fontsize=9)
-    return fig

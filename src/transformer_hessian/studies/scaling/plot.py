@@ -113,17 +113,26 @@ def scaling_figure(result: Mapping[str, Any] | str | os.PathLike[str], size=(6.0
 
 def _scaling_figure(result, size) -> Figure:
     res = as_mapping(result)
-    models, fits = res["models"], res["fits"]
-    sizes = list(dict.fromkeys(m["train_size"] for m in models))
+    sizes = list(dict.fromkeys(m["train_size"] for m in res["models"]))
     colours = dict(zip(sizes, sns.color_palette("deep", max(3, len(sizes)))))
-    styles = dict(zip(sizes, ["-", "--", ":", "-."] * 4))
     # Three rows of two panels, 6 in wide (printed at the paper's text width, no text below 6 pt);
     # every legend sits under its panel, outside the data.
     fig, axes = plt.subplots(3, 2, figsize=size, layout="constrained")
     (ax_d, ax_s), (ax_a, ax_k), (ax_l, ax_b) = axes
-    tol = res["settings"]["tolerance"]
+    _curves_panel(ax_d, res, sizes)
+    _rate_panels(res, sizes, colours, ax_s, ax_a, ax_k, ax_l)
+    dense = _blocks_panel(ax_b, res, sizes)
+    for ax in (ax_s, ax_a, ax_k, ax_l, ax_b) if dense else (ax_s, ax_a, ax_k, ax_l):
+        _plain_ticks(ax)
+    fig.suptitle("\n".join(textwrap.fill(line, 100) for line in sweep_title(res).splitlines()), fontsize=7)
+    return fig
 
-    # (a) D_k curves: colour by parameter count, line style by data-set size
+
+def _curves_panel(ax_d, res, sizes) -> None:
+    """(a) D_k curves: colour by parameter count, line style by data-set size, k* markers."""
+    models = res["models"]
+    tol = res["settings"]["tolerance"]
+    styles = dict(zip(sizes, ["-", "--", ":", "-."] * 4))
     P_all = np.array([m["n_parameters"] for m in models], dtype=np.float64)
     cmap = plt.get_cmap("viridis")
     lp = np.log(P_all)
@@ -153,53 +162,61 @@ def _scaling_figure(result, size) -> Figure:
     )
     ax_d.legend(fontsize=6.5, **_BELOW)
 
-    def scatter(ax, key, err=None, filled=True, fit=True, prefix=""):
-        for size in sizes:
-            group = [m for m in res["rows"] if m["train_size"] == size and m[key] is not None]
-            col = colours[size]
-            for m in group:
-                kw = {
-                    "color": col,
-                    "marker": _MARKER[m["series"][0] if m["series"] else "width"],
-                    "markersize": 5,
-                    "linestyle": "none",
-                    "markeredgecolor": "black",
-                    "markeredgewidth": 0.4,
-                }
-                if not filled:
-                    kw.update(markerfacecolor="white", markeredgecolor=col, markeredgewidth=1.2)
-                if err is not None:
-                    lo, hi = err(m)
-                    ax.errorbar(
-                        [m["n_parameters"]],
-                        [m[key]],
-                        yerr=[[m[key] - lo], [hi - m[key]]],
-                        capsize=2,
-                        elinewidth=0.8,
-                        **kw,
-                    )
-                else:
-                    ax.plot([m["n_parameters"]], [m[key]], **kw)
-            if not fit or not group:
-                continue
-            for series, by_q in fits[str(size or "all")].items():
-                what = _SERIES[series].format(**res["settings"])
-                where = f", {size_label(size, group[0]['n_train'])}" if len(sizes) > 1 else ""
-                _draw_fit(ax, by_q.get(key), col, f"{prefix}{what}{where}: ", linestyle=_STYLE[series])
-        ax.set(xscale="log", yscale="log", xlabel="parameters P")
 
-    scatter(ax_s, "decay_rate", err=lambda m: (-m["slope_ci95"][1], -m["slope_ci95"][0]))
+def _scatter(ax, res, sizes, colours, key, err=None, filled=True, fit=True, prefix="") -> None:
+    """One quantity ``key`` of every model against P, coloured by data-set size, marker by sweep
+    direction; with ``fit`` the power-law fits of that quantity."""
+    for size in sizes:
+        group = [m for m in res["rows"] if m["train_size"] == size and m[key] is not None]
+        col = colours[size]
+        for m in group:
+            kw = {
+                "color": col,
+                "marker": _MARKER[m["series"][0] if m["series"] else "width"],
+                "markersize": 5,
+                "linestyle": "none",
+                "markeredgecolor": "black",
+                "markeredgewidth": 0.4,
+            }
+            if not filled:
+                kw.update(markerfacecolor="white", markeredgecolor=col, markeredgewidth=1.2)
+            if err is not None:
+                lo, hi = err(m)
+                ax.errorbar(
+                    [m["n_parameters"]],
+                    [m[key]],
+                    yerr=[[m[key] - lo], [hi - m[key]]],
+                    capsize=2,
+                    elinewidth=0.8,
+                    **kw,
+                )
+            else:
+                ax.plot([m["n_parameters"]], [m[key]], **kw)
+        if not fit or not group:
+            continue
+        for series, by_q in res["fits"][str(size or "all")].items():
+            what = _SERIES[series].format(**res["settings"])
+            where = f", {size_label(size, group[0]['n_train'])}" if len(sizes) > 1 else ""
+            _draw_fit(ax, by_q.get(key), col, f"{prefix}{what}{where}: ", linestyle=_STYLE[series])
+    ax.set(xscale="log", yscale="log", xlabel="parameters P")
+
+
+def _rate_panels(res, sizes, colours, ax_s, ax_a, ax_k, ax_l) -> None:
+    """(b) decay rate, (c) prefactor, (d) sample size k*, (e) top eigenvalue against P, with the
+    sweep directions' markers in every legend."""
+    tol = res["settings"]["tolerance"]
+    _scatter(ax_s, res, sizes, colours, "decay_rate", err=lambda m: (-m["slope_ci95"][1], -m["slope_ci95"][0]))
     ax_s.axhline(1.0, color="0.3", linestyle=":", linewidth=1.0, label="Theorem 7: 1/k (rate 1)")
     ax_s.set(ylabel="decay rate -slope of D_k (95% CI over orderings)", title="(b) rate: D_k ~ prefactor k^slope")
-    scatter(ax_a, "prefactor")
+    _scatter(ax_a, res, sizes, colours, "prefactor")
     ax_a.set(ylabel="prefactor of D_k (nats)", title="(c) prefactor of the fitted D_k")
-    scatter(ax_k, "k_star_measured")
-    scatter(ax_k, "k_star_fitted", filled=False, fit=False)
+    _scatter(ax_k, res, sizes, colours, "k_star_measured")
+    _scatter(ax_k, res, sizes, colours, "k_star_fitted", filled=False, fit=False)
     ax_k.set(
         ylabel=f"sample size k* with D_k <= {tol:g} (samples)",
         title="(d) sample size k* at the tolerance",
     )
-    scatter(ax_l, "top_eigenvalue")
+    _scatter(ax_l, res, sizes, colours, "top_eigenvalue")
     ax_l.set(
         ylabel=rf"$\lambda_{{max}}$ of the training-loss Hessian at $w^*$ ({res['settings']['hessian_samples']} samples)",
         title="(e) top Hessian eigenvalue (Lanczos)",
@@ -216,7 +233,10 @@ def _scaling_figure(result, size) -> Figure:
             labels += ["k* measured on the mean D_k", "k* of the fitted prefactor k^slope"]
         ax.legend(handles, labels, fontsize=6.5, **_BELOW)
 
-    # (f) spectral norms of the diagonal blocks of the last block's Hessian (closed form), one line per sweep direction
+
+def _blocks_panel(ax_b, res, sizes) -> list:
+    """(f) spectral norms of the diagonal blocks of the last block's Hessian (closed form), one
+    line per sweep direction; returns the models that have them."""
     dense = [m for m in res["rows"] if m.get("block_diag_spectral")]
     palette = sns.color_palette("deep")
     if dense:
@@ -259,7 +279,4 @@ def _scaling_figure(result, size) -> Figure:
         ylabel="spectral norm of the diagonal Hessian block",
         title="(f) last block's diagonal Hessian blocks at $w^*$",
     )
-    for ax in (ax_s, ax_a, ax_k, ax_l, ax_b) if dense else (ax_s, ax_a, ax_k, ax_l):
-        _plain_ticks(ax)
-    fig.suptitle("\n".join(textwrap.fill(line, 100) for line in sweep_title(res).splitlines()), fontsize=7)
-    return fig
+    return dense

@@ -74,6 +74,20 @@ def _spectrum_figure(result: Mapping[str, Any], label: str, size) -> Figure:
     pal = sns.color_palette("viridis", nb)
     whole = result["whole_model"]
 
+    _top_panel(ax_top, blocks, whole, x, names)
+    _trace_panel(ax_tr, blocks, whole, x, names)
+    _density_panel(ax_den, blocks, pal)
+    _pair_norms_panel(sub_bot, blocks, groups, per_row, d_rows)
+    fig.suptitle(
+        wrap_lines(
+            f"Matrix-free Hessian spectrum, cross-entropy on one batch of {result['batch_size']} training samples\n{label}"
+        ),
+    )
+    return fig
+
+
+def _top_panel(ax_top, blocks, whole, x, names) -> None:
+    nb = len(blocks)
     # (a) top Ritz values per block and of the whole model
     k = len(blocks[0]["top"]["eigenvalues"])
     for i, e in enumerate([*blocks, whole]):
@@ -92,6 +106,9 @@ def _spectrum_figure(result: Mapping[str, Any], label: str, size) -> Figure:
     ax_top.set(ylabel="Ritz value (symlog)", title=f"(a) top-{k} eigenvalues")
     ax_top.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3 if nb > 2 else -0.22), ncols=1)
 
+
+def _trace_panel(ax_tr, blocks, whole, x, names) -> None:
+    nb = len(blocks)
     # (b) Hutchinson traces with 2 standard errors
     tr = np.array([b["trace"]["mean"] for b in blocks] + [whole["trace"]["mean"]])
     se = np.array([b["trace"]["stderr"] for b in blocks] + [whole["trace"]["stderr"]])
@@ -105,6 +122,9 @@ def _spectrum_figure(result: Mapping[str, Any], label: str, size) -> Figure:
         title=f"(b) Hutchinson trace\n({blocks[0]['trace']['n_probes']} Rademacher probes)",
     )
 
+
+def _density_panel(ax_den, blocks, pal) -> None:
+    nb = len(blocks)
     # (c) SLQ densities, log y, on one grid and one broadening for all blocks
     with_density = [b for b in blocks if b.get("density")]
     if with_density:
@@ -122,6 +142,9 @@ def _spectrum_figure(result: Mapping[str, Any], label: str, size) -> Figure:
     if nb > 1:
         ax_den.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncols=2)
 
+
+def _pair_norms_panel(sub_bot, blocks, groups, per_row, d_rows) -> None:
+    nb = len(blocks)
     # (d) block-pair norms, one colour scale
     N = np.array([b["pair_norms"] for b in blocks])
     logN = np.log10(np.where(N > 0, N, np.nan))
@@ -142,9 +165,3 @@ def _spectrum_figure(result: Mapping[str, Any], label: str, size) -> Figure:
         # no values in the cells: they overlapped at print size; the spectrum table has them
     sub_bot.colorbar(im, ax=list(axes[:nb]), label=r"$\log_{10}\|H_{ab}\|_2$", shrink=0.9)
     sub_bot.suptitle(r"(d) block-pair spectral norms $\|H_{ab}\|_2$ (rows a, columns b)", fontsize=8)
-    fig.suptitle(
-        wrap_lines(
-            f"Matrix-free Hessian spectrum, cross-entropy on one batch of {result['batch_size']} training samples\n{label}"
-        ),
-    )
-    return fig
