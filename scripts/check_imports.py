@@ -90,9 +90,11 @@ LAYERS: dict[str, int] = {
     "claims": REPORT,
     "registry": REPORT,
     "steps": REPORT,
+    "report_steps": REPORT,  # the report rules' steps (tables, summary, claims, registry)
     "bounds.step": REPORT,
     # pipeline: the command line and the run guard
     "cli": PIPELINE,
+    "cli_commands": PIPELINE,  # the pipeline's own commands; cli.py builds the parser
     "__main__": PIPELINE,
     "runguard": PIPELINE,
     "": PIPELINE,  # the package's own __init__

@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import tiny_spec
 
-from transformer_hessian import io, steps
+from transformer_hessian import io, report_steps, steps
 from transformer_hessian.config import ConfigError
 from transformer_hessian.hessian import block_norms
 from transformer_hessian.settings import Experiment, Hessian, Landscape
@@ -70,11 +70,11 @@ def test_theory_step_passes_and_its_gate_fails_on_a_corrupted_hessian(tiny_run):
 
 def test_registry_step_check_detects_a_stale_readme(tmp_path):
     path = tmp_path / "README.md"
-    steps.registry_step(str(path), write_readme=True)
-    steps.registry_step(str(path), check=True)
+    report_steps.registry_step(str(path), write_readme=True)
+    report_steps.registry_step(str(path), check=True)
     path.write_text(path.read_text() + "\nedited by hand\n")
     with pytest.raises(ValueError, match="differs from the registry"):
-        steps.registry_step(str(path), check=True)
+        report_steps.registry_step(str(path), check=True)
 
 
 def test_memory_check_names_the_config_keys(monkeypatch):

@@ -18,6 +18,7 @@ import sys
 # cores (snakemake runs several at once) slow each other down several-fold.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+from . import cli_commands as commands
 from .utils import log, set_threads, setup_logging
 
 DATA_ROOT_HELP = "data root (data.root); the data set lies in DATA_ROOT/DATASET/"
@@ -38,196 +39,6 @@ def _json_arg(text: str) -> dict:
         return json.loads(text)
     except json.JSONDecodeError as err:
         raise argparse.ArgumentTypeError(f"not valid JSON ({source}): {err}") from None
-
-
-def cmd_download(a) -> None:
-    """Rule download: fetch and verify a data set, then write its manifest."""
-    from .steps import download_dataset
-
-    download_dataset(a.dataset, a.manifest, root=a.root, mirror=a.mirror, deadline=a.deadline, local=a.local)
-
-
-def cmd_train(a) -> None:
-    """Rule train: train (or resume) one experiment."""
-    from .settings import Experiment
-    from .train import train
-
-    m = train(
-        a.experiment, Experiment.from_dict(a.spec, f"experiments.{a.experiment}"), a.data_root, a.out, device=a.device
-    )
-    log.info("%s: final val_acc %.4f after %d epochs", a.experiment, m["final"]["val_acc"], m["epochs"])
-
-
-def cmd_hessian(a) -> None:
-    """Rule hessian: dense Hessian of one block's five groups and its block norms."""
-    from .settings import Experiment, Hessian
-    from .steps import hessian_step
-
-    hessian = Hessian.from_dict(a.hessian)
-    spec = Experiment.from_dict(a.spec, f"experiments.{hessian.experiment}")
-    hessian_step(a.checkpoint, a.stage, spec, hessian, a.data_root, a.out_npz, a.out_norms, device=a.device)
-
-
-def cmd_theory(a) -> None:
-    """Rule theory: check the saved Hessian against curvlinops products; fail above the tolerance."""
-    from .settings import Experiment, Hessian
-    from .steps import theory_step
-
-    hessian = Hessian.from_dict(a.hessian)
-    theory_step(
-        a.checkpoint,
-        a.stage,
-        Experiment.from_dict(a.spec, f"experiments.{hessian.experiment}"),
-        hessian,
-        a.data_root,
-        a.hessian_npz,
-        a.out,
-        norms=a.norms,
-        probes=a.probes,
-        tolerance=a.tolerance,
-        device=a.device,
-    )
-
-
-def cmd_table1(a) -> None:
-    """Rule table1: Table 1 from the config and the runs' metrics."""
-    from .settings import Experiment, Hessian, Landscape
-    from .steps import table1_step
-
-    experiments = {n: Experiment.from_dict(e, f"experiments.{n}") for n, e in a.config["experiments"].items()}
-    roles = {
-        "hessian": Hessian.from_dict(a.config["hessian"]).experiment,
-        "landscape": Landscape.from_dict(a.config["landscape"]).experiment,
-    }
-    table1_step(experiments, roles, a.metrics, a.out_dir)
-
-
-def cmd_landscape(a) -> None:
-    """Rule landscape: per-sample losses at w*, D_k over orderings and the fitted slope."""
-    from .settings import Experiment, Landscape
-    from .steps import landscape_step
-
-    landscape = Landscape.from_dict(a.landscape)
-    spec = Experiment.from_dict(a.spec, f"experiments.{landscape.experiment}")
-    landscape_step(a.checkpoint, spec, landscape, a.data_root, a.out, device=a.device)
-
-
-def cmd_tables(a) -> None:
-    """Rule tables: block norms, run summary and closed-form check tables."""
-    from .steps import tables_step
-
-    tables_step(a.norms_init, a.norms_trained, a.metrics, a.theory, a.out_dir)
-
-
-def cmd_report_pages(a) -> None:
-    """Rule report_pages: the HTML pages of the review report (claims, tables, config, provenance)."""
-    from .report_pages import write_report_pages
-
-    write_report_pages(a.claims, a.summary, a.tables, a.config, a.out_dir)
-
-
-def cmd_summary(a) -> None:
-    """Rule summary: paper/summary.json with provenance, claims and bounds."""
-    from .steps import summary_step
-
-    summary_step(
-        a.config_hash,
-        a.norms,
-        a.metrics,
-        a.landscape,
-        a.theory,
-        a.out,
-        figures=a.figures,
-        tables=a.tables,
-        bounds=a.bounds,
-        registry_config=a.registry_config,
-        notebook_dir=a.notebook_dir,
-        claims=a.claims,
-        sections=[*a.section, *(f"{name}={path}" for name, path in (a.sections or {}).items())],
-    )
-
-
-def cmd_claims(a) -> None:
-    """Rule claims: one verdict per empirical claim of the paper."""
-    from .steps import claims_step
-
-    claims_step(
-        a.norms_init,
-        a.norms_trained,
-        a.metrics_hessian,
-        a.metrics_landscape,
-        a.landscape,
-        a.out_json,
-        a.out_md,
-        hessian_init=a.hessian_init,
-        rows=a.rows,
-        config_hash=a.config_hash,
-    )
-
-
-def cmd_claims_readme(a) -> None:
-    """Refresh (or check) the README's generated claims section."""
-    from .steps import claims_readme_step
-
-    claims_readme_step(a.claims, a.readme, check=a.check, tag=a.tag)
-
-
-def cmd_claims_compare(a) -> None:
-    """Fail when the verdicts of a run differ from a committed snapshot."""
-    from .claims.compare import compare_step
-
-    compare_step(a.claims, a.snapshot)
-
-
-def cmd_registry(a) -> None:
-    """List the figure registry, or write / check paper/README.md from it."""
-    from .steps import registry_step
-
-    registry_step(a.path, write_readme=a.write_readme, check=a.check)
-
-
-def cmd_bench(a) -> None:
-    """The Hessian extraction benchmark (``bench hessian``) or training throughput (``bench train``)."""
-    if a.bench == "encoder":
-        from .encoder.bench import cmd_bench_encoder
-
-        cmd_bench_encoder(a)
-        return
-    if a.bench == "train":
-        from .bench.train import run_train_bench
-
-        run_train_bench(a)
-        return
-    from .bench import run_bench
-
-    run_bench(a)
-
-
-def cmd_bounds_evaluate(a) -> None:
-    """Rule bounds: measured norms against the project's and the paper's bounds, one stage."""
-    from .bounds.step import evaluate_step
-    from .settings import Bounds, Experiment, Hessian
-
-    hessian = Hessian.from_dict(a.hessian)
-    evaluate_step(
-        checkpoint=a.checkpoint,
-        stage=a.stage,
-        spec=Experiment.from_dict(a.spec, f"experiments.{hessian.experiment}"),
-        hessian=hessian,
-        bounds=Bounds.from_dict(a.bounds),
-        data_root=a.data_root,
-        norms=a.norms,
-        out=a.out,
-        hessian_npz=a.hessian_npz,
-        device=a.device,
-    )
-
-
-def cmd_bounds_table(a) -> None:
-    """Rule bounds_table: paper/tables/bounds.* and the bound claim rows."""
-    from .bounds.step import table_step
-
-    table_step(a.results, a.out_dir, claims_out=a.claims_out)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -269,7 +80,7 @@ def _add_data_parsers(sub) -> None:
         "--local", default=None, help="folder holding the files already (config key data.local; '' = none): no network"
     )
     s.add_argument("--manifest", required=True, help="JSON manifest written on success (ROOT/DATASET/manifest.json)")
-    s.set_defaults(func=cmd_download)
+    s.set_defaults(func=commands.cmd_download)
 
     s = sub.add_parser("train", help="train one experiment (resumes from its last epoch checkpoint)")
     s.add_argument("--experiment", required=True, help="experiment name (a key under experiments: in the config)")
@@ -277,7 +88,7 @@ def _add_data_parsers(sub) -> None:
     s.add_argument("--data-root", required=True, help=DATA_ROOT_HELP)
     s.add_argument("--out", required=True, help="output folder of the experiment")
     s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
-    s.set_defaults(func=cmd_train)
+    s.set_defaults(func=commands.cmd_train)
 
     for name, helptext in (
         ("hessian", "exact dense Hessian of one block's five weight groups"),
@@ -293,14 +104,14 @@ def _add_data_parsers(sub) -> None:
         if name == "hessian":
             s.add_argument("--out-npz", required=True, help="dense Hessian with group names, shapes, offsets")
             s.add_argument("--out-norms", required=True, help="JSON of block and weight norms")
-            s.set_defaults(func=cmd_hessian)
+            s.set_defaults(func=commands.cmd_hessian)
         else:
             s.add_argument("--tolerance", type=float, default=1e-8, help="largest relative error that passes")
             s.add_argument("--hessian-npz", required=True, help="the Hessian the hessian rule saved (.npz)")
             s.add_argument("--norms", default=None, help="its norms JSON (names the method that computed it)")
             s.add_argument("--probes", type=int, default=8, help="random probe vectors per parameter group")
             s.add_argument("--out", required=True, help="JSON of errors per block pair")
-            s.set_defaults(func=cmd_theory)
+            s.set_defaults(func=commands.cmd_theory)
 
 
 def _add_study_parsers(sub) -> None:
@@ -309,7 +120,7 @@ def _add_study_parsers(sub) -> None:
     s.add_argument("--config", type=_json_arg, required=True, help="the whole validated config as JSON")
     s.add_argument("--metrics", nargs="+", required=True, help="metrics.json of each experiment (train rule)")
     s.add_argument("--out-dir", required=True, help="folder for the table (paper/tables)")
-    s.set_defaults(func=cmd_table1)
+    s.set_defaults(func=commands.cmd_table1)
 
     s = sub.add_parser("landscape", help="per-sample losses at w*, |L_{k+1}-L_k| and its log-log slope")
     s.add_argument("--checkpoint", required=True, help="trained checkpoint w* (final.pt)")
@@ -318,7 +129,7 @@ def _add_study_parsers(sub) -> None:
     s.add_argument("--data-root", required=True, help=DATA_ROOT_HELP)
     s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
     s.add_argument("--out", required=True, help="output JSON (landscape.json)")
-    s.set_defaults(func=cmd_landscape)
+    s.set_defaults(func=commands.cmd_landscape)
 
 
 def _add_report_parsers(sub) -> None:
@@ -329,7 +140,7 @@ def _add_report_parsers(sub) -> None:
     s.add_argument("--metrics", nargs="+", required=True, help="metrics.json of each experiment (train rule)")
     s.add_argument("--theory", nargs="+", required=True, help="closed-form check of each stage (theory rule)")
     s.add_argument("--out-dir", required=True, help="folder for the tables (paper/tables)")
-    s.set_defaults(func=cmd_tables)
+    s.set_defaults(func=commands.cmd_tables)
 
     s = sub.add_parser("summary", help="write paper/summary.json")
     s.add_argument("--config-hash", required=True, help="hash of the validated config the results came from")
@@ -358,7 +169,7 @@ def _add_report_parsers(sub) -> None:
         help="the studies' summary sections as a JSON object {NAME: PATH} (or @FILE; the rule's form), as --section",
     )
     s.add_argument("--out", required=True, help="output JSON (paper/summary.json)")
-    s.set_defaults(func=cmd_summary)
+    s.set_defaults(func=commands.cmd_summary)
 
     s = sub.add_parser("report-pages", help="HTML pages of the review report (snakemake --report)")
     s.add_argument("--claims", required=True, help="paper/claims.json (claims rule)")
@@ -366,7 +177,7 @@ def _add_report_parsers(sub) -> None:
     s.add_argument("--tables", nargs="*", default=[], help="paper/tables/*.csv: one page each")
     s.add_argument("--config", type=_json_arg, required=True, help="the validated config as JSON (or @FILE)")
     s.add_argument("--out-dir", required=True, help="folder of the pages (results/report)")
-    s.set_defaults(func=cmd_report_pages)
+    s.set_defaults(func=commands.cmd_report_pages)
 
 
 def _add_claims_parsers(sub) -> None:
@@ -384,7 +195,7 @@ def _add_claims_parsers(sub) -> None:
     s.add_argument("--config-hash", default=None, help="hash of the config the results came from")
     s.add_argument("--out-md", required=True, help="paper/claims.md")
     s.add_argument("--out-json", required=True, help="paper/claims.json")
-    s.set_defaults(func=cmd_claims)
+    s.set_defaults(func=commands.cmd_claims)
 
     s = sub.add_parser("claims-readme", help="refresh (or --check) the README's generated claims section")
     s.add_argument("--claims", required=True, help="claims JSON (paper/claims.json or docs/claims_default.json)")
@@ -393,18 +204,18 @@ def _add_claims_parsers(sub) -> None:
     s.add_argument(
         "--tag", default="claims", help="which table: claims (the default's) or claims-mnist (docs/claims_mnist.json)"
     )
-    s.set_defaults(func=cmd_claims_readme)
+    s.set_defaults(func=commands.cmd_claims_readme)
 
     s = sub.add_parser("claims-compare", help="fail if the verdicts of a run differ from a committed snapshot")
     s.add_argument("--claims", required=True, help="the run's claims JSON (paper/claims.json)")
     s.add_argument("--snapshot", required=True, help="the committed snapshot (docs/claims_mnist.json)")
-    s.set_defaults(func=cmd_claims_compare)
+    s.set_defaults(func=commands.cmd_claims_compare)
 
     s = sub.add_parser("registry", help="list the figure registry, or write/check paper/README.md from it")
     s.add_argument("--write-readme", action="store_true", help="write paper/README.md from the registry")
     s.add_argument("--check", action="store_true", help="fail if paper/README.md differs from the registry")
     s.add_argument("--path", default="paper/README.md", help="path of the generated paper README")
-    s.set_defaults(func=cmd_registry)
+    s.set_defaults(func=commands.cmd_registry)
 
 
 def _add_bench_parsers(sub) -> None:
@@ -469,7 +280,7 @@ def _add_bench_parsers(sub) -> None:
     )
     b.add_argument("--quick", action="store_true", help="with --growth: a seconds-long sweep at toy sizes")
     b.add_argument("--factors", nargs="+", default=None, help="with --growth: the sweeps to run (d nhead T layers)")
-    s.set_defaults(func=cmd_bench)
+    s.set_defaults(func=commands.cmd_bench)
 
 
 def _add_sweep_parsers(sub) -> None:
@@ -487,12 +298,12 @@ def _add_sweep_parsers(sub) -> None:
     e.add_argument("--hessian-npz", default=None, help="the hessian rule's <stage>.npz (for the total norm)")
     e.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
     e.add_argument("--out", required=True, help="output JSON (results/<exp>/bounds/<stage>.json)")
-    e.set_defaults(func=cmd_bounds_evaluate)
+    e.set_defaults(func=commands.cmd_bounds_evaluate)
     t = bsub.add_parser("table", help="paper/tables/bounds.{csv,tex,md}")
     t.add_argument("--results", nargs="+", required=True, help="the bounds rule's JSON of each stage")
     t.add_argument("--out-dir", required=True, help="folder for the table (paper/tables)")
     t.add_argument("--claims-out", default=None, help="also write the claim rows (JSON list) here")
-    t.set_defaults(func=cmd_bounds_table)
+    t.set_defaults(func=commands.cmd_bounds_table)
 
 
 def main(argv: list[str] | None = None) -> int:
