@@ -198,8 +198,9 @@ def record_dynamics(
         )
     seconds = time.perf_counter() - t0
     arrays = _arrays(rec)
-    summary = _summary(rec, arrays, meta, info, steps_cfg=steps_cfg, every=every, seconds=seconds)
-    summary.update(batch_size=int(len(images)), block=block)  # (key order: see _summary)
+    summary = _summary(
+        rec, arrays, meta, info, steps_cfg=steps_cfg, every=every, seconds=seconds, batch_size=len(images), block=block
+    )
     return arrays, summary, rec.get("H0_matrix_part")
 
 
@@ -266,9 +267,19 @@ def _arrays(rec: dict) -> dict:
     return arrays
 
 
-def _summary(rec: dict, arrays: dict, meta: dict, info: dict, *, steps_cfg: int, every: int, seconds: float) -> dict:
-    """The JSON summary of :func:`record_dynamics`; ``batch_size`` and ``block`` are placeholders
-    the caller fills (after ``seconds``, where the JSON has always had them)."""
+def _summary(
+    rec: dict,
+    arrays: dict,
+    meta: dict,
+    info: dict,
+    *,
+    steps_cfg: int,
+    every: int,
+    seconds: float,
+    batch_size: int,
+    block: int,
+) -> dict:
+    """The JSON summary of :func:`record_dynamics`."""
     return {
         "groups": list(ALL_GROUPS),
         "steps": rec["steps"],
@@ -282,8 +293,8 @@ def _summary(rec: dict, arrays: dict, meta: dict, info: dict, *, steps_cfg: int,
         "hessian_method": meta["method"],
         "hessian_seconds": meta["hessian_seconds"],
         "seconds": seconds,
-        "batch_size": None,
-        "block": None,
+        "batch_size": int(batch_size),
+        "block": block,
         "batch_loss": [None if np.isnan(v) else v for v in rec["batch_loss"]],
         "hessian_loss": rec["hessian_loss"],
         "weight_norms": {
