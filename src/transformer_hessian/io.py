@@ -53,6 +53,7 @@ PathLike = str | os.PathLike[str]
 
 __all__ = [
     "load_json",
+    "load_metrics_by_experiment",
     "save_json",
     "save_hessian",
     "load_hessian",
@@ -327,6 +328,11 @@ def save_metrics(path: PathLike, metrics: Mapping[str, Any]) -> None:
 def load_metrics(path: PathLike) -> dict[str, Any]:
     """Read a file written by the train rule (layout: :func:`save_metrics`)."""
     return _load_keyed(path, "train", ("experiment", "final"))
+
+
+def load_metrics_by_experiment(paths) -> dict[str, dict[str, Any]]:
+    """The train rule's ``metrics.json`` files at ``paths``, keyed by their experiment's name."""
+    return {m["experiment"]: m for m in map(load_metrics, paths)}
 
 
 def save_manifest(path: PathLike, manifest: Mapping[str, Any]) -> None:

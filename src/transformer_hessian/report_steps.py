@@ -9,7 +9,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .steps import _metrics_by_experiment
 from .utils import log
 
 __all__ = ["tables_step", "summary_step", "claims_step", "claims_readme_step", "registry_step"]
@@ -19,7 +18,7 @@ def tables_step(
     norms_init: str, norms_trained: str, metrics: Sequence[str], theory: Sequence[str], out_dir: str
 ) -> None:
     """Rule tables: ``out_dir/{block_norms,run_summary,closed_form_check}.{csv,tex,md}``."""
-    from .io import load_norms, load_theory_check
+    from .io import load_metrics_by_experiment, load_norms, load_theory_check
     from .report import block_norm_table, closed_form_table, run_summary_table, write_table
 
     out = Path(out_dir)
@@ -28,7 +27,7 @@ def tables_step(
         out / "block_norms",
         "Hessian block norms of the loss w.r.t. (W_Q, W_K, W_V, W_1, W_2) at initialisation and after training",
     )
-    write_table(run_summary_table(_metrics_by_experiment(metrics)), out / "run_summary", "Runs behind the figures")
+    write_table(run_summary_table(load_metrics_by_experiment(metrics)), out / "run_summary", "Runs behind the figures")
     checks = {c["stage"]: c for c in map(load_theory_check, theory)}
     write_table(
         closed_form_table(checks),

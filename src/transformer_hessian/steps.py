@@ -184,21 +184,16 @@ def theory_step(
     return result
 
 
-def _metrics_by_experiment(paths: Sequence[str]) -> dict[str, dict]:
-    from .io import load_metrics
-
-    return {m["experiment"]: m for m in map(load_metrics, paths)}
-
-
 def table1_step(
     experiments: Mapping[str, Experiment], roles: Mapping[str, str], metrics: Sequence[str], out_dir: str
 ) -> None:
     """Rule table1: ``out_dir/table1.{csv,tex,md}`` from the experiments' sections, the experiment
     of each role (``{"hessian": ..., "landscape": ...}``) and the runs' metrics."""
+    from .io import load_metrics_by_experiment
     from .report import write_table
     from .table1 import table1
 
-    df = table1(experiments, roles, _metrics_by_experiment(metrics))
+    df = table1(experiments, roles, load_metrics_by_experiment(metrics))
     write_table(
         df,
         Path(out_dir) / "table1",
