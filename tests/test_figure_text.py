@@ -379,9 +379,7 @@ def test_every_registry_figure_is_covered():
 
 #: Figures that still fail the check on these inputs (issue 18, part D, not finished): the reason
 #: is the check's own message when run; remove an id once its figure passes (strict: a pass fails).
-UNFINISHED = {
-    "scaling": "saved 7.8 in wide on the synthetic sweep (legends under the panels): fonts print at 4.6-5.6 pt",
-}
+UNFINISHED: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(

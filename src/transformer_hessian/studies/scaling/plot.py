@@ -71,14 +71,22 @@ def sweep_title(result: Mapping[str, Any]) -> str:
     )
 
 
+def _tick_text(v: float, _pos=None) -> str:
+    """A log axis' tick: ``0.5``, ``500``, ``2,000``; from 10,000 on in thousands (``20k``,
+    ``500k``), so that the labelled minor ticks of a narrow panel do not run into each other."""
+    if v >= 10_000:
+        return f"{v / 1000:,.0f}k"
+    return f"{v:,.0f}" if v >= 10 else f"{v:g}"
+
+
 def _plain_ticks(ax) -> None:
     """Plain numbers (not 2x10^2) on log axes, minor ticks labelled where an axis spans under 2 decades."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    fmt = FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 10 else f"{v:g}")
+    fmt = FuncFormatter(_tick_text)
     for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
         axis.set_major_formatter(fmt)
-        short = lo > 0 and hi / lo < 100
+        short = lo > 0 and hi / lo < 20
         axis.set_minor_locator(LogLocator(subs=(2, 5) if hi / max(lo, 1e-300) > 5 else (2, 3, 5, 7)))
         axis.set_minor_formatter(fmt if short else NullFormatter())
 
@@ -102,7 +110,7 @@ def _draw_fit(ax, fit: Mapping[str, Any] | None, colour, label: str, linestyle="
         ax.fill_between(P, fit["band_lo"], fit["band_hi"], color=colour, alpha=0.15, linewidth=0)
 
 
-def scaling_figure(result: Mapping[str, Any] | str | os.PathLike[str], size=(6.0, 11.0)) -> Figure:
+def scaling_figure(result: Mapping[str, Any] | str | os.PathLike[str], size=(5.8, 11.0)) -> Figure:
     """Six panels: (a) binned D_k curves with the tolerance and measured k*, (b) -slope with its
     bootstrap 95% interval, (c) prefactor, (d) measured (filled) and fitted (open) k*, (e) top Hessian
     eigenvalue, (f) spectral norms of the last block's diagonal Hessian blocks; (b)-(f) against the parameter
@@ -115,7 +123,7 @@ def _scaling_figure(result, size) -> Figure:
     res = as_mapping(result)
     sizes = list(dict.fromkeys(m["train_size"] for m in res["models"]))
     colours = dict(zip(sizes, sns.color_palette("deep", max(3, len(sizes)))))
-    # Three rows of two panels, 6 in wide (printed at the paper's text width, no text below 6 pt);
+    # Three rows of two panels, 5.8 in wide (printed at the paper's text width, no text below 6 pt);
     # every legend sits under its panel, outside the data.
     fig, axes = plt.subplots(3, 2, figsize=size, layout="constrained")
     (ax_d, ax_s), (ax_a, ax_k), (ax_l, ax_b) = axes
@@ -137,21 +145,27 @@ def _curves_panel(ax_d, res, sizes) -> None:
     cmap = plt.get_cmap("viridis")
     lp = np.log(P_all)
     span = max(float(np.ptp(lp)), 1e-12)
+    labelled = set()
     for m in models:
         c = m["curve"]
         col = cmap(0.9 * (np.log(m["n_parameters"]) - lp.min()) / span)
+        # one legend entry per model shape (colour); the data-set sizes are the line styles below
+        shape = f"d={m['width']}, {m['depth']} block{'s' * (m['depth'] > 1)}, P={m['n_parameters']:,}"
         ax_d.plot(
             c["D_binned_k"],
             c["D_binned"],
             color=col,
             linestyle=styles[m["train_size"]],
             linewidth=1.2,
-            label=f"d={m['width']}, {m['depth']} block{'s' * (m['depth'] > 1)}, P={m['n_parameters']:,}"
-            + (f", {size_label(m['train_size'])}" if len(sizes) > 1 else ""),
+            label=None if shape in labelled else shape,
         )
+        labelled.add(shape)
         ks = c["k_star_measured"]
         if ks is not None:
             ax_d.plot([ks], [tol], marker="v", color=col, markersize=6, markeredgecolor="black", markeredgewidth=0.4)
+    if len(sizes) > 1:
+        for size in sizes:
+            ax_d.plot([], [], color="0.3", linestyle=styles[size], linewidth=1.2, label=size_label(size))
     ax_d.axhline(tol, color="0.2", linestyle=":", linewidth=1.0, label=f"tolerance {tol:g} (markers: k*)")
     ax_d.set(
         xscale="log",
@@ -195,7 +209,7 @@ def _scatter(ax, res, sizes, colours, key, err=None, filled=True, fit=True, pref
         if not fit or not group:
             continue
         for series, by_q in res["fits"][str(size or "all")].items():
-            what = _SERIES[series].format(**res["settings"])
+            what = _SERIES[series].format(**res["settings"]) if len(sizes) == 1 else f"{series}s"
             where = f", {size_label(size, group[0]['n_train'])}" if len(sizes) > 1 else ""
             _draw_fit(ax, by_q.get(key), col, f"{prefix}{what}{where}: ", linestyle=_STYLE[series])
     ax.set(xscale="log", yscale="log", xlabel="parameters P")
@@ -207,18 +221,20 @@ def _rate_panels(res, sizes, colours, ax_s, ax_a, ax_k, ax_l) -> None:
     tol = res["settings"]["tolerance"]
     _scatter(ax_s, res, sizes, colours, "decay_rate", err=lambda m: (-m["slope_ci95"][1], -m["slope_ci95"][0]))
     ax_s.axhline(1.0, color="0.3", linestyle=":", linewidth=1.0, label="Theorem 7: 1/k (rate 1)")
-    ax_s.set(ylabel="decay rate -slope of D_k (95% CI over orderings)", title="(b) rate: D_k ~ prefactor k^slope")
+    ax_s.set(ylabel="decay rate -slope of D_k\n(95% CI over orderings)", title="(b) rate: D_k ~ prefactor k^slope")
     _scatter(ax_a, res, sizes, colours, "prefactor")
     ax_a.set(ylabel="prefactor of D_k (nats)", title="(c) prefactor of the fitted D_k")
     _scatter(ax_k, res, sizes, colours, "k_star_measured")
     _scatter(ax_k, res, sizes, colours, "k_star_fitted", filled=False, fit=False)
     ax_k.set(
-        ylabel=f"sample size k* with D_k <= {tol:g} (samples)",
+        ylabel=f"sample size k* with\nD_k <= {tol:g} (samples)",
         title="(d) sample size k* at the tolerance",
     )
     _scatter(ax_l, res, sizes, colours, "top_eigenvalue")
     ax_l.set(
-        ylabel=rf"$\lambda_{{max}}$ of the training-loss Hessian at $w^*$ ({res['settings']['hessian_samples']} samples)",
+        ylabel=r"$\lambda_{max}$ of the training-loss Hessian"
+        + "\n"
+        + rf"at $w^*$ ({res['settings']['hessian_samples']} samples)",
         title="(e) top Hessian eigenvalue (Lanczos)",
     )
     for ax in (ax_s, ax_a, ax_k, ax_l):
@@ -260,8 +276,8 @@ def _blocks_panel(ax_b, res, sizes) -> list:
         ax_b.legend(
             fontsize=6.5,
             **{**_BELOW, "ncols": 3},
-            title="not formed (too large): " + ", ".join(skipped) if skipped else None,
-            title_fontsize=6,
+            title=textwrap.fill("not formed (too large): " + ", ".join(skipped), 50) if skipped else None,
+            title_fontsize=6.5,
         )
     else:
         ax_b.text(
@@ -276,7 +292,7 @@ def _blocks_panel(ax_b, res, sizes) -> list:
         ax_b.set(xticks=[], yticks=[])
     ax_b.set(
         xlabel="parameters P",
-        ylabel="spectral norm of the diagonal Hessian block",
+        ylabel="spectral norm of the\ndiagonal Hessian block",
         title="(f) last block's diagonal Hessian blocks at $w^*$",
     )
     return dense
