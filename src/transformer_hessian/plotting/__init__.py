@@ -1,7 +1,7 @@
 """One seaborn theme and the figure helpers behind the paper's Figures 3-6, one module per concept.
 
 The notebooks in ``notebooks/`` only load results and call these helpers, so every figure
-of the project shares one look and the drawing code is tested here (``tests/test_plotting.py``).
+of the project shares one look and the drawing code is tested here (``tests/plotting/test_plotting.py``).
 
 * :mod:`.style` - :func:`set_theme` (seaborn "paper" context, "ticks" style, DejaVu Sans, fixed
   dpi), the colours and group labels, :func:`dataset_model_label`, :func:`run_label`, :func:`contrast_ratio`.

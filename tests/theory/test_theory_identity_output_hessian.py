@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_theory_closed_forms import sample
+from .test_theory_closed_forms import sample
 
 from transformer_hessian.theory import attention_hessian_from_loss_derivatives, block_hessian_from_loss_derivatives
 
