@@ -121,32 +121,38 @@ def test_one_table_of_data_sets(root):
     from transformer_hessian.table1 import IMAGE_SIZES
 
     names = list(datanames.DATA_SETS)
-    assert names == ["digits", "mnist", "cifar100"] and list(DATASETS) == names and list(READERS) == names
+    assert names[:3] == ["digits", "mnist", "cifar100"] and list(DATASETS) == names and list(READERS) == names
     schema = (root / "src/transformer_hessian/schema/config.schema.yaml").read_text()
     enums = [yaml.safe_load(m) for m in re.findall(r"dataset: (\{type: string, enum: \[[^\]]*\][^}]*\})", schema)]
     assert len(enums) == 2 and all(e["enum"] == names for e in enums)
     assert 'dataset="|".join(DATA_SETS)' in (root / "Snakefile").read_text()
-    assert NUM_CLASSES == {"digits": 10, "mnist": 10, "cifar100": 100}
-    assert DATASET_SHAPES == {"digits": (8, 1, 10), "mnist": (28, 1, 10), "cifar100": (32, 3, 100)}
-    assert DATASET_TRAIN == {"digits": 1797, "mnist": 60000, "cifar100": 50000}
-    assert IMAGE_SIZES == {"digits": 8, "mnist": 28, "cifar100": 32}
+
+    def first3(d):  # the three data sets of the paper's runs (a data set added later leaves these pins alone)
+        assert list(d) == names
+        return {k: d[k] for k in names[:3]}
+
+    assert first3(NUM_CLASSES) == {"digits": 10, "mnist": 10, "cifar100": 100}
+    assert first3(DATASET_SHAPES) == {"digits": (8, 1, 10), "mnist": (28, 1, 10), "cifar100": (32, 3, 100)}
+    assert first3(DATASET_TRAIN) == {"digits": 1797, "mnist": 60000, "cifar100": 50000}
+    assert first3(IMAGE_SIZES) == {"digits": 8, "mnist": 28, "cifar100": 32}
     # the wordings as they were typed before the table (issue 17); cifar100 in the MNIST experiments'
     # figures (bounds, dynamics) now says it stands in, as every other text does
-    assert _DATA == datanames.PAPER_NAMES == {"digits": "8x8 digits", "mnist": "MNIST", "cifar100": "CIFAR-100"}
-    assert style_names == {"digits": "8x8 digits (scikit-learn)", "mnist": "MNIST", "cifar100": "CIFAR-100"}
-    assert _DATASET == {"digits": "scikit-learn's 8x8 digits", "mnist": "MNIST", "cifar100": "CIFAR-100"}
-    assert table1_names == {"digits": "digits 8x8 (stand-in)", "mnist": "MNIST", "cifar100": "CIFAR-100"}
-    assert probe_names == {
+    assert _DATA is datanames.PAPER_NAMES
+    assert first3(_DATA) == {"digits": "8x8 digits", "mnist": "MNIST", "cifar100": "CIFAR-100"}
+    assert first3(style_names) == {"digits": "8x8 digits (scikit-learn)", "mnist": "MNIST", "cifar100": "CIFAR-100"}
+    assert first3(_DATASET) == {"digits": "scikit-learn's 8x8 digits", "mnist": "MNIST", "cifar100": "CIFAR-100"}
+    assert first3(table1_names) == {"digits": "digits 8x8 (stand-in)", "mnist": "MNIST", "cifar100": "CIFAR-100"}
+    assert first3(probe_names) == {
         "digits": "8x8 digits (scikit-learn; stand-in for the paper's CIFAR-100)",
         "mnist": "MNIST (stand-in for the paper's CIFAR-100)",
         "cifar100": "CIFAR-100",
     }
-    assert dynamics_names == {
+    assert first3(dynamics_names) == {
         "digits": "8x8 digits (stand-in for MNIST)",
         "mnist": "MNIST",
         "cifar100": "CIFAR-100 (stand-in for MNIST)",
     }
-    assert bounds_names == {
+    assert first3(bounds_names) == {
         "digits": "scikit-learn 8x8 digits (stand-in for MNIST)",
         "mnist": "MNIST",
         "cifar100": "CIFAR-100 (stand-in for MNIST)",
