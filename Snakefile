@@ -54,6 +54,7 @@ LEXP = config["landscape"]["experiment"]
 STAGES = ["init", "trained"]
 
 from transformer_hessian.registry import figure_ids, notebook_tables  # noqa: E402
+from transformer_hessian.datanames import DATA_SETS  # noqa: E402
 
 FIGURES = figure_ids(config)  # the registry's figures (src/transformer_hessian/registry/figures.py) this config switches on
 TABLES = ["block_norms", "run_summary", "closed_form_check"]  # written by the `tables` rule
@@ -68,7 +69,7 @@ SUMMARY_SECTIONS = []
 wildcard_constraints:
     stage="init|trained",
     exp="[A-Za-z][A-Za-z0-9_]*",
-    dataset="digits|mnist|cifar100",
+    dataset="|".join(DATA_SETS),
 
 
 include: "workflow/rules/common.smk"

@@ -96,3 +96,78 @@ def test_one_theorem7_right_hand_side():
     L = losses.max()
     assert np.array_equal(r["theorem7_bound_2L"], 2 * L / (np.asarray(r["k"], float) + 1))
     assert np.array_equal(r["batch"]["theorem7_bound_2L"], 2 * L / (np.asarray(r["batch"]["j"], float) + 1))
+
+
+def test_one_table_of_data_sets(root):
+    """Every data-set fact lives in ``datanames.DATA_SETS``: the schema's enums, the Snakefile's
+    wildcard, the readers, the class counts and shapes agree with it, no module types a data set's
+    display name again, and every derived wording is the one the figures, tables and claims print."""
+    import re
+
+    import yaml
+
+    from transformer_hessian import datanames
+    from transformer_hessian.bounds.plot import DATASET_NAMES as bounds_names
+    from transformer_hessian.claims.rows import _DATA
+    from transformer_hessian.config_checks import DATASET_SHAPES, DATASET_TRAIN
+    from transformer_hessian.data.datasets import READERS
+    from transformer_hessian.data.sources import DATASETS, NUM_CLASSES
+    from transformer_hessian.plotting.style import CIFAR_RUN_NAMES as probe_names
+    from transformer_hessian.plotting.style import DATASET_NAMES as style_names
+    from transformer_hessian.registry.rules import _DATASET
+    from transformer_hessian.studies.dynamics.plot import DATASETS as dynamics_names
+    from transformer_hessian.studies.probe.plot import run_label
+    from transformer_hessian.table1 import DATASET_NAMES as table1_names
+    from transformer_hessian.table1 import IMAGE_SIZES
+
+    names = list(datanames.DATA_SETS)
+    assert names[:3] == ["digits", "mnist", "cifar100"] and list(DATASETS) == names and list(READERS) == names
+    schema = (root / "src/transformer_hessian/schema/config.schema.yaml").read_text()
+    enums = [yaml.safe_load(m) for m in re.findall(r"dataset: (\{type: string, enum: \[[^\]]*\][^}]*\})", schema)]
+    assert len(enums) == 2 and all(e["enum"] == names for e in enums)
+    assert 'dataset="|".join(DATA_SETS)' in (root / "Snakefile").read_text()
+
+    def first3(d):  # the three data sets of the paper's runs (a data set added later leaves these pins alone)
+        assert list(d) == names
+        return {k: d[k] for k in names[:3]}
+
+    assert first3(NUM_CLASSES) == {"digits": 10, "mnist": 10, "cifar100": 100}
+    assert first3(DATASET_SHAPES) == {"digits": (8, 1, 10), "mnist": (28, 1, 10), "cifar100": (32, 3, 100)}
+    assert first3(DATASET_TRAIN) == {"digits": 1797, "mnist": 60000, "cifar100": 50000}
+    assert first3(IMAGE_SIZES) == {"digits": 8, "mnist": 28, "cifar100": 32}
+    # the wordings as they were typed before the table (issue 17); cifar100 in the MNIST experiments'
+    # figures (bounds, dynamics) now says it stands in, as every other text does
+    assert _DATA is datanames.PAPER_NAMES
+    assert first3(_DATA) == {"digits": "8x8 digits", "mnist": "MNIST", "cifar100": "CIFAR-100"}
+    assert first3(style_names) == {"digits": "8x8 digits (scikit-learn)", "mnist": "MNIST", "cifar100": "CIFAR-100"}
+    assert first3(_DATASET) == {"digits": "scikit-learn's 8x8 digits", "mnist": "MNIST", "cifar100": "CIFAR-100"}
+    assert first3(table1_names) == {"digits": "digits 8x8 (stand-in)", "mnist": "MNIST", "cifar100": "CIFAR-100"}
+    assert first3(probe_names) == {
+        "digits": "8x8 digits (scikit-learn; stand-in for the paper's CIFAR-100)",
+        "mnist": "MNIST (stand-in for the paper's CIFAR-100)",
+        "cifar100": "CIFAR-100",
+    }
+    assert first3(dynamics_names) == {
+        "digits": "8x8 digits (stand-in for MNIST)",
+        "mnist": "MNIST",
+        "cifar100": "CIFAR-100 (stand-in for MNIST)",
+    }
+    assert first3(bounds_names) == {
+        "digits": "scikit-learn 8x8 digits (stand-in for MNIST)",
+        "mnist": "MNIST",
+        "cifar100": "CIFAR-100 (stand-in for MNIST)",
+    }
+    assert datanames.named("digits", "MNIST / CIFAR-100") == "8x8 digits (scikit-learn; stand-in for MNIST / CIFAR-100)"
+    assert datanames.named("mnist", "CIFAR-100") == "MNIST (stand-in for CIFAR-100)"
+    assert datanames.named("svhn") == "svhn"
+    assert run_label({"dataset": "digits"}) == probe_names["digits"] and run_label({}) == "?"
+    # no module types a data set's display name again (a dict keyed by config name with a paper name)
+    typed = re.compile(r'"(digits|mnist|cifar100)": "(8x8|MNIST|CIFAR|scikit|digits 8x8)')
+    again = [
+        f"{p.relative_to(root)}:{i}"
+        for p in (root / "src/transformer_hessian").rglob("*.py")
+        if p.name != "datanames.py"
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if typed.search(line)
+    ]
+    assert not again, again

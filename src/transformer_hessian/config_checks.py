@@ -12,9 +12,10 @@ import math
 from pathlib import Path
 
 from .config_architectures import config_errors as architecture_errors
+from .datanames import DATA_SETS
 
 #: Image side, channels and classes of each data set (for cross-key checks made before any data is read).
-DATASET_SHAPES = {"digits": (8, 1, 10), "mnist": (28, 1, 10), "cifar100": (32, 3, 100)}
+DATASET_SHAPES = {name: d.shape for name, d in DATA_SETS.items()}
 
 
 def training_bytes_estimate(exp: dict) -> int | None:
@@ -30,7 +31,7 @@ def training_bytes_estimate(exp: dict) -> int | None:
 
 
 #: Training images of each data set before ``max_train`` (digits: all 1,797, split by ``val_fraction``).
-DATASET_TRAIN = {"digits": 1797, "mnist": 60000, "cifar100": 50000}
+DATASET_TRAIN = {name: d.train_images for name, d in DATA_SETS.items()}
 
 
 def train_samples(exp: dict, name: str) -> tuple[int | None, str, list[str]]:
@@ -41,12 +42,12 @@ def train_samples(exp: dict, name: str) -> tuple[int | None, str, list[str]]:
         return None, "", []
     errors, keys = [], f"experiments.{name}.dataset"
     n = DATASET_TRAIN[ds]
-    if ds == "digits":  # sklearn's stratified split: ceil(val_fraction * 1797) validation images
+    if not DATA_SETS[ds].official_split:  # digits: sklearn's stratified split, ceil(val_fraction * 1797) for val
         n_val = math.ceil(t["val_fraction"] * n)
         classes = DATASET_SHAPES[ds][2]
         if min(n_val, n - n_val) < classes:
             errors.append(
-                f"  experiments.{name}.train.val_fraction: {t['val_fraction']:g} of the {n} digits images leaves "
+                f"  experiments.{name}.train.val_fraction: {t['val_fraction']:g} of the {n} {ds} images leaves "
                 f"{n_val} for validation and {n - n_val} for training; the stratified split needs at least "
                 f"{classes} in each (one per class): use a value in [{classes / n:.4f}, {1 - classes / n:.4f}]"
             )

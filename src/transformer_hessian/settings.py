@@ -19,16 +19,14 @@ This module imports no torch or numpy (``transformer-hessian --help`` stays fast
 
 from __future__ import annotations
 
-import dataclasses
-import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .errors import ConfigError
-from .settings_base import Section, from_value
+from .settings_base import Section
 
 __all__ = [
     "Model",
+    "AdamWTrain",
     "Train",
     "Experiment",
     "Data",
@@ -67,18 +65,26 @@ class Model(Section):
 
 
 @dataclass(frozen=True)
-class Train(Section):
-    """How one experiment is trained (``experiments.<name>.train``): AdamW epochs, batch size,
-    learning rate and weight decay, the data split (seed, validation fraction, sample caps),
-    bf16 autocast, torch.compile, warm-up and schedule, and data augmentation."""
-
-    SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("definitions", "train")
+class AdamWTrain(Section):
+    """The keys every training section starts with (``experiments.<name>.train``, ``scaling.train``,
+    ``architectures.train``): AdamW epochs, batch size, learning rate, weight decay and the seed.
+    Not a section of its own: the three below add their keys and their schema node."""
 
     epochs: int
     batch_size: int
     lr: float
     weight_decay: float
     seed: int
+
+
+@dataclass(frozen=True)
+class Train(AdamWTrain):
+    """How one experiment is trained (``experiments.<name>.train``): AdamW epochs, batch size,
+    learning rate and weight decay, the data split (seed, validation fraction, sample caps),
+    bf16 autocast, torch.compile, warm-up and schedule, and data augmentation."""
+
+    SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("definitions", "train")
+
     val_fraction: float
     max_train: int | None
     max_val: int | None
@@ -242,16 +248,11 @@ class Dynamics(Section):
 
 
 @dataclass(frozen=True)
-class ScalingTrain(Section):
+class ScalingTrain(AdamWTrain):
     """How every model of the scaling sweep is trained (``scaling.train``)."""
 
     SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "scaling", "properties", "train")
 
-    epochs: int
-    batch_size: int
-    lr: float
-    weight_decay: float
-    seed: int
     val_fraction: float
 
 
@@ -287,16 +288,10 @@ class Scaling(Section):
 
 
 @dataclass(frozen=True)
-class ArchitecturesTrain(Section):
+class ArchitecturesTrain(AdamWTrain):
     """How every model of the architecture study is trained (``architectures.train``): AdamW, CE."""
 
     SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "architectures", "properties", "train")
-
-    epochs: int
-    batch_size: int
-    lr: float
-    weight_decay: float
-    seed: int
 
 
 @dataclass(frozen=True)
@@ -344,6 +339,8 @@ class Config(Section):
 
     SECTION: ClassVar[str] = "config"
     SCHEMA_NODE: ClassVar[tuple[str, ...]] = ()
+    KEYS_FROM_TOP: ClassVar[bool] = True  # error keys are named from the top: ``hessian.block``
+    MISSING_HINT: ClassVar[str] = "build the config with transformer_hessian.config.validate_config first"
 
     data: Data
     resources: Resources
@@ -358,24 +355,6 @@ class Config(Section):
     dynamics: Dynamics
     scaling: Scaling
     architectures: Architectures
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str | None = None) -> Config:
-        """The config from a validated dict; error keys are named from the top (``hessian.block``,
-        ``experiments.<name>.model.width``)."""
-        if not isinstance(data, dict):
-            raise ConfigError(f"config: expected a mapping of keys, got {data!r}")
-        hints = typing.get_type_hints(cls)
-        names = [f.name for f in dataclasses.fields(cls)]
-        unknown = [k for k in data if k not in names]
-        if unknown:
-            raise ConfigError(f"{unknown[0]}: unknown key (known: {', '.join(names)})")
-        missing = [n for n in names if n not in data]
-        if missing:
-            raise ConfigError(
-                f"{missing[0]}: missing; build the config with transformer_hessian.config.validate_config first"
-            )
-        return cls(**{n: from_value(hints[n], data[n], n) for n in names})
 
     @classmethod
     def with_defaults(cls, data: dict) -> Config:

@@ -64,6 +64,13 @@ class Section:
 
     SECTION: ClassVar[str] = ""
     SCHEMA_NODE: ClassVar[tuple[str, ...]] = ()
+    #: Error keys start with ``where`` (``hessian.block``); the whole config names them from the top.
+    KEYS_FROM_TOP: ClassVar[bool] = False
+    #: What a missing key's message tells the caller to do.
+    MISSING_HINT: ClassVar[str] = (
+        "build sections from a config validated by "
+        "transformer_hessian.config.validate_config (it fills in the schema's defaults)"
+    )
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """``SECTION`` follows from ``SCHEMA_NODE``: the property names along its path
@@ -79,18 +86,16 @@ class Section:
         where = where or cls.SECTION
         if not isinstance(data, dict):
             raise ConfigError(f"{where}: expected a mapping of keys, got {data!r}")
+        prefix = "" if cls.KEYS_FROM_TOP else f"{where}."
         hints = typing.get_type_hints(cls)
         names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
         unknown = [k for k in data if k not in names]
         if unknown:
-            raise ConfigError(f"{where}.{unknown[0]}: unknown key (known: {', '.join(names)})")
+            raise ConfigError(f"{prefix}{unknown[0]}: unknown key (known: {', '.join(names)})")
         missing = [n for n in names if n not in data]
         if missing:
-            raise ConfigError(
-                f"{where}.{missing[0]}: missing; build sections from a config validated by "
-                "transformer_hessian.config.validate_config (it fills in the schema's defaults)"
-            )
-        return cls(**{n: from_value(hints[n], data[n], f"{where}.{n}") for n in names})
+            raise ConfigError(f"{prefix}{missing[0]}: missing; {cls.MISSING_HINT}")
+        return cls(**{n: from_value(hints[n], data[n], f"{prefix}{n}") for n in names})
 
     def to_dict(self) -> dict[str, Any]:
         """The validated dict this section was built from (tuples back to lists)."""

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
+from .datanames import DATA_SETS, table_name
 from .settings import Experiment
 
 NOT_STATED = "not stated"
@@ -46,8 +47,8 @@ PAPER = {
 }
 
 ROLES = {"hessian": "Figs. 3-5, 7-11", "landscape": "Fig. 6"}
-DATASET_NAMES = {"mnist": "MNIST", "cifar100": "CIFAR-100", "digits": "digits 8x8 (stand-in)"}
-IMAGE_SIZES = {"mnist": 28, "cifar100": 32, "digits": 8}
+DATASET_NAMES = {name: table_name(name) for name in DATA_SETS}
+IMAGE_SIZES = {name: d.side for name, d in DATA_SETS.items()}
 COMPARED = ("dataset", "patch size", "hidden dim", "ff dim", "blocks")
 
 

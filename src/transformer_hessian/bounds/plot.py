@@ -12,15 +12,13 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from .. import ATTENTION_GROUPS, GROUPS
+from ..datanames import DATA_SETS, library_name, stands_in
 from ..plotting import COMPACT_RC, GROUP_LABELS
 
 __all__ = ["DATASET_NAMES", "bounds_figure"]
 
-DATASET_NAMES = {
-    "digits": "scikit-learn 8x8 digits (stand-in for MNIST)",
-    "mnist": "MNIST",
-    "cifar100": "CIFAR-100",
-}
+#: The Hessian experiment's data set: the paper's is MNIST.
+DATASET_NAMES = {n: library_name(n) + (" (stand-in for MNIST)" if stands_in(n, "MNIST") else "") for n in DATA_SETS}
 
 PANELS = [
     (

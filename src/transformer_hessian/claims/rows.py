@@ -9,13 +9,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import GROUPS
+from ..datanames import PAPER_NAMES as _DATA
 from ..landscape.analyse import PAPER_GRANULARITY, verdict_curve
 from ..numfmt import fmt, fmt_interval, fmt_pct
 from .schema import verdict
 
 __all__ = ["block_sizes", "entry_spread", "hessian_claim_rows", "landscape_claim_rows", "training_claim_rows"]
 
-_DATA = {"digits": "8x8 digits", "mnist": "MNIST", "cifar100": "CIFAR-100"}
 _SHORT = {"W_Q": "Q", "W_K": "K", "W_V": "V", "W_1": "W1", "W_2": "W2"}
 
 

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ..datanames import DATA_SETS
 from . import sources
 from .idx import check_pair, read_idx_images, read_idx_labels
 from .prepare import prepare
 from .safe_pickle import load_verified_pickle
 from .sources import MNIST_FILES, NUM_CLASSES, DataError, check_name
 
-__all__ = ["load_dataset"]
+__all__ = ["READERS", "load_dataset", "reader_of"]
 
 
 def load_dataset(
@@ -45,14 +46,7 @@ def load_dataset(
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise DataError(f"{key} must be a positive integer or None, got {value!r}")
 
-    if name == "digits":
-        if not (isinstance(val_fraction, (int, float)) and 0.0 < val_fraction < 1.0):
-            raise DataError(f"val_fraction must lie strictly between 0 and 1, got {val_fraction!r}")
-        tx, ty, vx, vy, scale = _load_digits(val_fraction, seed)
-    else:
-        folder = Path(root).expanduser().resolve() / name
-        reader = _load_mnist if name == "mnist" else _load_cifar100
-        tx, ty, vx, vy, scale = reader(folder)
+    tx, ty, vx, vy, scale = reader_of(name)(Path(root).expanduser().resolve() / name, val_fraction, seed)
 
     # Subsets first (on the raw pixels, to keep memory low), then scale to [0, 1].
     tx, ty = _subset(tx, ty, max_train, seed, 0)
@@ -98,12 +92,16 @@ def _subset(x: np.ndarray, y: np.ndarray, limit: int | None, seed: int, stream: 
     return x[idx], y[idx]
 
 
-def _load_digits(val_fraction: float, seed: int):
+def _load_digits(folder: Path, val_fraction: float, seed: int):
+    # no files: ``folder`` is not read
+    if not (isinstance(val_fraction, (int, float)) and 0.0 < val_fraction < 1.0):
+        raise DataError(f"val_fraction must lie strictly between 0 and 1, got {val_fraction!r}")
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
+    d = DATA_SETS["digits"]
     bunch = load_digits()
-    x = np.asarray(bunch.data, dtype=np.float64).reshape(-1, 1, 8, 8)  # pixels 0..16
+    x = np.asarray(bunch.data, dtype=np.float64).reshape(-1, d.channels, d.side, d.side)  # pixels 0..16
     y = np.asarray(bunch.target, dtype=np.int64)
     try:
         tx, vx, ty, vy = train_test_split(x, y, test_size=val_fraction, random_state=seed, stratify=y)
@@ -122,7 +120,8 @@ def _missing_error(name: str, folder: Path, missing: list[str], wanted: list[str
     )
 
 
-def _load_mnist(folder: Path):
+def _load_mnist(folder: Path, val_fraction: float, seed: int):
+    # the official split: ``val_fraction`` and ``seed`` are not used
     wanted = [f"{f}  (or {f}.gz)" for pair in MNIST_FILES.values() for f in pair]
     missing = [
         f
@@ -135,14 +134,16 @@ def _load_mnist(folder: Path):
     prepare("mnist", folder)
     out = []
     for images, labels in MNIST_FILES.values():
-        x = read_idx_images(folder / images, shape=(28, 28))
+        side = DATA_SETS["mnist"].side
+        x = read_idx_images(folder / images, shape=(side, side))
         y = read_idx_labels(folder / labels, num_classes=NUM_CLASSES["mnist"])
         check_pair(folder / images, folder / labels, x, y)
         out += [x[:, None], y]
     return (*out, 255.0)
 
 
-def _load_cifar100(folder: Path):
+def _load_cifar100(folder: Path, val_fraction: float, seed: int):
+    # the official split: ``val_fraction`` and ``seed`` are not used
     base = folder / sources.cifar100_dir()
     members = [f for f, _ in sources.cifar100_members()]
     if not base.exists() and not (folder / sources.cifar100().filename).exists():
@@ -165,7 +166,8 @@ def _load_cifar100(folder: Path):
     for fname in (sources.cifar100().train_list[0][0], sources.cifar100().test_list[0][0]):
         entry = read(fname)
         try:
-            x = np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
+            c = DATA_SETS["cifar100"]
+            x = np.asarray(entry["data"], dtype=np.uint8).reshape(-1, c.channels, c.side, c.side)
             y = np.asarray(entry["fine_labels"], dtype=np.int64)
         except (KeyError, ValueError, TypeError) as err:
             raise DataError(
@@ -181,3 +183,18 @@ def _load_cifar100(folder: Path):
             f"data set 'cifar100': {base / 'meta'} does not list {NUM_CLASSES['cifar100']} fine label names"
         )
     return (*out, 255.0)
+
+
+#: One reader per data set, registered by its name (:data:`transformer_hessian.datanames.DATA_SETS`): ``reader(folder,
+#: val_fraction, seed) -> (train_x, train_y, val_x, val_y, pixel scale)`` on the raw pixels, from
+#: ``folder`` = ``<root>/<name>/``, never downloading. A data set with an official split ignores
+#: ``val_fraction`` and ``seed``.
+READERS = {"digits": _load_digits, "mnist": _load_mnist, "cifar100": _load_cifar100}
+
+
+def reader_of(name: str):
+    """The reader registered for data set ``name``; :class:`DataError` naming it when it has none."""
+    check_name(name)
+    if name not in READERS:
+        raise DataError(f"data set {name!r} has no reader; readers exist for {', '.join(READERS)}")
+    return READERS[name]

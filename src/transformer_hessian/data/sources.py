@@ -1,4 +1,4 @@
-"""Where each data set comes from: names, class counts, file layouts and torchvision's tables.
+"""Where each data set comes from: names, class counts, file layouts (from :data:`transformer_hessian.datanames.DATA_SETS`) and torchvision's tables.
 
 torchvision (about 2 s to import) is imported only when a table of a downloadable data set is
 first needed (:func:`torchvision_datasets`), so loading or "downloading" the offline ``digits``
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 
+from ..datanames import DATA_SETS
 from ..errors import DataError  # noqa: F401  (re-exported: the class lives in errors.py)
 
 __all__ = [
@@ -26,17 +27,14 @@ __all__ = [
     "resources",
 ]
 
-#: Names accepted by :func:`.fetch.download` and :func:`.datasets.load_dataset`.
-DATASETS = ("digits", "mnist", "cifar100")
+#: Names accepted by :func:`.fetch.download` and :func:`.datasets.load_dataset` (:data:`transformer_hessian.datanames.DATA_SETS`).
+DATASETS = tuple(DATA_SETS)
 
 #: Number of classes of each data set.
-NUM_CLASSES = {"digits": 10, "mnist": 10, "cifar100": 100}
+NUM_CLASSES = {d.name: d.num_classes for d in DATA_SETS.values()}
 
 #: Decompressed MNIST files: split -> (images, labels).
-MNIST_FILES = {
-    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
-    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
-}
+MNIST_FILES = {split: (images, labels) for split, images, labels in DATA_SETS["mnist"].files}
 
 
 def check_name(name: str) -> str:

@@ -1,10 +1,10 @@
 """One seaborn theme and the figure helpers behind the paper's Figures 3-6, one module per concept.
 
 The notebooks in ``notebooks/`` only load results and call these helpers, so every figure
-of the project shares one look and the drawing code is tested here (``tests/test_plotting.py``).
+of the project shares one look and the drawing code is tested here (``tests/plotting/test_plotting.py``).
 
 * :mod:`.style` - :func:`set_theme` (seaborn "paper" context, "ticks" style, DejaVu Sans, fixed
-  dpi), the colours and group labels, :func:`dataset_model_label`, :func:`contrast_ratio`.
+  dpi), the colours and group labels, :func:`dataset_model_label`, :func:`run_label`, :func:`contrast_ratio`.
 * :mod:`.save` - :func:`save_figure` (``<path>.pdf`` and ``<path>.png`` atomically), :func:`publish`.
 * :mod:`.hessian_maps` - :func:`hessian_heatmap` / :func:`hessian_figure` /
   :func:`shared_log_range` / :func:`robust_log_range` - Figures 3, 4.
@@ -40,6 +40,7 @@ from .style import (
     ZERO_COLOUR,
     contrast_ratio,
     dataset_model_label,
+    run_label,
     set_theme,
 )
 
@@ -65,6 +66,7 @@ __all__ = [
     "norms_figure",
     "publish",
     "robust_log_range",
+    "run_label",
     "save_figure",
     "set_theme",
     "shared_log_range",

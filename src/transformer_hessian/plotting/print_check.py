@@ -5,7 +5,7 @@ The paper uses the NeurIPS template (``neurips_2024``, one column): its ``\textw
 5.5 in. A figure included at the column width is scaled by ``PRINT_WIDTH_IN / saved width``
 (the saved width is the ``savefig.bbox: tight`` box of the theme), so a font of ``s`` points
 prints at ``s * PRINT_WIDTH_IN / saved width`` points. :func:`text_problems` lists every
-problem of one figure in words; ``tests/test_figure_text.py`` runs it on every figure of the
+problem of one figure in words; ``tests/plotting/test_figure_text.py`` runs it on every figure of the
 registry. Nothing here imports torch.
 """
 

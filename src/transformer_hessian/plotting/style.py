@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 import seaborn as sns
 
+from ..datanames import DATA_SETS, named
+
 __all__ = [
     "DATASET_NAMES",
     "GROUP_COLOURS",
@@ -21,6 +23,7 @@ __all__ = [
     "ZERO_COLOUR",
     "contrast_ratio",
     "dataset_model_label",
+    "run_label",
     "set_theme",
     "wrap_lines",
 ]
@@ -37,7 +40,7 @@ ZERO_COLOUR = "#5fa8d3"
 HEATMAP_QUANTILES = (0.005, 0.9995)
 
 #: Names of the data sets in titles; digits is the offline stand-in.
-DATASET_NAMES = {"digits": "8x8 digits (scikit-learn)", "mnist": "MNIST", "cifar100": "CIFAR-100"}
+DATASET_NAMES = {n: named(n) for n in DATA_SETS}
 
 #: Colour map of the log-magnitude heatmaps.
 HEATMAP_CMAP = "rocket"
@@ -124,18 +127,28 @@ def dataset_model_label(metrics: Mapping[str, Any], stands_in_for: str | None = 
     the data set the model ran on and its sizes, so every figure says what it shows.
     """
     m = metrics["model"]
-    name = DATASET_NAMES.get(metrics["dataset"], str(metrics["dataset"]))
-    from ..datanames import stands_in
-
-    if stands_in(str(metrics["dataset"]), stands_in_for):
-        name = (
-            name.replace(")", f"; stand-in for {stands_in_for})")
-            if ")" in name
-            else f"{name} (stand-in for {stands_in_for})"
-        )
+    name = named(str(metrics["dataset"]), stands_in_for)
     tokens = (int(m["image_size"]) // int(m["patch_size"])) ** 2
     blocks = f"{m['depth']} block" + ("s" if int(m["depth"]) != 1 else "")
     return f"{name}{sep}ViT, {blocks}, {tokens} tokens, d={m['width']}, d_K={m['d_k']}, d_ff={m['d_ff']}"
+
+
+#: A run of the paper's CIFAR-100 experiments (probe, spectrum) names its data set so.
+CIFAR_RUN_NAMES = {n: named(n, "CIFAR-100", stand_in="stand-in for the paper's {}") for n in DATA_SETS}
+
+
+def run_label(result: Mapping[str, Any], metrics: Mapping[str, Any] | None = None) -> str:
+    """``"<data set>; post-norm ViT, <depth> blocks, width <d>, ..."`` for the figures of the
+    paper's CIFAR-100 experiments (probe, spectrum): ``result`` names the data set, the model
+    part comes from a training ``metrics`` (when given)."""
+    ds = CIFAR_RUN_NAMES.get(str(result.get("dataset")), str(result.get("dataset", "?")))
+    if metrics and "model" in metrics:
+        m = metrics["model"]
+        return (
+            f"{ds}; post-norm ViT, {m['depth']} block{'s' if m['depth'] != 1 else ''}, width {m['width']}, "
+            f"d_ff {m['d_ff']}, {metrics.get('n_parameters', '?')} parameters"
+        )
+    return ds
 
 
 def wrap_lines(text: str, width: int = 100) -> str:

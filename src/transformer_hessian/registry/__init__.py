@@ -12,7 +12,7 @@ Everything else is generated from :data:`FIGURES`:
   rule, paper label and the sha256 of every input and output file (:func:`provenance`).
 
 A test fails when the registry, the generated rules, ``paper/README.md`` and the notebooks'
-``parameters`` cells disagree (``tests/test_registry.py``).
+``parameters`` cells disagree (``tests/registry/test_registry.py``).
 
 How to add a figure
 -------------------

@@ -1,5 +1,5 @@
 """``paper/README.md``, generated from the registry (:func:`render_paper_readme`; written by
-``transformer-hessian registry --write-readme`` and compared by ``tests/test_registry.py``)."""
+``transformer-hessian registry --write-readme`` and compared by ``tests/registry/test_registry.py``)."""
 
 from __future__ import annotations
 

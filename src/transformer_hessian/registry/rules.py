@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..datanames import DATA_SETS, library_name
 from ..studies.entry import Figure
 from .figures import enabled, groups
 
 __all__ = ["caption", "output_parameters", "resolve_inputs", "rule_specs"]
 
 #: Data set names in captions, and what the embedded default's digits stand in for.
-_DATASET = {"digits": "scikit-learn's 8x8 digits", "mnist": "MNIST", "cifar100": "CIFAR-100"}
+_DATASET = {name: library_name(name, possessive=True) for name in DATA_SETS}
 
 
 def _template_values(config: dict) -> dict[str, Any]:

@@ -152,11 +152,30 @@ def _resume_or_start(
     return [], 1
 
 
+def recipe_epoch(model: ViT, opt: torch.optim.Optimizer, xtr, ytr, t: Train, epoch: int, name: str, **options):
+    """Epoch ``epoch`` of the experiment's recipe ``t`` (its seed, batch size, learning rate, schedule,
+    augmentation and autocast): :func:`train_epoch` with ``options`` (``on_step``, ``max_steps``,
+    ``forward``). The ``train`` rule and the dynamics replay both train through it."""
+    return train_epoch(
+        model,
+        opt,
+        xtr,
+        ytr,
+        seed=int(t.seed),
+        epoch=epoch,
+        batch_size=int(t.batch_size),
+        name=name,
+        lr=t.lr,
+        train_cfg=t,
+        **options,
+    )
+
+
 def _run_epochs(name, model, opt, forward, data, t: Train, start_epoch: int, history: list[dict], checkpoint, ckdir):
     """Train epochs ``start_epoch..t.epochs`` on ``data`` = (xtr, ytr, xva, yva): each appends its
     row to ``history``, is logged and saved as ``epoch_XXX.pt`` (then :data:`KILL_ENV` may kill)."""
     xtr, ytr, xva, yva = data
-    n, bs, seed = len(xtr), t.batch_size, int(t.seed)
+    n, bs = len(xtr), t.batch_size
     epochs = tqdm(
         range(start_epoch, t.epochs + 1),
         desc=f"train {name}",
@@ -169,19 +188,8 @@ def _run_epochs(name, model, opt, forward, data, t: Train, start_epoch: int, his
     with Progress(f"train {name}", total=(t.epochs - start_epoch + 1) * steps_per_epoch, unit="optimiser step") as prog:
         for epoch in epochs:
             t0 = time.perf_counter()
-            run_loss, run_correct = train_epoch(
-                model,
-                opt,
-                xtr,
-                ytr,
-                seed=seed,
-                epoch=epoch,
-                batch_size=bs,
-                name=name,
-                lr=t.lr,
-                train_cfg=t,
-                forward=forward,
-                on_step=lambda *_: prog.advance(),
+            run_loss, run_correct = recipe_epoch(
+                model, opt, xtr, ytr, t, epoch, name, forward=forward, on_step=lambda *_: prog.advance()
             )
             val_loss, val_acc = evaluate(model, xva, yva)
             history.append(

@@ -36,7 +36,8 @@ from ...hessian import fixed_batch
 from ...hessian_groups import ALL_GROUPS, hessian_all_groups, layout, symmetric_block_norms, weight_norms_all
 from ...model import ModelConfig, ViT
 from ...progress import Progress
-from ...train import load_experiment_data, make_optimizer, train_epoch
+from ...train import load_experiment_data, make_optimizer
+from ...train.loop import recipe_epoch
 from ...utils import log, resolve_device
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ def replay(
     """
     dev = resolve_device(device)
     t = spec.train
-    seed, bs = int(t.seed), int(t.batch_size)
+    bs = int(t.batch_size)
     data = load_experiment_data(spec, data_root)
     xtr, ytr = data["train_x"].to(dev), data["train_y"].to(dev)
     ck = load_checkpoint(init_checkpoint, map_location=dev)  # verified against its sidecar
@@ -103,20 +104,8 @@ def replay(
             if base + s in wanted and base + s > 0:
                 on_snapshot(base + s, m, loss)
 
-        train_epoch(
-            model,
-            opt,
-            xtr,
-            ytr,
-            seed=seed,
-            epoch=epoch,
-            batch_size=bs,
-            lr=t.lr,
-            name="replay",
-            on_step=on_step,
-            max_steps=steps - base,
-            train_cfg=t,  # the same schedule, augmentation and autocast as the train rule
-        )
+        # the same seed, batch size, schedule, augmentation and autocast as the train rule
+        recipe_epoch(model, opt, xtr, ytr, t, epoch, "replay", on_step=on_step, max_steps=steps - base)
         done = min(base + per_epoch, steps)
         if done == base + per_epoch and checkpoint_dir is not None:
             path = Path(checkpoint_dir) / f"epoch_{epoch:03d}.pt"

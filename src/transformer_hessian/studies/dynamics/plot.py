@@ -26,6 +26,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from ... import ALL_GROUPS, LN_GROUPS
+from ...datanames import DATA_SETS, named
 from ...plotting.style import COMPACT_RC, GROUP_COLOURS
 
 #: The five figure families of Appendix A.1: figure number -> (title word, groups).
@@ -53,7 +54,8 @@ LABELS = {
 PARTNER_COLOURS = GROUP_COLOURS
 #: Matrix groups solid, LayerNorm groups dashed: a second cue besides the colour.
 _LINESTYLE = {g: (0, (4, 1.5)) if g in LN_GROUPS else "-" for g in ALL_GROUPS}
-DATASETS = {"digits": "8x8 digits (stand-in for MNIST)", "mnist": "MNIST", "cifar100": "CIFAR-100"}
+#: Figures 7-11 are the paper's MNIST experiment.
+DATASETS = {n: named(n, "MNIST", library=False) for n in DATA_SETS}
 #: Width of Figures 7-11 (inches): printed at the paper's 5.5-in text width, 7-pt text stays >= 6.5 pt.
 FIGURE_WIDTH_IN = 5.9
 FIGURE_NUMBERS = {"fig7": 7, "fig8": 8, "fig9": 9, "fig10": 10, "fig11": 11}

@@ -4,7 +4,8 @@
   along ``w* + t d``, (b) the block diagram (:func:`transformer_hessian.diagrams.draw_block_stack`).
 * :func:`theorem7_figure` - Theorem 7 off ``w*`` and the Taylor model.
 * :func:`fig12_figure` - Figure 12 (Assumption 1) and the minimiser shift.
-* :func:`run_label` - "data set, model" text for titles, from the probe result and metrics.
+* :func:`run_label` - "data set, model" text for titles, from the probe result and metrics
+  (:func:`transformer_hessian.plotting.style.run_label`, re-exported: the spectrum figure uses it too).
 
 The input is the JSON document written by ``transformer-hessian probe`` (a dict).
 """
@@ -21,29 +22,11 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
 from ...diagrams import draw_block_stack
-from ...plotting.style import COMPACT_RC, wrap_lines
+from ...plotting.style import COMPACT_RC, run_label, wrap_lines
 
 __all__ = ["fig1_figure", "fig12_figure", "run_label", "theorem7_figure"]
 
-_DATASET_NAMES = {
-    "digits": "8x8 digits (scikit-learn; stand-in for the paper's CIFAR-100)",
-    # The probe and spectrum experiments are the paper's CIFAR-100 experiments.
-    "mnist": "MNIST (stand-in for the paper's CIFAR-100)",
-    "cifar100": "CIFAR-100",
-}
 VIOLATION = "#D62728"
-
-
-def run_label(result: Mapping[str, Any], metrics: Mapping[str, Any] | None = None) -> str:
-    """``"<data set>, ViT <depth> blocks, width <d>"`` (the model part when ``metrics`` is given)."""
-    ds = _DATASET_NAMES.get(str(result.get("dataset")), str(result.get("dataset", "?")))
-    if metrics and "model" in metrics:
-        m = metrics["model"]
-        return (
-            f"{ds}; post-norm ViT, {m['depth']} block{'s' if m['depth'] != 1 else ''}, width {m['width']}, "
-            f"d_ff {m['d_ff']}, {metrics.get('n_parameters', '?')} parameters"
-        )
-    return ds
 
 
 def _dir_colours(names) -> dict[str, Any]:

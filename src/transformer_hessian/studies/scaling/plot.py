@@ -16,7 +16,8 @@ import numpy as np
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from ...plotting import COMPACT_RC, DATASET_NAMES, GROUP_COLOURS, as_mapping
+from ...datanames import named
+from ...plotting import COMPACT_RC, GROUP_COLOURS, as_mapping
 
 #: Marker, fit line style and legend text of the two sweep directions.
 _MARKER = {"width": "o", "depth": "s"}
@@ -50,9 +51,7 @@ def exponent_label(fit: Mapping[str, Any]) -> str:
 def sweep_title(result: Mapping[str, Any]) -> str:
     """Data set, model family and sweep of the result, for the figure's title."""
     s = result["settings"]
-    name = DATASET_NAMES.get(result["dataset"], result["dataset"])
-    if result["dataset"] == "digits":
-        name = name.replace(")", "; stand-in for MNIST / CIFAR-100)")
+    name = named(result["dataset"], "MNIST / CIFAR-100")  # the sweep stands for both of the paper's
 
     def braces(v):
         return "{" + ", ".join(map(str, v)) + "}"

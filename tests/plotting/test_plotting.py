@@ -21,7 +21,7 @@ from hypothesis import strategies as st  # noqa: E402
 from transformer_hessian import GROUPS, plotting, registry  # noqa: E402
 from transformer_hessian.landscape import analyse_landscape  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO / "notebooks"
 
 # A small block layout: d = 4, d_K = 2, d_ff = 6.

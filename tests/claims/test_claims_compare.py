@@ -13,7 +13,7 @@ import pytest
 from transformer_hessian import claims
 from transformer_hessian.claims.compare import VerdictMismatch, compare_step, compare_verdicts
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def row(i, verdict):

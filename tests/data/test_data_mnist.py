@@ -19,7 +19,7 @@ from transformer_hessian.data import DataError, download, load_dataset, transfer
 from transformer_hessian.data.idx import read_idx_images, read_idx_labels
 from transformer_hessian.data.local import MNIST_RAW, dotted_name
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TARGETS = list(MNIST_RAW)
 
 

@@ -14,7 +14,7 @@ from conftest import snakemake_dry_run
 
 from transformer_hessian import registry
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CONFIG = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
 
 

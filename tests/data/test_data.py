@@ -446,3 +446,22 @@ def test_digits_needs_neither_torchvision_nor_torch_until_tensors():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert out.stdout.split() == ["False", "False", "False", "True"]
+
+
+def test_one_reader_per_data_set_registered_by_name(tmp_path):
+    """Every data set of the table has its reader, registered by name; an unknown name is a DataError
+    naming it; the digits reader returns the table's shape and classes."""
+    from transformer_hessian.data.datasets import READERS, reader_of
+    from transformer_hessian.data.fetch import OFFLINE_MANIFESTS
+    from transformer_hessian.datanames import DATA_SETS
+
+    assert set(READERS) == set(DATA_SETS)
+    # a data set a library ships has no files: its "download" is a registered manifest
+    assert set(OFFLINE_MANIFESTS) == {n for n, d in DATA_SETS.items() if d.library} >= {"digits"}
+    for name in DATA_SETS:
+        assert reader_of(name) is READERS[name]
+    with pytest.raises(DataError, match="unknown data set 'svhn'; choose one of digits, mnist, cifar100"):
+        reader_of("svhn")
+    d = load_dataset("digits", tmp_path, max_train=20, max_val=10)
+    t = DATA_SETS["digits"]
+    assert d["train_x"].shape[1:] == (t.channels, t.side, t.side) and d["num_classes"] == t.num_classes

@@ -8,9 +8,10 @@ from __future__ import annotations
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_theory_closed_forms import sample
 
 from transformer_hessian.theory import attention_hessian_from_loss_derivatives, block_hessian_from_loss_derivatives
+
+from .test_theory_closed_forms import sample
 
 
 @settings(max_examples=8, deadline=None)

@@ -19,7 +19,7 @@ from transformer_hessian import GROUPS, claims
 from transformer_hessian.landscape import analyse_landscape
 from transformer_hessian.numfmt import fmt, fmt_interval
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MODEL = {"width": 3, "d_k": 2, "d_ff": 5}
 SIZES = {"W_Q": 6, "W_K": 6, "W_V": 9, "W_1": 15, "W_2": 15}
 OFF = np.concatenate([[0], np.cumsum([SIZES[g] for g in GROUPS])])

@@ -260,7 +260,7 @@ def build_scaling():
 
     import yaml
 
-    cfg = copy.deepcopy(yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "config.yaml").read_text()))
+    cfg = copy.deepcopy(yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "config.yaml").read_text()))
     cfg["scaling"] = base
     s = Scaling.from_dict(validate_config(cfg)["scaling"])
     rng = np.random.default_rng(0)
@@ -325,7 +325,7 @@ def build_architectures():
     from transformer_hessian.studies.architectures.compute import run_architecture
     from transformer_hessian.studies.architectures.plot import architectures_figure
 
-    s = copy.deepcopy(load_config(Path(__file__).resolve().parents[1] / "config" / "config.yaml")["architectures"])
+    s = copy.deepcopy(load_config(Path(__file__).resolve().parents[2] / "config" / "config.yaml")["architectures"])
     s.update(d_model=4, dim_feedforward=6, patch_size=4, hessian_batch_size=3)
     s["train"].update(epochs=1, batch_size=64)
     s["variants"] = {"heads_2": {"nhead": 2}, "layers_2": {"num_layers": 2}}

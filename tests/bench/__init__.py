@@ -1,0 +1,1 @@
+"""Tests of transformer_hessian.bench (the Hessian and training benchmarks)."""
