@@ -204,8 +204,10 @@ def test_rerun_on_slurm_does_nothing(run, root, cluster):
 
 # test_workflow.py's checks of the outputs, run on the SLURM run's folder. Its rerun/report test
 # runs snakemake locally without the gpu override, which changes the config hash (a summary
-# parameter): test_rerun_on_slurm_does_nothing above is its counterpart.
-_NOT_REUSED = {"test_rerun_does_nothing_and_report_builds"}
+# parameter): test_rerun_on_slurm_does_nothing above is its counterpart. The Chromium test reads
+# the report that the rerun/report test writes, so without it here it could only skip (it did,
+# in every `make test`, with "the report was not built"); it runs in test_workflow.py.
+_NOT_REUSED = {"test_rerun_does_nothing_and_report_builds", "test_report_renders_in_chromium_with_claims_and_images"}
 for _name, _test in vars(test_workflow).copy().items():
     if (
         _name.startswith("test_")
