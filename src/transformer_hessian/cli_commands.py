@@ -1,5 +1,5 @@
 """The commands of :mod:`.cli` that belong to the pipeline's own rules (download, train, hessian,
-theory, table1, landscape, tables, summary, report-pages, claims, registry, bench, bounds): each
+theory, landscape, tables, summary, report-pages, claims, registry, bench, bounds): each
 parses its JSON sections into their frozen settings once and calls one function of ``steps`` or
 the owning module, imported inside the command so that ``--help`` stays fast. A study's commands
 are in its ``studies/<name>/cli.py``."""
@@ -56,19 +56,6 @@ def cmd_theory(a) -> None:
         tolerance=a.tolerance,
         device=a.device,
     )
-
-
-def cmd_table1(a) -> None:
-    """Rule table1: Table 1 from the config and the runs' metrics."""
-    from .settings import Experiment, Hessian, Landscape
-    from .steps import table1_step
-
-    experiments = {n: Experiment.from_dict(e, f"experiments.{n}") for n, e in a.config["experiments"].items()}
-    roles = {
-        "hessian": Hessian.from_dict(a.config["hessian"]).experiment,
-        "landscape": Landscape.from_dict(a.config["landscape"]).experiment,
-    }
-    table1_step(experiments, roles, a.metrics, a.out_dir)
 
 
 def cmd_landscape(a) -> None:

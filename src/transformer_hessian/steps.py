@@ -17,7 +17,6 @@ the validated config's JSON): ``spec`` = one ``experiments.<name>`` section
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +31,6 @@ __all__ = [
     "hessian_inputs",
     "hessian_step",
     "theory_step",
-    "table1_step",
     "landscape_step",
 ]
 
@@ -182,23 +180,6 @@ def theory_step(
             f"exceeds theory.tolerance={tolerance:g} (details in {out})"
         )
     return result
-
-
-def table1_step(
-    experiments: Mapping[str, Experiment], roles: Mapping[str, str], metrics: Sequence[str], out_dir: str
-) -> None:
-    """Rule table1: ``out_dir/table1.{csv,tex,md}`` from the experiments' sections, the experiment
-    of each role (``{"hessian": ..., "landscape": ...}``) and the runs' metrics."""
-    from .io import load_metrics_by_experiment
-    from .report import write_table
-    from .table1 import table1
-
-    df = table1(experiments, roles, load_metrics_by_experiment(metrics))
-    write_table(
-        df,
-        Path(out_dir) / "table1",
-        "Table 1: ViT hyperparameters of both experiments, this run next to the paper's values",
-    )
 
 
 def landscape_step(

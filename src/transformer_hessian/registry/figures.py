@@ -131,14 +131,6 @@ _CORE_ARTEFACTS: list[tuple[str, str, str, str, str]] = [
         "`bounds.table`, `bounds.step`",
     ),
     (
-        "tables/table1.{csv,tex,md}",
-        "Table 1: the ViT hyperparameters of both experiments from the config, next to the "
-        "paper's, plus tokens, parameters, epochs, optimiser, learning rate, batch size and validation accuracy reached",
-        "`transformer-hessian table1`",
-        "`table1`",
-        "`table1.table1`",
-    ),
-    (
         "tables/block_norms.{csv,tex,md}",
         "Frobenius, spectral, max \\|entry\\| of all 25 block pairs, init and trained",
         "`transformer-hessian tables`",

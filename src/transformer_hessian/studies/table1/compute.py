@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from .settings import Experiment
+from ...settings import Experiment
 
 NOT_STATED = "not stated"
 
@@ -53,7 +53,7 @@ COMPARED = ("dataset", "patch size", "hidden dim", "ff dim", "blocks")
 
 def _dataset_name(dataset: str, paper_data: str) -> str:
     """The run's data set; MNIST in a CIFAR-100 experiment is "MNIST (stand-in for CIFAR-100)"."""
-    from .datanames import stands_in
+    from ...datanames import stands_in
 
     name = DATASET_NAMES[dataset]
     return f"{name} (stand-in for {paper_data})" if dataset != "digits" and stands_in(dataset, paper_data) else name
