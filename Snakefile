@@ -58,7 +58,7 @@ from transformer_hessian.datanames import DATA_SETS  # noqa: E402
 
 FIGURES = figure_ids(config)  # the registry's figures (src/transformer_hessian/registry/figures.py) this config switches on
 TABLES = ["block_norms", "run_summary", "closed_form_check"]  # written by the `tables` rule
-ALL_TABLES = TABLES + ["table1", "bounds"] + notebook_tables()  # + Table 1 (rule table1) + tables of figure notebooks
+ALL_TABLES = TABLES + ["bounds"] + notebook_tables()  # + the bounds table + tables of figure notebooks (+ each study's own)
 # What the rule files add for the consumers included last (claims.smk, figures.smk): JSON lists of
 # finished claim rows (claims --rows) and summary sections (summary --section NAME=PATH), as
 # (NAME, path) pairs. A study's rule file appends its own, so adding a study edits neither consumer.
@@ -75,10 +75,10 @@ wildcard_constraints:
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
-include: "workflow/rules/hessian.smk"
-include: "workflow/rules/theory.smk"
+# The Hessian study before the rule files that read its outputs (rules.hessian, rules.theory) while
+# their rules are defined: bounds, the other studies, the tables, the claims and the summary.
+include: "workflow/rules/studies/hessian.smk"
 include: "workflow/rules/landscape.smk"
-include: "workflow/rules/table1.smk"
 include: "workflow/rules/bounds.smk"
 
 
@@ -86,8 +86,9 @@ include: "workflow/rules/bounds.smk"
 # (under its own config switch), appends its tables to ALL_TABLES and its claim rows and summary
 # section to the lists above. A new study adds its file there; nothing here changes.
 for _study_rules in sorted(glob.glob(os.path.join(workflow.basedir, "workflow", "rules", "studies", "*.smk"))):
+    if os.path.basename(_study_rules) != "hessian.smk":  # included above, before its readers
 
-    include: _study_rules
+        include: _study_rules
 
 
 # Consumers of every rule above (each input is a `rules.<producer>.output`): included last.

@@ -79,7 +79,6 @@ LAYERS: dict[str, int] = {
     "studies": STUDIES,
     "landscape": STUDIES,
     "bounds": STUDIES,
-    "table1": STUDIES,
     "architecture_diagram": STUDIES,
     "diagrams": STUDIES,
     "bench": STUDIES,

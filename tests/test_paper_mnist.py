@@ -5,7 +5,7 @@ figure labels)."""
 from __future__ import annotations
 
 import pytest
-from test_table1 import _metrics, _table1
+from studies.test_table1 import _metrics, _table1
 
 from transformer_hessian.claims.rows import _data_note
 from transformer_hessian.config import load_config

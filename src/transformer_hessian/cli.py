@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_data_parsers(sub) -> None:
-    """The subcommands download, train, hessian and theory (``sub``: the command subparsers)."""
+    """The subcommands download and train (``sub``: the command subparsers)."""
     s = sub.add_parser("download", help="fetch and verify a data set (digits needs no download)")
     s.add_argument("--dataset", required=True, help="digits, mnist or cifar100")
     s.add_argument(
@@ -90,38 +90,9 @@ def _add_data_parsers(sub) -> None:
     s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
     s.set_defaults(func=commands.cmd_train)
 
-    for name, helptext in (
-        ("hessian", "exact dense Hessian of one block's five weight groups"),
-        ("theory", "closed-form Hessian vs curvlinops on the same batch"),
-    ):
-        s = sub.add_parser(name, help=helptext)
-        s.add_argument("--checkpoint", required=True, help="model checkpoint (init.pt or final.pt)")
-        s.add_argument("--stage", required=True, choices=["init", "trained"], help="which checkpoint this is")
-        s.add_argument("--spec", type=_json_arg, required=True, help="the experiment's config section")
-        s.add_argument("--hessian", type=_json_arg, required=True, help="the 'hessian' config section")
-        s.add_argument("--data-root", required=True, help=DATA_ROOT_HELP)
-        s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]; float64 throughout")
-        if name == "hessian":
-            s.add_argument("--out-npz", required=True, help="dense Hessian with group names, shapes, offsets")
-            s.add_argument("--out-norms", required=True, help="JSON of block and weight norms")
-            s.set_defaults(func=commands.cmd_hessian)
-        else:
-            s.add_argument("--tolerance", type=float, default=1e-8, help="largest relative error that passes")
-            s.add_argument("--hessian-npz", required=True, help="the Hessian the hessian rule saved (.npz)")
-            s.add_argument("--norms", default=None, help="its norms JSON (names the method that computed it)")
-            s.add_argument("--probes", type=int, default=8, help="random probe vectors per parameter group")
-            s.add_argument("--out", required=True, help="JSON of errors per block pair")
-            s.set_defaults(func=commands.cmd_theory)
-
 
 def _add_study_parsers(sub) -> None:
-    """The subcommands table1 and landscape (``sub``: the command subparsers)."""
-    s = sub.add_parser("table1", help="write paper/tables/table1.{csv,tex,md} (Table 1 of the paper)")
-    s.add_argument("--config", type=_json_arg, required=True, help="the whole validated config as JSON")
-    s.add_argument("--metrics", nargs="+", required=True, help="metrics.json of each experiment (train rule)")
-    s.add_argument("--out-dir", required=True, help="folder for the table (paper/tables)")
-    s.set_defaults(func=commands.cmd_table1)
-
+    """The subcommand landscape (``sub``: the command subparsers)."""
     s = sub.add_parser("landscape", help="per-sample losses at w*, |L_{k+1}-L_k| and its log-log slope")
     s.add_argument("--checkpoint", required=True, help="trained checkpoint w* (final.pt)")
     s.add_argument("--spec", type=_json_arg, required=True, help="the experiment's config section as JSON")

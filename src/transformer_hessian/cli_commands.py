@@ -1,5 +1,5 @@
-"""The commands of :mod:`.cli` that belong to the pipeline's own rules (download, train, hessian,
-theory, table1, landscape, tables, summary, report-pages, claims, registry, bench, bounds): each
+"""The commands of :mod:`.cli` that belong to the pipeline's own rules (download, train,
+landscape, tables, summary, report-pages, claims, registry, bench, bounds): each
 parses its JSON sections into their frozen settings once and calls one function of ``steps`` or
 the owning module, imported inside the command so that ``--help`` stays fast. A study's commands
 are in its ``studies/<name>/cli.py``."""
@@ -25,50 +25,6 @@ def cmd_train(a) -> None:
         a.experiment, Experiment.from_dict(a.spec, f"experiments.{a.experiment}"), a.data_root, a.out, device=a.device
     )
     log.info("%s: final val_acc %.4f after %d epochs", a.experiment, m["final"]["val_acc"], m["epochs"])
-
-
-def cmd_hessian(a) -> None:
-    """Rule hessian: dense Hessian of one block's five groups and its block norms."""
-    from .settings import Experiment, Hessian
-    from .steps import hessian_step
-
-    hessian = Hessian.from_dict(a.hessian)
-    spec = Experiment.from_dict(a.spec, f"experiments.{hessian.experiment}")
-    hessian_step(a.checkpoint, a.stage, spec, hessian, a.data_root, a.out_npz, a.out_norms, device=a.device)
-
-
-def cmd_theory(a) -> None:
-    """Rule theory: check the saved Hessian against curvlinops products; fail above the tolerance."""
-    from .settings import Experiment, Hessian
-    from .steps import theory_step
-
-    hessian = Hessian.from_dict(a.hessian)
-    theory_step(
-        a.checkpoint,
-        a.stage,
-        Experiment.from_dict(a.spec, f"experiments.{hessian.experiment}"),
-        hessian,
-        a.data_root,
-        a.hessian_npz,
-        a.out,
-        norms=a.norms,
-        probes=a.probes,
-        tolerance=a.tolerance,
-        device=a.device,
-    )
-
-
-def cmd_table1(a) -> None:
-    """Rule table1: Table 1 from the config and the runs' metrics."""
-    from .settings import Experiment, Hessian, Landscape
-    from .steps import table1_step
-
-    experiments = {n: Experiment.from_dict(e, f"experiments.{n}") for n, e in a.config["experiments"].items()}
-    roles = {
-        "hessian": Hessian.from_dict(a.config["hessian"]).experiment,
-        "landscape": Landscape.from_dict(a.config["landscape"]).experiment,
-    }
-    table1_step(experiments, roles, a.metrics, a.out_dir)
 
 
 def cmd_landscape(a) -> None:

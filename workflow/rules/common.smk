@@ -88,3 +88,14 @@ def report_table_caption(stem):
     """The report caption of table ``stem``: its own page where one exists, else the generic one."""
     caption = f"{workflow.basedir}/workflow/report/table_{stem}.rst"
     return f"../report/table_{stem}.rst" if os.path.exists(caption) else "../report/table_page.rst"
+
+
+# Inputs and parameters of every rule that evaluates the model of {exp} at {stage} (hessian,
+# theory, bounds): its checkpoint from rule train and its data set's manifest.
+STAGE_INPUTS = dict(checkpoint=checkpoint_of, manifest=manifest_of)
+STAGE_PARAMS = dict(
+    data_root=data_root_of,
+    spec=spec_file,
+    hessian=settings_file("hessian", config["hessian"]),
+    device=config["device"],
+)

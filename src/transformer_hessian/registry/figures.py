@@ -9,17 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..studies import study_parts
-from ..studies.entry import HESSIAN_CHECKED, Figure
+from ..studies.entry import Figure
 
 __all__ = ["FIGURES", "OTHER_ARTEFACTS", "by_id", "enabled", "figure_ids", "groups", "notebook_tables"]
-
-_H = "results/{hexp}/hessian"
-#: Inputs of the two figures drawn by one notebook run (group fig3_fig4).
-_HEATMAP_INPUTS = {
-    "hessian_init": _H + "/init.npz",
-    "hessian_trained": _H + "/trained.npz",
-    "metrics": "results/{hexp}/metrics.json",
-}
 
 _CORE_FIGURES: list[Figure] = [
     Figure(
@@ -35,53 +27,6 @@ _CORE_FIGURES: list[Figure] = [
         "panel, titled with both experiments, when they use the same model.",
         shows="the post-norm ViT of both experiments with the sizes that ran",
         functions="`architecture_diagram.architecture_figure`, `architecture_diagram.draw_architecture`",
-    ),
-    Figure(
-        id="fig3",
-        paper="Figure 3",
-        label="fig:hessian_entries",
-        notebook="fig3_fig4_hessian_heatmaps.ipynb",
-        inputs=dict(_HEATMAP_INPUTS),
-        group="fig3_fig4",
-        caption="Figure 3. log10 |H_ij| of the exact loss Hessian w.r.t. W_Q, W_K, W_V, W_1, W_2 of "
-        "the one-block ViT at initialisation, on one fixed training batch of {hessian_data}. "
-        "Colour range: the 0.5% and 99.95% quantiles of the nonzero entries of Figures 3 and 4 "
-        "together (arrows: clipped). Exact zeros (rows and columns of ReLU units inactive on the "
-        "whole batch) have a colour of their own; their share is given below the map.",
-        shows="log10 \\|H\\| at initialisation, blocks W_Q, W_K, W_V, W_1, W_2; exact zeros in their own colour",
-        functions="`plotting.hessian_heatmap`, `plotting.robust_log_range`; Hessian from `hessian.compute_hessian`",
-        gate=HESSIAN_CHECKED,
-    ),
-    Figure(
-        id="fig4",
-        paper="Figure 4",
-        label="fig:hessian_entries_trained",
-        notebook="fig3_fig4_hessian_heatmaps.ipynb",
-        inputs=dict(_HEATMAP_INPUTS),
-        group="fig3_fig4",
-        caption="Figure 4. The same as Figure 3 after training, on Figure 3's colour scale "
-        "({hessian_data}). Exact zeros, if any, have a colour of their own.",
-        shows="the same after training, on fig3's colour scale",
-        functions="same as fig3",
-        gate=HESSIAN_CHECKED,
-    ),
-    Figure(
-        id="fig5",
-        paper="Figure 5",
-        label="fig:norm",
-        notebook="fig5_norms.ipynb",
-        inputs={
-            "norms_init": _H + "/init_norms.json",
-            "norms_trained": _H + "/trained_norms.json",
-            "metrics": "results/{hexp}/metrics.json",
-        },
-        caption="Figure 5. Parameter block norms and Hessian block norms on one fixed training batch of "
-        "{hessian_data}, at initialisation and after training: (a) spectral and Frobenius norms "
-        "of W_Q, W_K, W_V, W_1, W_2; (b) of the diagonal Hessian blocks H_ii; (c, d) log10 of "
-        "the spectral norm of every block H_ij, one colour scale for both panels.",
-        shows="weight-matrix norms and Hessian block norms, init vs trained",
-        functions="`plotting.norms_figure`; `hessian.block_norms`, `hessian.weight_norms`",
-        gate=HESSIAN_CHECKED,
     ),
     Figure(
         id="fig6",
@@ -129,14 +74,6 @@ _CORE_ARTEFACTS: list[tuple[str, str, str, str, str]] = [
         "`transformer-hessian bounds table`",
         "`bounds_table` (after `bounds`)",
         "`bounds.table`, `bounds.step`",
-    ),
-    (
-        "tables/table1.{csv,tex,md}",
-        "Table 1: the ViT hyperparameters of both experiments from the config, next to the "
-        "paper's, plus tokens, parameters, epochs, optimiser, learning rate, batch size and validation accuracy reached",
-        "`transformer-hessian table1`",
-        "`table1`",
-        "`table1.table1`",
     ),
     (
         "tables/block_norms.{csv,tex,md}",

@@ -51,7 +51,7 @@ def caption(fig: Figure, config: dict) -> str:
         spectrum_data=_data_name(config, _template_values(config)["sexp"], "CIFAR-100"),
         granularity=granularity,
         scaling_data=_DATASET.get(scaling_set, scaling_set)
-        + (", stand-in for MNIST / CIFAR-100" if scaling_set == "digits" else ""),
+        + (", stand-in for MNIST / CIFAR-100" if DATA_SETS[scaling_set].stands_in_for else ""),
     )
 
 

@@ -1,4 +1,6 @@
 # Table 1 of the paper: the hyperparameters of both experiments next to the paper's.
+# Computation: transformer_hessian.studies.table1; its table goes to ALL_TABLES (the all, summary
+# and report_pages rules).
 
 rule table1:
     input:
@@ -9,7 +11,7 @@ rule table1:
         out_dir=out_dir_of,
         config=settings_file("table1", {k: config[k] for k in ("experiments", "hessian", "landscape")}),
     conda:
-        "../../environment.yml"
+        "../../../environment.yml"
     log:
         "logs/table1.log",
     benchmark:
@@ -21,3 +23,6 @@ rule table1:
     shell:
         "transformer-hessian table1 --config {params.config:q} --metrics {input.metrics:q} "
         "--out-dir {params.out_dir:q} 2> {log:q}"
+
+
+ALL_TABLES.append("table1")

@@ -1,12 +1,16 @@
-"""Table 1: generated from the config; the paper config matches the paper's Table 1."""
+"""Table 1 (transformer_hessian.studies.table1): generated from the config; the paper config matches
+the paper's Table 1; the rule's step writes what it builds."""
 
+import pandas as pd
 import pytest
 
+from transformer_hessian import io
 from transformer_hessian.config import load_config
 from transformer_hessian.model import ModelConfig, ViT, count_parameters
 from transformer_hessian.report import write_table
 from transformer_hessian.settings import Config
-from transformer_hessian.table1 import table1
+from transformer_hessian.studies.table1.compute import table1
+from transformer_hessian.studies.table1.step import run_step
 
 
 def _table1(cfg, metrics):
@@ -65,3 +69,21 @@ def test_missing_metrics_is_an_error(root):
     cfg = load_config(root / "config/config.yaml")
     with pytest.raises(ValueError, match="no metrics.json"):
         _table1(cfg, {})
+
+
+def test_step_reads_the_metrics_files_and_writes_the_table(root, tmp_path):
+    """The rule's step: the metrics files as the train rule writes them (io.save_metrics) in, the
+    three table files out, the CSV equal to the table built from the same metrics directly."""
+    cfg = load_config(root / "config/config.yaml")
+    metrics = _metrics(cfg)
+    paths = []
+    for name, m in metrics.items():
+        paths.append(str(tmp_path / name / "metrics.json"))
+        io.save_metrics(paths[-1], m)
+    c = Config.from_dict(cfg)
+    run_step(c.experiments, {"hessian": c.hessian.experiment, "landscape": c.landscape.experiment}, paths, tmp_path)
+    got = pd.read_csv(tmp_path / "table1.csv", dtype=str, keep_default_na=False)
+    want = _table1(cfg, metrics)
+    assert list(got.columns) == list(want.columns) and got.values.tolist() == want.astype(str).values.tolist()
+    assert r"\toprule" in (tmp_path / "table1.tex").read_text()
+    assert "Table 1" in (tmp_path / "table1.md").read_text()

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from .datanames import DATA_SETS, table_name
-from .settings import Experiment
+from ...datanames import DATA_SETS, table_name
+from ...settings import Experiment
 
 NOT_STATED = "not stated"
 
@@ -53,11 +53,12 @@ COMPARED = ("dataset", "patch size", "hidden dim", "ff dim", "blocks")
 
 
 def _dataset_name(dataset: str, paper_data: str) -> str:
-    """The run's data set; MNIST in a CIFAR-100 experiment is "MNIST (stand-in for CIFAR-100)"."""
-    from .datanames import stands_in
+    """The run's data set; MNIST in a CIFAR-100 experiment is "MNIST (stand-in for CIFAR-100)" (a data
+    set the paper never used already says "(stand-in)" in its :func:`.datanames.table_name`)."""
+    from ...datanames import stands_in
 
     name = DATASET_NAMES[dataset]
-    return f"{name} (stand-in for {paper_data})" if dataset != "digits" and stands_in(dataset, paper_data) else name
+    return f"{name} (stand-in for {paper_data})" if not DATA_SETS[dataset].stands_in_for and stands_in(dataset, paper_data) else name
 
 
 def table1(experiments: Mapping[str, Experiment], roles: Mapping[str, str], metrics: dict[str, dict]) -> pd.DataFrame:
