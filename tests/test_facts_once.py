@@ -117,8 +117,8 @@ def test_one_table_of_data_sets(root):
     from transformer_hessian.registry.rules import _DATASET
     from transformer_hessian.studies.dynamics.plot import DATASETS as dynamics_names
     from transformer_hessian.studies.probe.plot import run_label
-    from transformer_hessian.table1 import DATASET_NAMES as table1_names
-    from transformer_hessian.table1 import IMAGE_SIZES
+    from transformer_hessian.studies.table1.compute import DATASET_NAMES as table1_names
+    from transformer_hessian.studies.table1.compute import IMAGE_SIZES
 
     names = list(datanames.DATA_SETS)
     assert names[:3] == ["digits", "mnist", "cifar100"] and list(DATASETS) == names and list(READERS) == names
