@@ -1,6 +1,6 @@
 """Bounds on the spectral norm of the self-attention and Transformer-block Hessians
-(arXiv 2510.16927, Theorems 1 and 6, Lemma 4) next to the project's own proven bounds, and
-Theorem 7's right-hand side (``landscape``).
+(arXiv 2510.16927, Theorems 1 and 6, Lemma 4) next to the project's own proven bounds
+(Theorem 7's right-hand side is :mod:`transformer_hessian.theorem7`).
 See docs/theory.md ("Theorem 1", "Theorem 6", "Lemma 4")."""
 
 # Imported on first use (PEP 562), so that ``bounds.plot`` can be imported without torch.
@@ -12,8 +12,6 @@ _HOME = {
     "block_bound_from_loss_derivatives": "block",
     "block_bound_paper": "block",
     "lemma4_bounds": "block",
-    "landscape_bound": "landscape",
-    "landscape_bound_tight": "landscape",
 }
 
 __all__ = [
@@ -23,8 +21,6 @@ __all__ = [
     "block_bound_ce",
     "block_bound_from_loss_derivatives",
     "block_bound_paper",
-    "landscape_bound",
-    "landscape_bound_tight",
     "lemma4_bounds",
 ]
 

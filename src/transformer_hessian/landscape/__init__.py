@@ -54,30 +54,21 @@ and the quantity the paper plots is ``D_k = |L_{k+1} - L_k|`` for ``k = 1 .. n-1
 
 All functions are pure NumPy/SciPy; nothing here needs PyTorch.
 
-Modules: :mod:`.differences` (``D_k`` and ``D^b_j`` on random orderings), :mod:`.curves`
-(EMA, log-binned median, thinning for the JSON result), :mod:`.fit` (log-log slope and its
-bootstrap interval), :mod:`.analyse` (:func:`analyse_landscape`); every public name is
-re-exported here.
+Modules: :mod:`.curves` (EMA), :mod:`.analyse` (:func:`analyse_landscape`); every public name is
+re-exported here. ``D_k`` and ``D^b_j`` on random orderings and Theorem 7's right-hand side are in
+:mod:`transformer_hessian.theorem7`, the log-log slope, its bootstrap interval, the log-binned
+median and the thinning for the JSON result in :mod:`transformer_hessian.stats` (the probe and
+scaling studies share them).
 """
 
 from __future__ import annotations
 
 from .analyse import PAPER_GRANULARITY, analyse_landscape, verdict_curve
-from .curves import MAX_JSON_POINTS, ema, log_binned_median, thin_indices
-from .differences import batch_loss_differences, loss_differences, orderings
-from .fit import bootstrap_slope_ci, fit_loglog_slope
+from .curves import ema
 
 __all__ = [
     "PAPER_GRANULARITY",
     "analyse_landscape",
     "verdict_curve",
-    "batch_loss_differences",
-    "bootstrap_slope_ci",
-    "log_binned_median",
     "ema",
-    "fit_loglog_slope",
-    "loss_differences",
-    "orderings",
-    "thin_indices",
-    "MAX_JSON_POINTS",
 ]

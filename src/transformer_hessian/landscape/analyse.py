@@ -1,14 +1,14 @@
 """Figure 6's analysis of per-sample losses at ``w*`` (the ``landscape`` rule's result).
 
 :func:`analyse_landscape` computes ``D_k = |L_{k+1} - L_k|`` on ``R`` orderings
-(:mod:`.differences`), their mean ``D_mean`` over orderings, its EMA and log-binned median
-(:mod:`.curves`), the log-log least-squares slope of ``D_mean`` against ``k`` over ``k >=
-k_min`` with its percentile bootstrap interval over orderings (:mod:`.fit`), and the check of
+(:mod:`transformer_hessian.theorem7`), their mean ``D_mean`` over orderings, its EMA (:mod:`.curves`) and
+log-binned median (:mod:`transformer_hessian.stats`), the log-log least-squares slope of ``D_mean`` against ``k`` over ``k >=
+k_min`` with its percentile bootstrap interval over orderings (:mod:`transformer_hessian.stats`), and the check of
 Theorem 7 at ``w = w*`` (arXiv 2510.16927): with ``0 <= l_i <= L``, ``L = max_i l_i``,
 
     D_k <= 2L / (k + 1)    on every ordering and every k
 
-(the identity of :mod:`.differences` even gives ``L/(k+1)``, so ``bound_max_ratio`` is at
+(the identity of :mod:`transformer_hessian.theorem7` even gives ``L/(k+1)``, so ``bound_max_ratio`` is at
 most 1/2). With a batch size ``b`` the same is done for the batch-wise curve ``D^b_j``, whose
 bound is ``2L/(j+1)`` in the number of batches ``j``.
 """
@@ -19,11 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from ..bounds.landscape import theorem7_rhs
-from ._validate import _as_losses, _check_positive_int
-from .curves import ema, log_binned_median, thin_indices
-from .differences import batch_loss_differences, loss_differences
-from .fit import _fit_mask, bootstrap_slope_ci, fit_loglog_slope
+from ..stats import bootstrap_slope_ci, check_positive_int, fit_loglog_slope, fit_mask, log_binned_median, thin_indices
+from ..theorem7 import as_losses, batch_loss_differences, loss_differences, theorem7_rhs
+from .curves import ema
 
 __all__ = ["PAPER_GRANULARITY", "analyse_landscape", "verdict_curve"]
 
@@ -55,9 +53,9 @@ def _rate_reference_slope(k: np.ndarray, steps: np.ndarray, k_lo: float, k_hi: f
 def _check_sizes(n: int, n_orderings, n_bootstrap, k_min, k_max) -> tuple[int, int, int, int]:
     """``(orderings, bootstrap draws, k_min, k_max)`` of :func:`analyse_landscape` for ``n`` losses,
     checked: positive integers, and a fit range ``[k_min, k_max]`` (k_max None: n-1) of >= 2 k."""
-    r = _check_positive_int(n_orderings, "n_orderings")
-    b = _check_positive_int(n_bootstrap, "n_bootstrap")
-    k_min = _check_positive_int(k_min, "k_min")
+    r = check_positive_int(n_orderings, "n_orderings")
+    b = check_positive_int(n_bootstrap, "n_bootstrap")
+    k_min = check_positive_int(k_min, "k_min")
     fit_k_max = n - 1 if k_max is None else int(k_max)
     if fit_k_max > n - 1:
         raise ValueError(f"k_max={k_max} exceeds the largest k = n-1 = {n - 1}")
@@ -120,7 +118,7 @@ def analyse_landscape(
         raise ValueError(f"granularity must be 'sample' or 'batch', got {granularity!r}")
     if granularity == "batch" and batch_size is None:
         raise ValueError("granularity 'batch' needs a batch_size")
-    x = _as_losses(losses)
+    x = as_losses(losses)
     n = x.size
     r, b, k_min, fit_k_max = _check_sizes(n, n_orderings, n_bootstrap, k_min, k_max)
 
@@ -169,7 +167,7 @@ def _fit_and_bound(x, diffs, k, d_mean, fit_range: tuple[int, int], b: int, seed
         "n_bootstrap": int(b),
         "fit_k_min": k_min,
         "fit_k_max": int(fit_k_max),
-        "fit_n_points": int(np.count_nonzero(_fit_mask(k, d_mean, k_min, fit_k_max))),
+        "fit_n_points": int(np.count_nonzero(fit_mask(k, d_mean, k_min, fit_k_max))),
         "rate_reference_slope": _rate_reference_slope(k, k, k_min, fit_k_max),
         "loss_mean": float(x.mean()),
         "loss_min": float(x.min()),
@@ -217,7 +215,7 @@ def _analyse_batches(
         "ci95_contains_minus_one": bool(lo <= -1.0 <= hi),
         "fit_k_min": k_lo,
         "fit_k_max": float(k[-1]),
-        "fit_n_points": int(np.count_nonzero(_fit_mask(k, d_mean, k_lo, None))),
+        "fit_n_points": int(np.count_nonzero(fit_mask(k, d_mean, k_lo, None))),
         "rate_reference_slope": _rate_reference_slope(k, j, k_lo, None),
         "theorem7_bound_2L": bound.tolist(),
         "bound_holds": bool(np.all(diffs <= bound * (1.0 + 1e-12))),

@@ -42,7 +42,7 @@ FIGURES: list[Figure] = [
         "locates where the quadratic model breaks.",
         shows="Theorem 7's bound off w*, its ratio to the measured gap, where the Taylor model breaks",
         functions="`studies.probe.plot.theorem7_figure`; `studies.probe.compute.run_probe`, "
-        "`bounds.landscape.landscape_bound`",
+        "`theorem7.landscape_bound`",
     ),
     Figure(
         id="fig12",
