@@ -76,7 +76,6 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/hessian.smk"
 include: "workflow/rules/theory.smk"
-include: "workflow/rules/landscape.smk"
 include: "workflow/rules/table1.smk"
 include: "workflow/rules/bounds.smk"
 

@@ -74,7 +74,6 @@ LAYERS: dict[str, int] = {
     "checkpoints": TRAIN,
     # the studies: each one's computation, plots, rule step and claim rows
     "studies": STUDIES,
-    "landscape": STUDIES,
     "bounds": STUDIES,
     "table1": STUDIES,
     "architecture_diagram": STUDIES,

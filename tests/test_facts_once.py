@@ -83,7 +83,7 @@ def test_one_json_encoding(tmp_path):
 
 
 def test_one_theorem7_right_hand_side():
-    from transformer_hessian.landscape import analyse_landscape
+    from transformer_hessian.studies.landscape.compute import analyse_landscape
     from transformer_hessian.theorem7 import landscape_bound, theorem7_rhs
 
     rng = np.random.default_rng(7)

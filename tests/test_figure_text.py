@@ -125,7 +125,7 @@ def build_fig5():
 
 
 def build_fig6():
-    from transformer_hessian.landscape import analyse_landscape
+    from transformer_hessian.studies.landscape.compute import analyse_landscape
 
     losses = np.random.default_rng(0).exponential(size=3000)
     out = []

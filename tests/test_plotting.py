@@ -19,7 +19,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from transformer_hessian import GROUPS, plotting, registry  # noqa: E402
-from transformer_hessian.landscape import analyse_landscape  # noqa: E402
+from transformer_hessian.studies.landscape.compute import analyse_landscape  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"

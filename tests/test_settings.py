@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from transformer_hessian import settings as S
 from transformer_hessian.config import ConfigError, load_config, load_schema, validate_config
-from transformer_hessian.landscape import analyse_landscape
 from transformer_hessian.settings_base import Section
+from transformer_hessian.studies.landscape.compute import analyse_landscape
 
 SECTIONS = [c for c in vars(S).values() if isinstance(c, type) and issubclass(c, Section) and c is not Section]
 

@@ -4,7 +4,6 @@ recomputed independently here, and applies its gate."""
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import numpy as np
 import pytest
@@ -14,7 +13,7 @@ from conftest import tiny_spec
 from transformer_hessian import io, report_steps, steps
 from transformer_hessian.config import ConfigError
 from transformer_hessian.hessian import block_norms
-from transformer_hessian.settings import Experiment, Hessian, Landscape
+from transformer_hessian.settings import Hessian
 from transformer_hessian.train import train
 
 
@@ -98,11 +97,4 @@ def test_checkpoint_sizes_must_equal_the_spec(tiny_run, key, value):
         steps.hessian_step(
             ckpt, "trained", changed, hess, str(root / "data"), root / f"{key}.npz", root / f"{key}.json"
         )
-    landscape = Landscape.with_defaults({"experiment": "tiny", "n_orderings": 2, "n_bootstrap": 10, "k_min": 2})
-    with pytest.raises(ConfigError, match=rf"experiments\.tiny\.model\.{key}"):
-        steps.landscape_step(ckpt, changed, landscape, str(root / "data"), str(root / f"{key}_l.json"), device="cpu")
-    assert not (root / f"{key}.npz").exists() and not (root / f"{key}_l.json").exists()
-    # the unchanged spec passes the same check (the JSON round trip keeps it equal)
-    same = Experiment.from_dict(json.loads(json.dumps(spec.to_dict())))
-    res = steps.landscape_step(ckpt, same, landscape, str(root / "data"), str(root / f"{key}_l.json"), device="cpu")
-    assert res["experiment"] == "tiny" and res["n_orderings"] == 2
+    assert not (root / f"{key}.npz").exists()

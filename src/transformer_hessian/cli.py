@@ -115,21 +115,12 @@ def _add_data_parsers(sub) -> None:
 
 
 def _add_study_parsers(sub) -> None:
-    """The subcommands table1 and landscape (``sub``: the command subparsers)."""
+    """The subcommand table1 (``sub``: the command subparsers)."""
     s = sub.add_parser("table1", help="write paper/tables/table1.{csv,tex,md} (Table 1 of the paper)")
     s.add_argument("--config", type=_json_arg, required=True, help="the whole validated config as JSON")
     s.add_argument("--metrics", nargs="+", required=True, help="metrics.json of each experiment (train rule)")
     s.add_argument("--out-dir", required=True, help="folder for the table (paper/tables)")
     s.set_defaults(func=commands.cmd_table1)
-
-    s = sub.add_parser("landscape", help="per-sample losses at w*, |L_{k+1}-L_k| and its log-log slope")
-    s.add_argument("--checkpoint", required=True, help="trained checkpoint w* (final.pt)")
-    s.add_argument("--spec", type=_json_arg, required=True, help="the experiment's config section as JSON")
-    s.add_argument("--landscape", type=_json_arg, required=True, help="the 'landscape' config section")
-    s.add_argument("--data-root", required=True, help=DATA_ROOT_HELP)
-    s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
-    s.add_argument("--out", required=True, help="output JSON (landscape.json)")
-    s.set_defaults(func=commands.cmd_landscape)
 
 
 def _add_report_parsers(sub) -> None:

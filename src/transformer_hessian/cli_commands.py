@@ -1,5 +1,5 @@
 """The commands of :mod:`.cli` that belong to the pipeline's own rules (download, train, hessian,
-theory, table1, landscape, tables, summary, report-pages, claims, registry, bench, bounds): each
+theory, table1, tables, summary, report-pages, claims, registry, bench, bounds): each
 parses its JSON sections into their frozen settings once and calls one function of ``steps`` or
 the owning module, imported inside the command so that ``--help`` stays fast. A study's commands
 are in its ``studies/<name>/cli.py``."""
@@ -69,16 +69,6 @@ def cmd_table1(a) -> None:
         "landscape": Landscape.from_dict(a.config["landscape"]).experiment,
     }
     table1_step(experiments, roles, a.metrics, a.out_dir)
-
-
-def cmd_landscape(a) -> None:
-    """Rule landscape: per-sample losses at w*, D_k over orderings and the fitted slope."""
-    from .settings import Experiment, Landscape
-    from .steps import landscape_step
-
-    landscape = Landscape.from_dict(a.landscape)
-    spec = Experiment.from_dict(a.spec, f"experiments.{landscape.experiment}")
-    landscape_step(a.checkpoint, spec, landscape, a.data_root, a.out, device=a.device)
 
 
 def cmd_tables(a) -> None:

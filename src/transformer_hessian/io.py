@@ -17,7 +17,6 @@ trained):
 * ``results/<exp>/hessian/<stage>.npz`` (hessian rule): :func:`save_hessian` / :func:`load_hessian`
 * ``results/<exp>/hessian/<stage>_norms.json`` (hessian rule): :func:`save_norms` / :func:`load_norms`
 * ``results/<exp>/theory/<stage>.json`` (theory rule): :func:`save_theory_check` / :func:`load_theory_check`
-* ``results/<exp>/landscape/landscape.json`` (landscape rule): :func:`save_landscape` / :func:`load_landscape`
 * ``results/<exp>/bounds/<stage>.json`` (bounds rule): :func:`save_bounds` / :func:`load_bounds`
 * ``results/<exp>/metrics.json`` (train rule): :func:`save_metrics` / :func:`load_metrics`
 * ``results/data/<ds>/manifest.json`` (download rule): :func:`save_manifest` / :func:`load_manifest`
@@ -61,8 +60,6 @@ __all__ = [
     "load_norms",
     "save_theory_check",
     "load_theory_check",
-    "save_landscape",
-    "load_landscape",
     "save_bounds",
     "load_bounds",
     "save_metrics",
@@ -273,25 +270,6 @@ def load_theory_check(path: PathLike) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- landscape, probe, bounds
-
-
-def save_landscape(path: PathLike, result: Mapping[str, Any]) -> None:
-    """Write Figure 6's result (``results/<exp>/landscape/landscape.json``).
-
-    The object of :func:`.landscape.analyse_landscape`: the settings it ran with (``granularity``,
-    ``n_samples``, ``n_orderings``, ``seed``, ``ema_factor``, ``n_bootstrap``, ...), the curve (``k``,
-    ``D_mean``, ``D_ema``, ``D_binned_k``, ``D_binned``: lists of floats), the fit (``slope``,
-    ``intercept``, ``slope_ci95`` [lo, hi], ``ci95_contains_minus_one``, ``fit_k_min``, ``fit_k_max``,
-    ``fit_n_points``), the loss range and Theorem 7's bound (``loss_mean``, ``loss_min``, ``loss_max``,
-    ``theorem7_bound_2L``, ``bound_holds``, ``bound_max_ratio``), ``batch`` (the same for batch
-    granularity) plus ``experiment``.
-    """
-    write_json(dict(result), path)
-
-
-def load_landscape(path: PathLike) -> dict[str, Any]:
-    """Read a file written by :func:`save_landscape`."""
-    return _load_keyed(path, "landscape", ("slope", "slope_ci95"))
 
 
 def save_bounds(path: PathLike, result: Mapping[str, Any]) -> None:

@@ -6,7 +6,8 @@ import datetime as _dt
 
 import pandas as pd
 
-from .io import load_bounds, load_landscape, load_metrics, load_norms, load_theory_check
+from .io import load_bounds, load_metrics, load_norms, load_theory_check
+from .studies.landscape.result import load_landscape
 from .tablefmt import _fmt, to_latex, to_markdown, write_table  # noqa: F401  (re-exported: they live in tablefmt)
 from .utils import device_description, git_commit, package_versions
 

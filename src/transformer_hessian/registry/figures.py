@@ -84,20 +84,6 @@ _CORE_FIGURES: list[Figure] = [
         gate=HESSIAN_CHECKED,
     ),
     Figure(
-        id="fig6",
-        paper="Figure 6",
-        label="fig:loss_landscape_convergence",
-        notebook="fig6_landscape.ipynb",
-        inputs={"landscape": "results/{lexp}/landscape/landscape.json", "metrics": "results/{lexp}/metrics.json"},
-        caption="Figure 6. |L_(k+1)(w*) - L_k(w*)| against the number of training samples k, log-log, "
-        "for the trained model on {landscape_data}, data added {granularity}, mean over random "
-        "orderings; dots: median in log-spaced bins of k; red: fitted power law with its "
-        "bootstrap 95% interval; dotted: 1/k; dashed: Theorem 7's bound at w*. The paper's EMA "
-        "over k is not drawn: on log axes it lags (flat up to k ~ 100) and lies above the data.",
-        shows="\\|L_{k+1}(w*) - L_k(w*)\\| vs k (per sample or per batch), binned medians, 1/k line, fitted slope (95% CI), Theorem 7 bound",
-        functions="`plotting.landscape_figure`; `landscape.analyse_landscape`, `train.per_sample_losses`",
-    ),
-    Figure(
         id="bounds",
         paper="beyond the paper (Theorems 1 and 6)",
         label="thm:self_attention_bound",

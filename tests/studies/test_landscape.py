@@ -1,4 +1,4 @@
-"""Tests of transformer_hessian.landscape (Figure 6 protocol, Theorem 7).
+"""Tests of the landscape study, transformer_hessian.studies.landscape (Figure 6 protocol, Theorem 7 at w*).
 
 Every number is checked against an independent computation: explicit Python loops for the
 running means and the EMA, exact power laws for the fit, and the Theorem 7 inequality. The
@@ -7,14 +7,19 @@ statistics and D_k themselves: tests/test_stats.py, tests/test_theorem7.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
 import numpy as np
 import pytest
+from conftest import tiny_spec
 
-from transformer_hessian.landscape import analyse_landscape, ema
+from transformer_hessian.config import ConfigError
+from transformer_hessian.settings import Experiment, Landscape
 from transformer_hessian.stats import MAX_JSON_POINTS, fit_loglog_slope
+from transformer_hessian.studies.landscape import step
+from transformer_hessian.studies.landscape.compute import analyse_landscape, ema
 from transformer_hessian.theorem7 import loss_differences, orderings
 
 # ----------------------------------------------------------------------------- Theorem 7 at w*
@@ -201,7 +206,7 @@ def test_rate_reference_slope_and_verdict_curve():
     1/(j+1) against k = j b (per batch) over the fit points, computed here with np.polyfit; the
     verdict curve follows the granularity; the batch curve's rate is further from -1 than the
     per-sample one (b/(k+b) bends away from k^-1 where k is not >> b)."""
-    from transformer_hessian.landscape import PAPER_GRANULARITY, verdict_curve
+    from transformer_hessian.studies.landscape.result import PAPER_GRANULARITY, verdict_curve
 
     losses = np.random.default_rng(3).exponential(size=400)
     res = analyse_landscape(losses, n_orderings=4, n_bootstrap=10, k_min=10, batch_size=20, granularity="batch")
@@ -227,15 +232,13 @@ def test_landscape_log_names_the_verdict_curve(caplog):
     fig6_slope verdict uses."""
     import logging
 
-    from transformer_hessian.steps import _log_landscape
-
     losses = np.random.default_rng(5).exponential(size=300)
     for granularity in ("sample", "batch"):
         res = analyse_landscape(losses, n_orderings=4, n_bootstrap=10, batch_size=10, granularity=granularity)
         res["batch"]["slope_ci95"] = [-0.998, -0.975]
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="transformer_hessian"):
-            _log_landscape(res)
+            step.log_landscape(res)
         lines = [r.getMessage() for r in caplog.records]
         verdict_line = next(m for m in lines if "verdict uses this curve" in m)
         assert ("batch-by-batch" in verdict_line) == (granularity == "batch")
@@ -244,3 +247,33 @@ def test_landscape_log_names_the_verdict_curve(caplog):
         assert any("excludes -1" in m for m in lines) == (
             granularity == "batch" or not (res["slope_ci95"][0] <= -1 <= res["slope_ci95"][1])
         )
+
+
+# ----------------------------------------------------------------------------- the rule's step
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    from transformer_hessian.train import train
+
+    root = tmp_path_factory.mktemp("landscape_step")
+    spec = tiny_spec(epochs=1)
+    train("tiny", spec, root / "data", root / "run", device="cpu")
+    return root, spec
+
+
+@pytest.mark.parametrize("key, value", [("width", 8), ("d_ff", 12), ("depth", 2)])
+def test_step_checks_the_checkpoint_sizes_against_the_spec(tiny_run, key, value):
+    """The model sizes travel twice (JSON spec and checkpoint): a spec that no longer matches the
+    checkpoint stops the step with an error naming experiments.<name>.model.<key> and writes
+    nothing; the unchanged spec passes the same check (the JSON round trip keeps it equal)."""
+    root, spec = tiny_run
+    changed = dataclasses.replace(spec, model=dataclasses.replace(spec.model, **{key: value}))
+    ckpt = str(root / "run/checkpoints/final.pt")
+    landscape = Landscape.with_defaults({"experiment": "tiny", "n_orderings": 2, "n_bootstrap": 10, "k_min": 2})
+    with pytest.raises(ConfigError, match=rf"experiments\.tiny\.model\.{key}"):
+        step.run_step(ckpt, changed, landscape, str(root / "data"), str(root / f"{key}_l.json"), device="cpu")
+    assert not (root / f"{key}_l.json").exists()
+    same = Experiment.from_dict(json.loads(json.dumps(spec.to_dict())))
+    res = step.run_step(ckpt, same, landscape, str(root / "data"), str(root / f"{key}_l.json"), device="cpu")
+    assert res["experiment"] == "tiny" and res["n_orderings"] == 2
