@@ -57,7 +57,7 @@ from transformer_hessian.registry import figure_ids, notebook_tables  # noqa: E4
 
 FIGURES = figure_ids(config)  # the registry's figures (src/transformer_hessian/registry/figures.py) this config switches on
 TABLES = ["block_norms", "run_summary", "closed_form_check"]  # written by the `tables` rule
-ALL_TABLES = TABLES + ["table1", "bounds"] + notebook_tables()  # + Table 1 (rule table1) + tables of figure notebooks
+ALL_TABLES = TABLES + ["table1"] + notebook_tables()  # + Table 1 (rule table1) + tables of figure notebooks
 # What the rule files add for the consumers included last (claims.smk, figures.smk): JSON lists of
 # finished claim rows (claims --rows) and summary sections (summary --section NAME=PATH), as
 # (NAME, path) pairs. A study's rule file appends its own, so adding a study edits neither consumer.
@@ -77,7 +77,6 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/hessian.smk"
 include: "workflow/rules/theory.smk"
 include: "workflow/rules/table1.smk"
-include: "workflow/rules/bounds.smk"
 
 
 # Every study's rule file (workflow/rules/studies/<name>.smk, sorted): it defines the study's rules

@@ -53,8 +53,6 @@ LAYERS: dict[str, int] = {
     "stats": CORE,  # log-log slope, bootstrap interval, binned median, thinning (landscape, probe, scaling)
     "theorem7": CORE,  # D_k on random orderings and Theorem 7's right-hand side (landscape, probe)
     "checks": CORE,
-    "bounds.attention": CORE,
-    "bounds.block": CORE,
     "encoder": CORE,
     "encoder.bench": STUDIES,  # times the encoder in bench's sandbox
     "encoder.growth": STUDIES,  # bench encoder --growth (bench's sandbox)
@@ -74,7 +72,6 @@ LAYERS: dict[str, int] = {
     "checkpoints": TRAIN,
     # the studies: each one's computation, plots, rule step and claim rows
     "studies": STUDIES,
-    "bounds": STUDIES,
     "table1": STUDIES,
     "architecture_diagram": STUDIES,
     "diagrams": STUDIES,
@@ -87,7 +84,6 @@ LAYERS: dict[str, int] = {
     "registry": REPORT,
     "steps": REPORT,
     "report_steps": REPORT,  # the report rules' steps (tables, summary, claims, registry)
-    "bounds.step": REPORT,
     # pipeline: the command line and the run guard
     "cli": PIPELINE,
     "cli_commands": PIPELINE,  # the pipeline's own commands; cli.py builds the parser

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_hessian import io, plotting
+from transformer_hessian.studies.bounds.result import load_bounds, save_bounds
 from transformer_hessian.studies.landscape.result import load_landscape, save_landscape
 
 
@@ -125,7 +126,7 @@ def test_claims_roundtrip_dict_and_bare_list(tmp_path):
             io.load_theory_check,
             {"stage": "init", "blocks": [], "max_rel_error": 0.1, "passed": True},
         ),
-        (io.save_bounds, io.load_bounds, {"stage": "trained", "summary": {"holds_fraction": 1.0}}),
+        (save_bounds, load_bounds, {"stage": "trained", "summary": {"holds_fraction": 1.0}}),
         (io.save_metrics, io.load_metrics, {"experiment": "e", "final": {"val_acc": 0.5}}),
         (io.save_summary, io.load_summary, {"provenance": {"config_hash": "x"}}),
         (io.save_manifest, io.load_manifest, {"dataset": "digits", "files": []}),

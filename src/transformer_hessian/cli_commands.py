@@ -1,5 +1,5 @@
 """The commands of :mod:`.cli` that belong to the pipeline's own rules (download, train, hessian,
-theory, table1, tables, summary, report-pages, claims, registry, bench, bounds): each
+theory, table1, tables, summary, report-pages, claims, registry, bench): each
 parses its JSON sections into their frozen settings once and calls one function of ``steps`` or
 the owning module, imported inside the command so that ``--help`` stays fast. A study's commands
 are in its ``studies/<name>/cli.py``."""
@@ -160,30 +160,3 @@ def cmd_bench(a) -> None:
     from .bench import run_bench
 
     run_bench(a)
-
-
-def cmd_bounds_evaluate(a) -> None:
-    """Rule bounds: measured norms against the project's and the paper's bounds, one stage."""
-    from .bounds.step import evaluate_step
-    from .settings import Bounds, Experiment, Hessian
-
-    hessian = Hessian.from_dict(a.hessian)
-    evaluate_step(
-        checkpoint=a.checkpoint,
-        stage=a.stage,
-        spec=Experiment.from_dict(a.spec, f"experiments.{hessian.experiment}"),
-        hessian=hessian,
-        bounds=Bounds.from_dict(a.bounds),
-        data_root=a.data_root,
-        norms=a.norms,
-        out=a.out,
-        hessian_npz=a.hessian_npz,
-        device=a.device,
-    )
-
-
-def cmd_bounds_table(a) -> None:
-    """Rule bounds_table: paper/tables/bounds.* and the bound claim rows."""
-    from .bounds.step import table_step
-
-    table_step(a.results, a.out_dir, claims_out=a.claims_out)

@@ -17,7 +17,6 @@ trained):
 * ``results/<exp>/hessian/<stage>.npz`` (hessian rule): :func:`save_hessian` / :func:`load_hessian`
 * ``results/<exp>/hessian/<stage>_norms.json`` (hessian rule): :func:`save_norms` / :func:`load_norms`
 * ``results/<exp>/theory/<stage>.json`` (theory rule): :func:`save_theory_check` / :func:`load_theory_check`
-* ``results/<exp>/bounds/<stage>.json`` (bounds rule): :func:`save_bounds` / :func:`load_bounds`
 * ``results/<exp>/metrics.json`` (train rule): :func:`save_metrics` / :func:`load_metrics`
 * ``results/data/<ds>/manifest.json`` (download rule): :func:`save_manifest` / :func:`load_manifest`
 * ``paper/claims.{json,md}`` (claims rule): :func:`save_claims` / :func:`load_claims`
@@ -60,8 +59,6 @@ __all__ = [
     "load_norms",
     "save_theory_check",
     "load_theory_check",
-    "save_bounds",
-    "load_bounds",
     "save_metrics",
     "load_metrics",
     "save_manifest",
@@ -267,26 +264,6 @@ def save_theory_check(path: PathLike, result: Mapping[str, Any]) -> None:
 def load_theory_check(path: PathLike) -> dict[str, Any]:
     """Read a file written by :func:`save_theory_check`."""
     return _load_keyed(path, "theory", ("stage", "blocks", "max_rel_error", "passed"))
-
-
-# ----------------------------------------------------------------------------- landscape, probe, bounds
-
-
-def save_bounds(path: PathLike, result: Mapping[str, Any]) -> None:
-    """Write one stage's bound evaluation (``results/<exp>/bounds/<stage>.json``).
-
-    The object of :func:`.bounds.pipeline.evaluate_bounds` (the sizes ``n_samples``, ``batch_size``,
-    ``tokens``, ``width``, ``d_k``, ``d_ff``, ``ln_eps``, ``target``; ``records``: one row per block
-    pair and bound; ``lemma4`` and its counter-examples; ``summary``: ``holds_fraction``,
-    ``median_tightness``, ``max_tightness``, ``paper_holds_fraction``, ...) plus ``experiment``,
-    ``stage``, ``dataset`` and ``seconds``.
-    """
-    write_json(dict(result), path)
-
-
-def load_bounds(path: PathLike) -> dict[str, Any]:
-    """Read a file written by :func:`save_bounds`."""
-    return _load_keyed(path, "bounds", ("stage", "summary"))
 
 
 # ----------------------------------------------------------------------------- metrics, manifest

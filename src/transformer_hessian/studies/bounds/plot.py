@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .. import ATTENTION_GROUPS, GROUPS
-from ..plotting import COMPACT_RC, GROUP_LABELS
+from ... import ATTENTION_GROUPS, GROUPS
+from ...plotting import COMPACT_RC, GROUP_LABELS
 
 __all__ = ["DATASET_NAMES", "bounds_figure"]
 
