@@ -46,6 +46,7 @@ __all__ = [
 #: Most points of a curve written to the JSON result (the fit always uses the full curve).
 MAX_JSON_POINTS = 2000
 
+
 def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
     """``value`` as an int; ``ValueError`` naming ``name`` unless it is an integer ``>= minimum``
     (booleans refused)."""
