@@ -58,7 +58,7 @@ from transformer_hessian.datanames import DATA_SETS  # noqa: E402
 
 FIGURES = figure_ids(config)  # the registry's figures (src/transformer_hessian/registry/figures.py) this config switches on
 TABLES = ["block_norms", "run_summary", "closed_form_check"]  # written by the `tables` rule
-ALL_TABLES = TABLES + ["bounds"] + notebook_tables()  # + the bounds table + tables of figure notebooks (+ each study's own)
+ALL_TABLES = TABLES + notebook_tables()  # + tables of figure notebooks (+ each study's own: its rule file appends them)
 # What the rule files add for the consumers included last (claims.smk, figures.smk): JSON lists of
 # finished claim rows (claims --rows) and summary sections (summary --section NAME=PATH), as
 # (NAME, path) pairs. A study's rule file appends its own, so adding a study edits neither consumer.
@@ -78,8 +78,6 @@ include: "workflow/rules/train.smk"
 # The Hessian study before the rule files that read its outputs (rules.hessian, rules.theory) while
 # their rules are defined: bounds, the other studies, the tables, the claims and the summary.
 include: "workflow/rules/studies/hessian.smk"
-include: "workflow/rules/landscape.smk"
-include: "workflow/rules/bounds.smk"
 
 
 # Every study's rule file (workflow/rules/studies/<name>.smk, sorted): it defines the study's rules

@@ -50,19 +50,14 @@ LAYERS: dict[str, int] = {
     "hessian": CORE,
     "hessian_groups": CORE,
     "krylov": CORE,  # the flat model, Hessian-vector products, Lanczos (the studies share them)
+    "stats": CORE,  # log-log slope, bootstrap interval, binned median, thinning (landscape, probe, scaling)
+    "theorem7": CORE,  # D_k on random orderings and Theorem 7's right-hand side (landscape, probe)
     "checks": CORE,
-    "bounds.attention": CORE,
-    "bounds.block": CORE,
-    "bounds.landscape": CORE,
     "encoder": CORE,
     "encoder.bench": STUDIES,  # times the encoder in bench's sandbox
     "encoder.growth": STUDIES,  # bench encoder --growth (bench's sandbox)
     "encoder.problems": STUDIES,  # the benchmarks' problems
     "config_architectures": CONFIG,  # the architecture study's config section and cross-key checks
-    "landscape.curves": CORE,
-    "landscape.fit": CORE,
-    "landscape.differences": CORE,
-    "landscape._validate": CORE,
     # data: data sets, their files and readers
     "data": DATA,
     # config: validation, cross-key checks, the typed sections
@@ -77,8 +72,6 @@ LAYERS: dict[str, int] = {
     "checkpoints": TRAIN,
     # the studies: each one's computation, plots, rule step and claim rows
     "studies": STUDIES,
-    "landscape": STUDIES,
-    "bounds": STUDIES,
     "architecture_diagram": STUDIES,
     "diagrams": STUDIES,
     "bench": STUDIES,
@@ -90,7 +83,6 @@ LAYERS: dict[str, int] = {
     "registry": REPORT,
     "steps": REPORT,
     "report_steps": REPORT,  # the report rules' steps (tables, summary, claims, registry)
-    "bounds.step": REPORT,
     # pipeline: the command line and the run guard
     "cli": PIPELINE,
     "cli_commands": PIPELINE,  # the pipeline's own commands; cli.py builds the parser

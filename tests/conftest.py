@@ -31,12 +31,12 @@ SLOW_IN_FAST = frozenset(
         # test_bench_paper.py
         "test_reference_cache_is_reused",  # 35 s
         "test_reference_runs_once_without_warmup",  # 15 s
-        # test_bounds_attention.py
+        # studies/test_bounds_attention.py
         "test_project_attention_bound_holds",  # 7 s
-        # test_bounds_block.py
+        # studies/test_bounds_block.py
         "test_project_block_bound_holds",  # 13 s
         "test_theorem6_literal_holds_for_the_papers_layernorm",  # 3 s
-        # test_bounds_landscape.py
+        # test_theorem7.py (was test_bounds_landscape.py)
         "test_nonnegative_losses_obey_the_tight_bound_on_every_ordering",  # 8 s
         "test_off_w_star_holds_for_exact_quadratics_with_zero_gradients",  # 9 s
         # test_check_imports.py

@@ -83,8 +83,8 @@ def test_one_json_encoding(tmp_path):
 
 
 def test_one_theorem7_right_hand_side():
-    from transformer_hessian.bounds.landscape import landscape_bound, theorem7_rhs
-    from transformer_hessian.landscape import analyse_landscape
+    from transformer_hessian.studies.landscape.compute import analyse_landscape
+    from transformer_hessian.theorem7 import landscape_bound, theorem7_rhs
 
     rng = np.random.default_rng(7)
     k = np.arange(1, 40.0)
@@ -107,7 +107,6 @@ def test_one_table_of_data_sets(root):
     import yaml
 
     from transformer_hessian import datanames
-    from transformer_hessian.bounds.plot import DATASET_NAMES as bounds_names
     from transformer_hessian.claims.rows import _DATA
     from transformer_hessian.config_checks import DATASET_SHAPES, DATASET_TRAIN
     from transformer_hessian.data.datasets import READERS
@@ -115,6 +114,7 @@ def test_one_table_of_data_sets(root):
     from transformer_hessian.plotting.style import CIFAR_RUN_NAMES as probe_names
     from transformer_hessian.plotting.style import DATASET_NAMES as style_names
     from transformer_hessian.registry.rules import _DATASET
+    from transformer_hessian.studies.bounds.plot import DATASET_NAMES as bounds_names
     from transformer_hessian.studies.dynamics.plot import DATASETS as dynamics_names
     from transformer_hessian.studies.probe.plot import run_label
     from transformer_hessian.studies.table1.compute import DATASET_NAMES as table1_names

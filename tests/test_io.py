@@ -13,6 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_hessian import io, plotting
+from transformer_hessian.studies.bounds.result import load_bounds, save_bounds
+from transformer_hessian.studies.landscape.result import load_landscape, save_landscape
 
 
 def _norms(stage="init"):
@@ -85,7 +87,7 @@ def test_norms_roundtrip_key_order_and_schema(tmp_path):
 
 def test_json_writers_refuse_nan_and_readers_name_the_file(tmp_path):
     with pytest.raises(ValueError):
-        io.save_landscape(tmp_path / "l.json", {"slope": math.nan, "slope_ci95": [0, 1]})
+        save_landscape(tmp_path / "l.json", {"slope": math.nan, "slope_ci95": [0, 1]})
     assert not (tmp_path / "l.json").exists()
     (tmp_path / "broken.json").write_text("{not json")
     with pytest.raises(ValueError, match="broken.json.*not valid JSON"):
@@ -101,8 +103,8 @@ def test_numpy_values_become_json_numbers(tmp_path):
     rng = np.random.default_rng(7)
     slope = rng.normal()
     ci = rng.normal(size=2)
-    io.save_landscape(tmp_path / "l.json", {"slope": np.float64(slope), "slope_ci95": ci, "k": np.arange(3)})
-    got = io.load_landscape(tmp_path / "l.json")
+    save_landscape(tmp_path / "l.json", {"slope": np.float64(slope), "slope_ci95": ci, "k": np.arange(3)})
+    got = load_landscape(tmp_path / "l.json")
     assert got["slope"] == slope and got["slope_ci95"] == list(ci) and got["k"] == [0, 1, 2]
 
 
@@ -124,7 +126,7 @@ def test_claims_roundtrip_dict_and_bare_list(tmp_path):
             io.load_theory_check,
             {"stage": "init", "blocks": [], "max_rel_error": 0.1, "passed": True},
         ),
-        (io.save_bounds, io.load_bounds, {"stage": "trained", "summary": {"holds_fraction": 1.0}}),
+        (save_bounds, load_bounds, {"stage": "trained", "summary": {"holds_fraction": 1.0}}),
         (io.save_metrics, io.load_metrics, {"experiment": "e", "final": {"val_acc": 0.5}}),
         (io.save_summary, io.load_summary, {"provenance": {"config_hash": "x"}}),
         (io.save_manifest, io.load_manifest, {"dataset": "digits", "files": []}),

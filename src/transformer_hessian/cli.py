@@ -53,11 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     for add in (
         _add_data_parsers,
-        _add_study_parsers,
         _add_report_parsers,
         _add_claims_parsers,
         _add_bench_parsers,
-        _add_sweep_parsers,
     ):
         add(sub)
     from .studies import study_parts
@@ -89,18 +87,6 @@ def _add_data_parsers(sub) -> None:
     s.add_argument("--out", required=True, help="output folder of the experiment")
     s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
     s.set_defaults(func=commands.cmd_train)
-
-
-def _add_study_parsers(sub) -> None:
-    """The subcommand landscape (``sub``: the command subparsers)."""
-    s = sub.add_parser("landscape", help="per-sample losses at w*, |L_{k+1}-L_k| and its log-log slope")
-    s.add_argument("--checkpoint", required=True, help="trained checkpoint w* (final.pt)")
-    s.add_argument("--spec", type=_json_arg, required=True, help="the experiment's config section as JSON")
-    s.add_argument("--landscape", type=_json_arg, required=True, help="the 'landscape' config section")
-    s.add_argument("--data-root", required=True, help=DATA_ROOT_HELP)
-    s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
-    s.add_argument("--out", required=True, help="output JSON (landscape.json)")
-    s.set_defaults(func=commands.cmd_landscape)
 
 
 def _add_report_parsers(sub) -> None:
@@ -252,29 +238,6 @@ def _add_bench_parsers(sub) -> None:
     b.add_argument("--quick", action="store_true", help="with --growth: a seconds-long sweep at toy sizes")
     b.add_argument("--factors", nargs="+", default=None, help="with --growth: the sweeps to run (d nhead T layers)")
     s.set_defaults(func=commands.cmd_bench)
-
-
-def _add_sweep_parsers(sub) -> None:
-    """The subcommand bounds (``sub``: the command subparsers)."""
-    s = sub.add_parser("bounds", help="Hessian bounds (Theorems 1, 6, Lemma 4) vs measured curvature")
-    bsub = s.add_subparsers(dest="bounds_command", required=True)
-    e = bsub.add_parser("evaluate", help="one stage: measured norms, project and paper bounds -> JSON")
-    e.add_argument("--checkpoint", required=True, help="model checkpoint (init.pt or final.pt)")
-    e.add_argument("--stage", required=True, choices=["init", "trained"], help="which checkpoint this is")
-    e.add_argument("--spec", type=_json_arg, required=True, help="the experiment's config section")
-    e.add_argument("--hessian", type=_json_arg, required=True, help="the 'hessian' config section")
-    e.add_argument("--bounds", type=_json_arg, required=True, help="the 'bounds' config section")
-    e.add_argument("--data-root", required=True, help=DATA_ROOT_HELP)
-    e.add_argument("--norms", required=True, help="the hessian rule's <stage>_norms.json (measured CE blocks)")
-    e.add_argument("--hessian-npz", default=None, help="the hessian rule's <stage>.npz (for the total norm)")
-    e.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
-    e.add_argument("--out", required=True, help="output JSON (results/<exp>/bounds/<stage>.json)")
-    e.set_defaults(func=commands.cmd_bounds_evaluate)
-    t = bsub.add_parser("table", help="paper/tables/bounds.{csv,tex,md}")
-    t.add_argument("--results", nargs="+", required=True, help="the bounds rule's JSON of each stage")
-    t.add_argument("--out-dir", required=True, help="folder for the table (paper/tables)")
-    t.add_argument("--claims-out", default=None, help="also write the claim rows (JSON list) here")
-    t.set_defaults(func=commands.cmd_bounds_table)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,5 @@
 """The commands of :mod:`.cli` that belong to the pipeline's own rules (download, train,
-landscape, tables, summary, report-pages, claims, registry, bench, bounds): each
+tables, summary, report-pages, claims, registry, bench): each
 parses its JSON sections into their frozen settings once and calls one function of ``steps`` or
 the owning module, imported inside the command so that ``--help`` stays fast. A study's commands
 are in its ``studies/<name>/cli.py``."""
@@ -25,16 +25,6 @@ def cmd_train(a) -> None:
         a.experiment, Experiment.from_dict(a.spec, f"experiments.{a.experiment}"), a.data_root, a.out, device=a.device
     )
     log.info("%s: final val_acc %.4f after %d epochs", a.experiment, m["final"]["val_acc"], m["epochs"])
-
-
-def cmd_landscape(a) -> None:
-    """Rule landscape: per-sample losses at w*, D_k over orderings and the fitted slope."""
-    from .settings import Experiment, Landscape
-    from .steps import landscape_step
-
-    landscape = Landscape.from_dict(a.landscape)
-    spec = Experiment.from_dict(a.spec, f"experiments.{landscape.experiment}")
-    landscape_step(a.checkpoint, spec, landscape, a.data_root, a.out, device=a.device)
 
 
 def cmd_tables(a) -> None:
@@ -126,30 +116,3 @@ def cmd_bench(a) -> None:
     from .bench import run_bench
 
     run_bench(a)
-
-
-def cmd_bounds_evaluate(a) -> None:
-    """Rule bounds: measured norms against the project's and the paper's bounds, one stage."""
-    from .bounds.step import evaluate_step
-    from .settings import Bounds, Experiment, Hessian
-
-    hessian = Hessian.from_dict(a.hessian)
-    evaluate_step(
-        checkpoint=a.checkpoint,
-        stage=a.stage,
-        spec=Experiment.from_dict(a.spec, f"experiments.{hessian.experiment}"),
-        hessian=hessian,
-        bounds=Bounds.from_dict(a.bounds),
-        data_root=a.data_root,
-        norms=a.norms,
-        out=a.out,
-        hessian_npz=a.hessian_npz,
-        device=a.device,
-    )
-
-
-def cmd_bounds_table(a) -> None:
-    """Rule bounds_table: paper/tables/bounds.* and the bound claim rows."""
-    from .bounds.step import table_step
-
-    table_step(a.results, a.out_dir, claims_out=a.claims_out)

@@ -17,8 +17,6 @@ trained):
 * ``results/<exp>/hessian/<stage>.npz`` (hessian rule): :func:`save_hessian` / :func:`load_hessian`
 * ``results/<exp>/hessian/<stage>_norms.json`` (hessian rule): :func:`save_norms` / :func:`load_norms`
 * ``results/<exp>/theory/<stage>.json`` (theory rule): :func:`save_theory_check` / :func:`load_theory_check`
-* ``results/<exp>/landscape/landscape.json`` (landscape rule): :func:`save_landscape` / :func:`load_landscape`
-* ``results/<exp>/bounds/<stage>.json`` (bounds rule): :func:`save_bounds` / :func:`load_bounds`
 * ``results/<exp>/metrics.json`` (train rule): :func:`save_metrics` / :func:`load_metrics`
 * ``results/data/<ds>/manifest.json`` (download rule): :func:`save_manifest` / :func:`load_manifest`
 * ``paper/claims.{json,md}`` (claims rule): :func:`save_claims` / :func:`load_claims`
@@ -61,10 +59,6 @@ __all__ = [
     "load_norms",
     "save_theory_check",
     "load_theory_check",
-    "save_landscape",
-    "load_landscape",
-    "save_bounds",
-    "load_bounds",
     "save_metrics",
     "load_metrics",
     "save_manifest",
@@ -270,45 +264,6 @@ def save_theory_check(path: PathLike, result: Mapping[str, Any]) -> None:
 def load_theory_check(path: PathLike) -> dict[str, Any]:
     """Read a file written by :func:`save_theory_check`."""
     return _load_keyed(path, "theory", ("stage", "blocks", "max_rel_error", "passed"))
-
-
-# ----------------------------------------------------------------------------- landscape, probe, bounds
-
-
-def save_landscape(path: PathLike, result: Mapping[str, Any]) -> None:
-    """Write Figure 6's result (``results/<exp>/landscape/landscape.json``).
-
-    The object of :func:`.landscape.analyse_landscape`: the settings it ran with (``granularity``,
-    ``n_samples``, ``n_orderings``, ``seed``, ``ema_factor``, ``n_bootstrap``, ...), the curve (``k``,
-    ``D_mean``, ``D_ema``, ``D_binned_k``, ``D_binned``: lists of floats), the fit (``slope``,
-    ``intercept``, ``slope_ci95`` [lo, hi], ``ci95_contains_minus_one``, ``fit_k_min``, ``fit_k_max``,
-    ``fit_n_points``), the loss range and Theorem 7's bound (``loss_mean``, ``loss_min``, ``loss_max``,
-    ``theorem7_bound_2L``, ``bound_holds``, ``bound_max_ratio``), ``batch`` (the same for batch
-    granularity) plus ``experiment``.
-    """
-    write_json(dict(result), path)
-
-
-def load_landscape(path: PathLike) -> dict[str, Any]:
-    """Read a file written by :func:`save_landscape`."""
-    return _load_keyed(path, "landscape", ("slope", "slope_ci95"))
-
-
-def save_bounds(path: PathLike, result: Mapping[str, Any]) -> None:
-    """Write one stage's bound evaluation (``results/<exp>/bounds/<stage>.json``).
-
-    The object of :func:`.bounds.pipeline.evaluate_bounds` (the sizes ``n_samples``, ``batch_size``,
-    ``tokens``, ``width``, ``d_k``, ``d_ff``, ``ln_eps``, ``target``; ``records``: one row per block
-    pair and bound; ``lemma4`` and its counter-examples; ``summary``: ``holds_fraction``,
-    ``median_tightness``, ``max_tightness``, ``paper_holds_fraction``, ...) plus ``experiment``,
-    ``stage``, ``dataset`` and ``seconds``.
-    """
-    write_json(dict(result), path)
-
-
-def load_bounds(path: PathLike) -> dict[str, Any]:
-    """Read a file written by :func:`save_bounds`."""
-    return _load_keyed(path, "bounds", ("stage", "summary"))
 
 
 # ----------------------------------------------------------------------------- metrics, manifest

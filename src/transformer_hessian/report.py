@@ -6,7 +6,9 @@ import datetime as _dt
 
 import pandas as pd
 
-from .io import load_bounds, load_landscape, load_metrics, load_norms, load_theory_check
+from .io import load_metrics, load_norms, load_theory_check
+from .studies.bounds.result import load_bounds
+from .studies.landscape.result import load_landscape
 from .tablefmt import _fmt, to_latex, to_markdown, write_table  # noqa: F401  (re-exported: they live in tablefmt)
 from .utils import device_description, git_commit, package_versions
 
@@ -128,7 +130,7 @@ def build_summary(
         t = load_theory_check(path)
         summary["theory"][t["stage"]] = t
     if bounds:
-        from .bounds.table import claim_rows
+        from .studies.bounds.table import claim_rows
 
         results = {r["stage"]: r for r in map(load_bounds, bounds)}
         summary["bounds"] = {stage: r["summary"] for stage, r in results.items()}

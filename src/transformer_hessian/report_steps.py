@@ -102,7 +102,8 @@ def claims_step(
     """Rule claims: one verdict per empirical claim of the paper (:func:`.claims.collect_claims`);
     ``rows``: the JSON lists of finished rows the studies' rules write (``CLAIM_ROW_FILES``). Writes ``out_json`` and ``out_md`` (:func:`.io.save_claims`); returns the rows."""
     from . import claims
-    from .io import load_hessian, load_json, load_landscape, load_metrics, load_norms, save_claims
+    from .io import load_hessian, load_json, load_metrics, load_norms, save_claims
+    from .studies.landscape.result import load_landscape
 
     mh, ml = load_metrics(metrics_hessian), load_metrics(metrics_landscape)
     spread = claims.entry_spread(load_hessian(hessian_init)["H"]) if hessian_init else None

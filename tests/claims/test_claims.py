@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_hessian import GROUPS, claims
-from transformer_hessian.landscape import analyse_landscape
 from transformer_hessian.numfmt import fmt, fmt_interval
+from transformer_hessian.studies.landscape.compute import analyse_landscape
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = {"width": 3, "d_k": 2, "d_ff": 5}

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from transformer_hessian import settings as S
 from transformer_hessian.config import ConfigError, load_config, load_schema, validate_config
-from transformer_hessian.landscape import analyse_landscape
 from transformer_hessian.settings_base import Section
+from transformer_hessian.studies.landscape.compute import analyse_landscape
 
 # AdamWTrain is the keys the three training sections share (a base, not a section of the schema)
 SECTIONS = [

@@ -125,7 +125,7 @@ def build_fig5():
 
 
 def build_fig6():
-    from transformer_hessian.landscape import analyse_landscape
+    from transformer_hessian.studies.landscape.compute import analyse_landscape
 
     losses = np.random.default_rng(0).exponential(size=3000)
     out = []
@@ -219,9 +219,9 @@ def _dynamics(fig_id):
 
 
 def _bounds_result(seed):
-    from transformer_hessian.bounds.pipeline import evaluate_bounds, spectral_norm
     from transformer_hessian.hessian import block_norms, group_layout, hessian_vmap
     from transformer_hessian.model import ModelConfig, ViT
+    from transformer_hessian.studies.bounds.pipeline import evaluate_bounds, spectral_norm
 
     torch.manual_seed(seed)
     cfg = ModelConfig(image_size=8, channels=1, num_classes=4, patch_size=4, width=4, depth=1, d_k=3, d_ff=6)
@@ -236,7 +236,7 @@ def _bounds_result(seed):
 
 
 def build_bounds():
-    from transformer_hessian.bounds.plot import bounds_figure
+    from transformer_hessian.studies.bounds.plot import bounds_figure
 
     return [bounds_figure({"init": _bounds_result(3), "trained": _bounds_result(4)})]
 

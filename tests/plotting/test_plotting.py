@@ -19,7 +19,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from transformer_hessian import GROUPS, plotting, registry  # noqa: E402
-from transformer_hessian.landscape import analyse_landscape  # noqa: E402
+from transformer_hessian.studies.landscape.compute import analyse_landscape  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO / "notebooks"
@@ -291,7 +291,7 @@ def test_landscape_figure_legend_smoother_and_bound(tmp_path):
     assert any("2L/(k+1)" in t for t in legend) and any("1/k" in t for t in legend)
     assert not any("EMA" in t for t in legend)  # the EMA over k is not drawn
     # the smoother is the median of D_mean in log-spaced bins of k, on the data
-    from transformer_hessian.landscape import loss_differences
+    from transformer_hessian.theorem7 import loss_differences
 
     binned = next(line for line in ax.lines if "median" in line.get_label())
     losses = np.random.default_rng(0).exponential(size=3000)  # as in landscape_result()

@@ -19,11 +19,11 @@ from torch.autograd.functional import hessian as _ag_hessian
 
 from transformer_hessian import krylov
 from transformer_hessian.krylov import FlatModel
-from transformer_hessian.landscape import orderings
 from transformer_hessian.model import ModelConfig, ViT
 from transformer_hessian.numfmt import fmt
 from transformer_hessian.settings import Probe
 from transformer_hessian.studies.probe import assumption1, compute, theorem7, verdicts
+from transformer_hessian.theorem7 import orderings
 
 
 def tiny(seed=0, depth=1, width=3, d_k=2, d_ff=4, n=6, classes=3, scale=1.0):

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from transformer_hessian import registry
 from transformer_hessian.config import ConfigError, validate_config
-from transformer_hessian.landscape import fit_loglog_slope
 from transformer_hessian.settings import Scaling
+from transformer_hessian.stats import fit_loglog_slope
 from transformer_hessian.studies.scaling import compute as scaling
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,8 +10,8 @@ from typing import Any
 
 from .. import GROUPS
 from ..datanames import PAPER_NAMES as _DATA
-from ..landscape.analyse import PAPER_GRANULARITY, verdict_curve
 from ..numfmt import fmt, fmt_interval, fmt_pct
+from ..studies.landscape.result import PAPER_GRANULARITY, verdict_curve
 from .schema import verdict
 
 __all__ = ["block_sizes", "entry_spread", "hessian_claim_rows", "landscape_claim_rows", "training_claim_rows"]

@@ -11,7 +11,7 @@ from typing import Any
 from ..studies import study_parts
 from ..studies.entry import Figure
 
-__all__ = ["FIGURES", "OTHER_ARTEFACTS", "by_id", "enabled", "figure_ids", "groups", "notebook_tables"]
+__all__ = ["FIGURES", "OTHER_ARTEFACTS", "by_id", "enabled", "figure_ids", "groups", "notebook_tables", "paper_order"]
 
 _CORE_FIGURES: list[Figure] = [
     Figure(
@@ -28,53 +28,10 @@ _CORE_FIGURES: list[Figure] = [
         shows="the post-norm ViT of both experiments with the sizes that ran",
         functions="`architecture_diagram.architecture_figure`, `architecture_diagram.draw_architecture`",
     ),
-    Figure(
-        id="fig6",
-        paper="Figure 6",
-        label="fig:loss_landscape_convergence",
-        notebook="fig6_landscape.ipynb",
-        inputs={"landscape": "results/{lexp}/landscape/landscape.json", "metrics": "results/{lexp}/metrics.json"},
-        caption="Figure 6. |L_(k+1)(w*) - L_k(w*)| against the number of training samples k, log-log, "
-        "for the trained model on {landscape_data}, data added {granularity}, mean over random "
-        "orderings; dots: median in log-spaced bins of k; red: fitted power law with its "
-        "bootstrap 95% interval; dotted: 1/k; dashed: Theorem 7's bound at w*. The paper's EMA "
-        "over k is not drawn: on log axes it lags (flat up to k ~ 100) and lies above the data.",
-        shows="\\|L_{k+1}(w*) - L_k(w*)\\| vs k (per sample or per batch), binned medians, 1/k line, fitted slope (95% CI), Theorem 7 bound",
-        functions="`plotting.landscape_figure`; `landscape.analyse_landscape`, `train.per_sample_losses`",
-    ),
-    Figure(
-        id="bounds",
-        paper="beyond the paper (Theorems 1 and 6)",
-        label="thm:self_attention_bound",
-        notebook="bounds.ipynb",
-        group="bounds_figure",  # the rule `bounds` computes the bounds
-        inputs={
-            "results_init": "results/{hexp}/bounds/init.json",
-            "results_trained": "results/{hexp}/bounds/trained.json",
-        },
-        caption="Hessian spectral norms against bounds per block pair (log scale), one-block ViT on "
-        "{hessian_data}, at initialisation and after training: measured norm, the project's "
-        "proven bound and the paper's bounds (Theorem 1 for the attention layer, Theorem 6 with "
-        "Lemma 4 for the block), for the per-sample MSE loss of the theory and for the "
-        "cross-entropy Hessian of Figures 3-5. The last column rescales W_Q by 1/delta and W_K "
-        "by delta (attention scores unchanged, target F(X)): the printed Theorem 1 bound stays "
-        "constant while the Hessian grows like 1/delta^2. Red crosses mark a bound below the "
-        "measured norm.",
-        shows="measured Hessian block norms vs the project's and the paper's bounds; Theorem 1 counter-example",
-        functions="`bounds.plot`; `bounds.pipeline`, `bounds.attention`, `bounds.block`",
-    ),
 ]
 
 #: The artefacts of the pipeline's own rules (see :data:`OTHER_ARTEFACTS`).
 _CORE_ARTEFACTS: list[tuple[str, str, str, str, str]] = [
-    (
-        "tables/bounds.{csv,tex,md}",
-        "per stage, setting (MSE theory / CE experiment) and block pair: measured "
-        "spectral norm, the project's bound, the paper's bounds (both forms), ratios, held or not",
-        "`transformer-hessian bounds table`",
-        "`bounds_table` (after `bounds`)",
-        "`bounds.table`, `bounds.step`",
-    ),
     (
         "tables/block_norms.{csv,tex,md}",
         "Frobenius, spectral, max \\|entry\\| of all 25 block pairs, init and trained",
@@ -120,9 +77,22 @@ _CORE_ARTEFACTS: list[tuple[str, str, str, str, str]] = [
 ]
 
 
-#: Every figure: the entries above, then those of each study (``FIGURES`` of every
-#: ``studies/<name>/registry.py``, in study-name order; a new study edits nothing here).
-FIGURES: list[Figure] = [*_CORE_FIGURES, *(fig for study in study_parts("registry") for fig in study.FIGURES)]
+def paper_order(figs: list[Figure]) -> list[Figure]:
+    """``figs`` in the paper's order: its figures by number (``paper="Figure 3"``), then the figures
+    beyond the paper in the order given (a stable sort, so a new study's figures need no rank)."""
+
+    def rank(fig: Figure) -> float:
+        words = fig.paper.split()
+        return int(words[1]) if len(words) == 2 and words[0] == "Figure" and words[1].isdigit() else float("inf")
+
+    return sorted(figs, key=rank)
+
+
+#: Every figure: the entries above and those of each study (``FIGURES`` of every
+#: ``studies/<name>/registry.py``; a new study edits nothing here), in :func:`paper_order`.
+FIGURES: list[Figure] = paper_order(
+    [*_CORE_FIGURES, *(fig for study in study_parts("registry") for fig in study.FIGURES)]
+)
 
 #: Artefacts that are not notebook figures (for ``paper/README.md`` only): (path, what it shows,
 #: command, rule, package function); the studies' own (their ``ARTEFACTS``) first.

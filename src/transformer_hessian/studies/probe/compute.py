@@ -33,9 +33,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ...bounds.landscape import landscape_bound, landscape_bound_tight
 from ...krylov import FlatModel, per_sample_spectral_norms, top_eigenpair
-from ...landscape import loss_differences, orderings
+from ...theorem7 import landscape_bound, landscape_bound_tight, loss_differences, orderings
 from .assumption1 import assumption1_analysis, gradient_norms, minimiser_shift, per_sample_gradients
 from .theorem7 import (
     BOUND_RTOL,

@@ -41,8 +41,7 @@ FIGURES: list[Figure] = [
         "above 1 marked) and the relative error of the second-order Taylor model of L_k, which "
         "locates where the quadratic model breaks.",
         shows="Theorem 7's bound off w*, its ratio to the measured gap, where the Taylor model breaks",
-        functions="`studies.probe.plot.theorem7_figure`; `studies.probe.compute.run_probe`, "
-        "`bounds.landscape.landscape_bound`",
+        functions="`studies.probe.plot.theorem7_figure`; `studies.probe.compute.run_probe`, `theorem7.landscape_bound`",
     ),
     Figure(
         id="fig12",

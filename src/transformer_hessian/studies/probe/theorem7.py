@@ -11,9 +11,8 @@ import numpy as np
 import torch
 from torch.func import grad, jvp, vmap
 
-from ...bounds.landscape import landscape_bound, landscape_bound_tight
 from ...krylov import FlatModel
-from ...landscape import loss_differences
+from ...theorem7 import landscape_bound, landscape_bound_tight, loss_differences
 
 #: Relative slack when comparing a measured value against a bound (rounding only).
 BOUND_RTOL = 1e-12
@@ -96,7 +95,7 @@ def theorem7_check(
 
     ``losses`` is ``(T, n)``: per-sample losses at each ``t`` of ``ts`` (the distance
     ``||w - w*||_2 = |t|``, ``d`` being a unit vector). For every ``t``, every ordering (the
-    ``n_orderings`` of :func:`transformer_hessian.landscape.orderings` with ``seed``) and every
+    ``n_orderings`` of :func:`transformer_hessian.theorem7.orderings` with ``seed``) and every
     ``k = 1 .. n-1`` the left-hand side is compared with
 
     * ``bound``: the printed right-hand side :func:`landscape_bound` ``(k, L, M, t^2)``;

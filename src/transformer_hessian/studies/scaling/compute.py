@@ -12,10 +12,10 @@ size in ``train_sizes`` (a seeded random subset of the training split, ``null`` 
 Per model (:func:`analyse_model`; training by :func:`transformer_hessian.train.train`):
 
 * ``D_k = |L_{k+1}(w*) - L_k(w*)|`` over the model's own training samples, mean over
-  ``n_orderings`` random orderings (:func:`transformer_hessian.landscape.loss_differences`);
+  ``n_orderings`` random orderings (:func:`transformer_hessian.theorem7.loss_differences`);
   the fit ``D_k ~ prefactor * k^slope`` by least squares on log-log over ``k >= k_min``
-  (:func:`~transformer_hessian.landscape.fit_loglog_slope`), the slope's bootstrap 95%
-  interval over orderings (:func:`~transformer_hessian.landscape.bootstrap_slope_ci`).
+  (:func:`~transformer_hessian.stats.fit_loglog_slope`), the slope's bootstrap 95%
+  interval over orderings (:func:`~transformer_hessian.stats.bootstrap_slope_ci`).
 * ``k*`` for ``tolerance``: **measured** = the smallest ``k`` from which on the mean curve
   stays at or below the tolerance (:func:`k_star_measured`; None when the last ``k`` is above
   it), **fitted** = the smallest integer ``k`` with ``prefactor * k^slope <= tolerance``
@@ -45,7 +45,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...landscape import bootstrap_slope_ci, fit_loglog_slope, log_binned_median, loss_differences, thin_indices
+from ...stats import bootstrap_slope_ci, fit_loglog_slope, log_binned_median, thin_indices
+from ...theorem7 import loss_differences
 
 if TYPE_CHECKING:
     from ...settings import Scaling

@@ -58,7 +58,11 @@ def _dataset_name(dataset: str, paper_data: str) -> str:
     from ...datanames import stands_in
 
     name = DATASET_NAMES[dataset]
-    return f"{name} (stand-in for {paper_data})" if not DATA_SETS[dataset].stands_in_for and stands_in(dataset, paper_data) else name
+    return (
+        f"{name} (stand-in for {paper_data})"
+        if not DATA_SETS[dataset].stands_in_for and stands_in(dataset, paper_data)
+        else name
+    )
 
 
 def table1(experiments: Mapping[str, Experiment], roles: Mapping[str, str], metrics: dict[str, dict]) -> pd.DataFrame:

@@ -8,7 +8,7 @@ Two bounds live here (docs/theory.md, "Theorem 1"):
 * :func:`attention_bound_paper` -- the paper's Theorem 1 (arXiv 2510.16927, Sec. 4.1) as
   printed (``form="statement"``) or as the proof in App. C.1 ends (``form="appendix"``). No
   repairs: both list only the (V,V), (Q,Q), (V,Q), (Q,K) blocks and use ||dA/dT|| <= 1/L,
-  so they fail e.g. for W_Q -> W_Q/delta, W_K -> delta W_K (tests/test_bounds_attention.py).
+  so they fail e.g. for W_Q -> W_Q/delta, W_K -> delta W_K (tests/studies/test_bounds_attention.py).
 * :func:`attention_bound` -- the project's bound, proven for every input. With c = 2/(L d_V),
   g = c vec_r(F - Target), R = unvec_r(g) and G_i = dF/dW_i,
 
@@ -41,8 +41,8 @@ import math
 
 import torch
 
-from ..theory.attention import ATTENTION_GROUPS
-from ..theory.vec import softmax_row_hessian_contract, softmax_row_jacobian_rows
+from ...theory.attention import ATTENTION_GROUPS
+from ...theory.vec import softmax_row_hessian_contract, softmax_row_jacobian_rows
 
 __all__ = [
     "ATTENTION_GROUPS",

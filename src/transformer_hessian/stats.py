@@ -1,7 +1,10 @@
-"""The log-log slope of a ``D_k`` curve and its bootstrap interval over orderings.
+"""Statistics of a decreasing curve ``d_k`` on log-log axes, shared by the studies (landscape,
+probe, scaling): the log-log least-squares slope and its bootstrap interval over orderings, the
+median in log-spaced bins, and a log-spaced subset of a long curve for a JSON result.
 
 * :func:`fit_loglog_slope`: ordinary least squares of ``y = log d`` on ``x = log k``
-  (natural logarithms) over the points with ``k_min <= k <= k_max`` and ``d > 0``,
+  (natural logarithms) over the points with ``k_min <= k <= k_max`` and ``d > 0``
+  (:func:`fit_mask`),
 
       slope = sum (x - x_mean)(y - y_mean) / sum (x - x_mean)^2,
       intercept = y_mean - slope * x_mean,
@@ -13,6 +16,15 @@
   refits the slope (points where the replicate's mean is 0 are left out); the interval is the
   ``(1 - level)/2`` and ``(1 + level)/2`` quantiles of the ``B`` slopes. It measures how much
   the slope depends on the orderings drawn, not the sampling of the data set.
+* :func:`log_binned_median`: the median of the positive ``d_k`` in bins ``[10^(i/p),
+  10^((i+1)/p))`` of ``k`` (``p`` bins per decade), placed at the geometric mean of the bin's
+  ``k``; the display smoother of Figure 6 (a median inside a bin cannot lag the curve).
+* :func:`thin_indices`: a log-spaced subset of at most :data:`MAX_JSON_POINTS` indices of a
+  curve (always with its first and last index) for the JSON result; fits use the full curve.
+* :func:`check_positive_int`: an integer ``>= minimum`` (booleans refused), the argument check
+  these functions and :mod:`.theorem7` share.
+
+Pure NumPy; nothing here needs PyTorch.
 """
 
 from __future__ import annotations
@@ -21,16 +33,36 @@ from typing import Any
 
 import numpy as np
 
-from ._validate import _check_positive_int
+__all__ = [
+    "MAX_JSON_POINTS",
+    "bootstrap_slope_ci",
+    "check_positive_int",
+    "fit_loglog_slope",
+    "fit_mask",
+    "log_binned_median",
+    "thin_indices",
+]
 
-__all__ = ["bootstrap_slope_ci", "fit_loglog_slope"]
+#: Most points of a curve written to the JSON result (the fit always uses the full curve).
+MAX_JSON_POINTS = 2000
+
+
+def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
+    """``value`` as an int; ``ValueError`` naming ``name`` unless it is an integer ``>= minimum``
+    (booleans refused)."""
+    if isinstance(value, bool) or int(value) != value or int(value) < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
 
 #: Salt mixed into the seed of the bootstrap generator so that it is independent of the
 #: generator that draws the orderings.
 _BOOTSTRAP_SALT = 0xB007
 
 
-def _fit_mask(k: np.ndarray, d: np.ndarray, k_min: float, k_max: float | None) -> np.ndarray:
+def fit_mask(k: np.ndarray, d: np.ndarray, k_min: float, k_max: float | None) -> np.ndarray:
+    """The points :func:`fit_loglog_slope` uses: ``k_min <= k <= k_max`` (``k_max`` None: no upper
+    limit) and ``d`` finite and positive."""
     mask = (k >= k_min) & np.isfinite(d) & (d > 0)
     if k_max is not None:
         mask &= k <= k_max
@@ -49,7 +81,7 @@ def fit_loglog_slope(k: Any, d: Any, k_min: float = 10, k_max: float | None = No
         raise ValueError(f"k and d must be 1-D arrays of the same length, got shapes {k_arr.shape} and {d_arr.shape}")
     if np.any(k_arr <= 0):
         raise ValueError("k must be positive for a log-log fit")
-    mask = _fit_mask(k_arr, d_arr, k_min, k_max)
+    mask = fit_mask(k_arr, d_arr, k_min, k_max)
     x = np.log(k_arr[mask])
     if x.size < 2 or np.ptp(x) == 0:
         raise ValueError(
@@ -76,7 +108,7 @@ def bootstrap_slope_ci(
 ) -> tuple[float, float, np.ndarray]:
     """Percentile bootstrap interval of the log-log slope, resampling orderings.
 
-    ``differences`` is the ``(R, m)`` matrix of :func:`loss_differences` (rows: orderings)
+    ``differences`` is the ``(R, m)`` matrix of :func:`.theorem7.loss_differences` (rows: orderings)
     and ``k`` its ``m`` abscissae. Each replicate averages ``R`` rows drawn with replacement
     and refits the slope over the fit range (points where the replicate's mean is 0 are
     left out, as in :func:`fit_loglog_slope`). Returns ``(lo, hi, slopes)``.
@@ -85,7 +117,7 @@ def bootstrap_slope_ci(
     k_arr = np.asarray(k, dtype=np.float64)
     if diffs.ndim != 2 or diffs.shape[1] != k_arr.size:
         raise ValueError(f"differences must have shape (n_orderings, len(k)) = (R, {k_arr.size}), got {diffs.shape}")
-    b_total = _check_positive_int(n_bootstrap, "n_bootstrap")
+    b_total = check_positive_int(n_bootstrap, "n_bootstrap")
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must lie in (0, 1), got {level!r}")
     r = diffs.shape[0]
@@ -122,3 +154,57 @@ def bootstrap_slope_ci(
     alpha = (1.0 - level) / 2.0
     lo, hi = np.quantile(finite, [alpha, 1.0 - alpha])
     return float(lo), float(hi), slopes
+
+
+def log_binned_median(k: Any, d: Any, bins_per_decade: int = 8, min_points: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Median of ``d`` in log-spaced bins of ``k`` (a smoother for log-log plots).
+
+    Bin edges are ``10**(i / bins_per_decade)``; bins with fewer than ``min_points`` points
+    with ``d > 0`` are skipped. Returns ``(k_centre, median)``: for each kept bin the geometric
+    mean of its ``k`` and the median of its positive ``d``.
+    """
+    k_arr = np.asarray(k, dtype=np.float64)
+    d_arr = np.asarray(d, dtype=np.float64)
+    if k_arr.shape != d_arr.shape or k_arr.ndim != 1:
+        raise ValueError("k and d must be 1-D arrays of the same length")
+    if np.any(k_arr <= 0):
+        raise ValueError("k must be positive for log-spaced bins")
+    per = check_positive_int(bins_per_decade, "bins_per_decade")
+    ok = np.isfinite(d_arr) & (d_arr > 0)
+    idx = np.floor(np.log10(k_arr) * per + 1e-9).astype(np.int64)
+    centres, medians = [], []
+    for b in np.unique(idx[ok]):
+        sel = ok & (idx == b)
+        if sel.sum() >= min_points:
+            centres.append(float(np.exp(np.mean(np.log(k_arr[sel])))))
+            medians.append(float(np.median(d_arr[sel])))
+    return np.asarray(centres), np.asarray(medians)
+
+
+def thin_indices(n_points: int, max_points: int = MAX_JSON_POINTS, include: Any = ()) -> np.ndarray:
+    """Sorted indices of a log-spaced subset of ``range(n_points)``.
+
+    Always contains the first and last index and every index in ``include``; has at most
+    ``max_points`` entries (when ``include`` holds at most 2 more) and is all of
+    ``range(n_points)`` when that is short enough.
+    """
+    if n_points <= max_points:
+        return np.arange(n_points)
+    extra = np.asarray(list(include), dtype=np.int64)
+    extra = extra[(extra >= 0) & (extra < n_points)]
+    budget = max(2, max_points - extra.size)
+
+    def subset(n_geom: int) -> np.ndarray:
+        geom = np.rint(np.geomspace(1, n_points, n_geom)).astype(np.int64) - 1
+        return np.unique(np.concatenate([geom, [0, n_points - 1]]))
+
+    # Rounding merges the dense start of the log grid, so ask for more grid points until the
+    # distinct indices fill the budget.
+    n_geom, best = budget, subset(budget)
+    for _ in range(30):
+        n_geom += budget - best.size
+        trial = subset(n_geom)
+        if trial.size > budget or trial.size == best.size:
+            break
+        best = trial
+    return np.union1d(best, extra)

@@ -12,7 +12,7 @@ import pytest
 import torch
 from scipy.sparse.linalg import eigsh
 
-from transformer_hessian.bounds.pipeline import spectral_norm
+from transformer_hessian.studies.bounds.pipeline import spectral_norm
 
 
 def _symmetric(n: int, seed: int) -> torch.Tensor:
@@ -53,8 +53,8 @@ def test_evaluate_bounds_same_bits_for_any_thread_count():
     W_1 has 8 * 40 = 320 entries, so its norms take the ARPACK path."""
     import json
 
-    from transformer_hessian.bounds.pipeline import evaluate_bounds
     from transformer_hessian.model import ModelConfig, ViT
+    from transformer_hessian.studies.bounds.pipeline import evaluate_bounds
 
     torch.manual_seed(7)
     cfg = ModelConfig(image_size=8, channels=1, num_classes=3, patch_size=4, width=8, depth=1, d_k=5, d_ff=40)

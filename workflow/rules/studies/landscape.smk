@@ -1,4 +1,7 @@
 # Figure 6 protocol: per-sample losses at w*, |L_{k+1} - L_k| over random orderings, slope fit.
+# Computation: transformer_hessian.studies.landscape; Figure 6's rule comes from the figure registry
+# (its studies/landscape/registry.py). The claims and summary rules read the result
+# (rules.landscape.output.json), so this file needs no entry in CLAIM_ROW_FILES or SUMMARY_SECTIONS.
 
 
 rule landscape:
@@ -13,7 +16,7 @@ rule landscape:
         landscape=settings_file("landscape", config["landscape"]),
         device=config["device"],
     conda:
-        "../../environment.yml"
+        "../../../environment.yml"
     log:
         "logs/landscape/{exp}.log",
     benchmark:

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.func import hessian, jacrev
 
-from transformer_hessian.bounds import block_bound, block_bound_ce, block_bound_paper, lemma4_bounds
+from transformer_hessian.studies.bounds.block import block_bound, block_bound_ce, block_bound_paper, lemma4_bounds
 
 G5 = ("W_Q", "W_K", "W_V", "W_1", "W_2")
 
@@ -210,10 +210,10 @@ def test_theorem6_paper_bound_keys_and_total():
 def test_evaluate_bounds_table_and_claims_on_a_tiny_model():
     """evaluate_bounds end to end on a tiny single-block ViT, with the measured CE block norms
     from torch.func HVPs: every record present, project bounds hold, claim rows well formed."""
-    from transformer_hessian.bounds.pipeline import evaluate_bounds, spectral_norm
-    from transformer_hessian.bounds.table import bounds_table, claim_rows
     from transformer_hessian.hessian import block_norms, group_layout, hessian_vmap
     from transformer_hessian.model import ModelConfig, ViT
+    from transformer_hessian.studies.bounds.pipeline import evaluate_bounds, spectral_norm
+    from transformer_hessian.studies.bounds.table import bounds_table, claim_rows
 
     torch.manual_seed(3)
     cfg = ModelConfig(image_size=8, channels=1, num_classes=4, patch_size=4, width=4, depth=1, d_k=3, d_ff=6)
@@ -250,10 +250,10 @@ def test_evaluate_bounds_uses_the_whole_batch_by_default():
     """bounds.n_samples defaults to null: the theory setting (Theorems 1 and 6, Lemma 4) runs on
     every sample of the fixed batch, and the claim rows say how many; the delta scan holds exact
     powers of ten (printed as 1.00e-06, not 1.0000000000000002e-06)."""
-    from transformer_hessian.bounds.pipeline import evaluate_bounds
-    from transformer_hessian.bounds.table import claim_rows
     from transformer_hessian.model import ModelConfig, ViT
     from transformer_hessian.settings import Bounds
+    from transformer_hessian.studies.bounds.pipeline import evaluate_bounds
+    from transformer_hessian.studies.bounds.table import claim_rows
 
     assert Bounds.with_defaults({}).n_samples is None
     torch.manual_seed(4)

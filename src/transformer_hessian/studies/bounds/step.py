@@ -1,6 +1,6 @@
 """The bounds rules' steps: plain-argument functions that load the inputs, call the computation
 (:mod:`.pipeline`, :mod:`.table`) and write the outputs; ``cli.py`` only parses arguments and
-calls them (``transformer-hessian bounds evaluate`` / ``bounds table``)."""
+calls them (``transformer-hessian bounds evaluate`` / ``bounds table``, :mod:`.cli`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..settings import Bounds, Experiment, Hessian
-from ..utils import log
+from ...settings import Bounds, Experiment, Hessian
+from ...utils import log
 
 __all__ = ["evaluate_step", "table_step"]
 
@@ -46,11 +46,12 @@ def evaluate_step(
     also names ``experiment``, ``stage``, ``dataset`` and its wall time ``seconds``."""
     import torch
 
-    from ..hessian import fixed_batch
-    from ..io import load_hessian, load_norms, save_bounds
-    from ..train import load_experiment_data, load_model
-    from ..utils import resolve_device
+    from ...hessian import fixed_batch
+    from ...io import load_hessian, load_norms
+    from ...train import load_experiment_data, load_model
+    from ...utils import resolve_device
     from .pipeline import evaluate_bounds, single_threaded, spectral_norm
+    from .result import save_bounds
 
     t0 = time.perf_counter()
     dev = resolve_device(device)
@@ -91,8 +92,9 @@ def table_step(
     """Rule ``bounds_table``: ``<out_dir>/bounds.{csv,tex,md}`` (:func:`.table.bounds_table`) from
     the stages' result JSONs and, with ``claims_out``, their claim rows (:func:`.table.claim_rows`)
     as a JSON list."""
-    from ..io import load_bounds, save_json
-    from ..tablefmt import write_table
+    from ...io import save_json
+    from ...tablefmt import write_table
+    from .result import load_bounds
     from .table import bounds_table, claim_rows
 
     loaded = {r["stage"]: r for r in map(load_bounds, results)}

@@ -1,16 +1,21 @@
 """Figure 6's analysis of per-sample losses at ``w*`` (the ``landscape`` rule's result).
 
 :func:`analyse_landscape` computes ``D_k = |L_{k+1} - L_k|`` on ``R`` orderings
-(:mod:`.differences`), their mean ``D_mean`` over orderings, its EMA and log-binned median
-(:mod:`.curves`), the log-log least-squares slope of ``D_mean`` against ``k`` over ``k >=
-k_min`` with its percentile bootstrap interval over orderings (:mod:`.fit`), and the check of
-Theorem 7 at ``w = w*`` (arXiv 2510.16927): with ``0 <= l_i <= L``, ``L = max_i l_i``,
+(:mod:`transformer_hessian.theorem7`), their mean ``D_mean`` over orderings, its EMA
+(:func:`ema`) and log-binned median, the log-log least-squares slope of ``D_mean`` against ``k``
+over ``k >= k_min`` with its percentile bootstrap interval over orderings
+(:mod:`transformer_hessian.stats`), and the check of Theorem 7 at ``w = w*`` (arXiv
+2510.16927): with ``0 <= l_i <= L``, ``L = max_i l_i``,
 
     D_k <= 2L / (k + 1)    on every ordering and every k
 
-(the identity of :mod:`.differences` even gives ``L/(k+1)``, so ``bound_max_ratio`` is at
-most 1/2). With a batch size ``b`` the same is done for the batch-wise curve ``D^b_j``, whose
-bound is ``2L/(j+1)`` in the number of batches ``j``.
+(the identity of :mod:`transformer_hessian.theorem7` even gives ``L/(k+1)``, so
+``bound_max_ratio`` is at most 1/2). With a batch size ``b`` the same is done for the batch-wise
+curve ``D^b_j``, whose bound is ``2L/(j+1)`` in the number of batches ``j``.
+
+:func:`ema`: exponential moving average along ``k`` started at the first value, ``ema_1 = x_1``,
+``ema_k = f ema_{k-1} + (1 - f) x_k`` (the paper's earlier code, ``f = 0.99``); no bias
+correction ``/(1 - f^k)``, which is only right for an average started at 0.
 """
 
 from __future__ import annotations
@@ -18,31 +23,35 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from scipy import signal
 
-from ..bounds.landscape import theorem7_rhs
-from ._validate import _as_losses, _check_positive_int
-from .curves import ema, log_binned_median, thin_indices
-from .differences import batch_loss_differences, loss_differences
-from .fit import _fit_mask, bootstrap_slope_ci, fit_loglog_slope
+from ...stats import bootstrap_slope_ci, check_positive_int, fit_loglog_slope, fit_mask, log_binned_median, thin_indices
+from ...theorem7 import as_losses, batch_loss_differences, loss_differences, theorem7_rhs
 
-__all__ = ["PAPER_GRANULARITY", "analyse_landscape", "verdict_curve"]
-
-#: How the paper builds Figure 6 (Sec. 5, steps 1-3 and the caption): data added batch by batch,
-#: ``|L_(k+1) - L_k|`` plotted against the number of training samples, i.e. the batch-wise curve
-#: ``D^b_j`` against ``k = j b`` (``granularity: batch``).
-PAPER_GRANULARITY = "batch"
+__all__ = ["analyse_landscape", "ema"]
 
 
-def verdict_curve(result: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """``(granularity, curve)``: the curve of a landscape ``result`` that Figure 6 draws and the
-    ``fig6_slope`` verdict uses, as its ``granularity`` says: the result itself (``"sample"``)
-    or its ``"batch"`` entry. ``KeyError`` when the batch curve is asked for but absent."""
-    granularity = result.get("granularity", "sample")
-    if granularity == "batch":
-        if not result.get("batch"):
-            raise KeyError("landscape result has granularity 'batch' but no 'batch' entry; rerun the landscape rule")
-        return granularity, result["batch"]
-    return granularity, result
+def ema(x: Any, factor: float = 0.99) -> np.ndarray:
+    """Exponential moving average along the last axis, started at the first value.
+
+    ``ema_1 = x_1`` and ``ema_k = factor * ema_{k-1} + (1 - factor) * x_k``; no bias
+    correction (none is needed when the average starts at ``x_1`` rather than at 0).
+    ``factor = 0`` returns ``x`` unchanged.
+    """
+    arr = np.asarray(x, dtype=np.float64)
+    f = float(factor)
+    if not 0.0 <= f < 1.0:
+        raise ValueError(f"ema factor must lie in [0, 1), got {factor!r}")
+    if arr.ndim == 0:
+        raise ValueError("ema needs an array with at least one axis")
+    if arr.shape[-1] == 0:
+        return arr.copy()
+    b = np.array([1.0 - f])
+    a = np.array([1.0, -f])
+    # Transposed direct form II: the initial state f*x_1 makes the first output x_1.
+    zi = f * arr[..., :1]
+    out, _ = signal.lfilter(b, a, arr, axis=-1, zi=zi)
+    return out
 
 
 def _rate_reference_slope(k: np.ndarray, steps: np.ndarray, k_lo: float, k_hi: float | None) -> float:
@@ -55,9 +64,9 @@ def _rate_reference_slope(k: np.ndarray, steps: np.ndarray, k_lo: float, k_hi: f
 def _check_sizes(n: int, n_orderings, n_bootstrap, k_min, k_max) -> tuple[int, int, int, int]:
     """``(orderings, bootstrap draws, k_min, k_max)`` of :func:`analyse_landscape` for ``n`` losses,
     checked: positive integers, and a fit range ``[k_min, k_max]`` (k_max None: n-1) of >= 2 k."""
-    r = _check_positive_int(n_orderings, "n_orderings")
-    b = _check_positive_int(n_bootstrap, "n_bootstrap")
-    k_min = _check_positive_int(k_min, "k_min")
+    r = check_positive_int(n_orderings, "n_orderings")
+    b = check_positive_int(n_bootstrap, "n_bootstrap")
+    k_min = check_positive_int(k_min, "k_min")
     fit_k_max = n - 1 if k_max is None else int(k_max)
     if fit_k_max > n - 1:
         raise ValueError(f"k_max={k_max} exceeds the largest k = n-1 = {n - 1}")
@@ -83,7 +92,7 @@ def _theorem7_at_wstar(diffs: np.ndarray, k: np.ndarray, loss_max: float) -> tup
 
 def analyse_landscape(
     losses: Any,
-    n_orderings: int = 50,  # = the schema's landscape.n_orderings (tests/test_landscape.py checks they agree)
+    n_orderings: int = 50,  # = the schema's landscape.n_orderings (tests/test_settings.py checks they agree)
     seed: int = 0,
     ema_factor: float = 0.99,
     k_min: int = 10,
@@ -120,7 +129,7 @@ def analyse_landscape(
         raise ValueError(f"granularity must be 'sample' or 'batch', got {granularity!r}")
     if granularity == "batch" and batch_size is None:
         raise ValueError("granularity 'batch' needs a batch_size")
-    x = _as_losses(losses)
+    x = as_losses(losses)
     n = x.size
     r, b, k_min, fit_k_max = _check_sizes(n, n_orderings, n_bootstrap, k_min, k_max)
 
@@ -169,7 +178,7 @@ def _fit_and_bound(x, diffs, k, d_mean, fit_range: tuple[int, int], b: int, seed
         "n_bootstrap": int(b),
         "fit_k_min": k_min,
         "fit_k_max": int(fit_k_max),
-        "fit_n_points": int(np.count_nonzero(_fit_mask(k, d_mean, k_min, fit_k_max))),
+        "fit_n_points": int(np.count_nonzero(fit_mask(k, d_mean, k_min, fit_k_max))),
         "rate_reference_slope": _rate_reference_slope(k, k, k_min, fit_k_max),
         "loss_mean": float(x.mean()),
         "loss_min": float(x.min()),
@@ -217,7 +226,7 @@ def _analyse_batches(
         "ci95_contains_minus_one": bool(lo <= -1.0 <= hi),
         "fit_k_min": k_lo,
         "fit_k_max": float(k[-1]),
-        "fit_n_points": int(np.count_nonzero(_fit_mask(k, d_mean, k_lo, None))),
+        "fit_n_points": int(np.count_nonzero(fit_mask(k, d_mean, k_lo, None))),
         "rate_reference_slope": _rate_reference_slope(k, j, k_lo, None),
         "theorem7_bound_2L": bound.tolist(),
         "bound_holds": bool(np.all(diffs <= bound * (1.0 + 1e-12))),

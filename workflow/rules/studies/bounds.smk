@@ -1,5 +1,8 @@
 # Bound evaluation: measured Hessian norms vs the project's proven bounds and the paper's
-# Theorems 1 and 6 (with Lemma 4), per stage; then the table and the figure.
+# Theorems 1 and 6 (with Lemma 4), per stage; then the table and the figure. Computation:
+# transformer_hessian.studies.bounds; the figure's rule (bounds) comes from the figure registry (its
+# studies/bounds/registry.py). The table goes to ALL_TABLES, the claim rows to CLAIM_ROW_FILES; the
+# summary rule reads the stages' results (rules.bounds.output.json).
 
 
 rule bounds:
@@ -13,7 +16,7 @@ rule bounds:
         **STAGE_PARAMS,
         bounds=settings_file("bounds", config["bounds"]),
     conda:
-        "../../environment.yml"
+        "../../../environment.yml"
     log:
         "logs/bounds/{exp}_{stage}.log",
     benchmark:
@@ -37,7 +40,7 @@ rule bounds_table:
     params:
         out_dir=lambda w, output: os.path.dirname(output.tables[0]),
     conda:
-        "../../environment.yml"
+        "../../../environment.yml"
     log:
         "logs/bounds/table.log",
     benchmark:
@@ -51,4 +54,7 @@ rule bounds_table:
         "--claims-out {output.claims:q} 2> {log:q}"
 
 
-CLAIM_ROW_FILES.append(rules.bounds_table.output.claims)  # the Theorem 1/6, Lemma 4 rows (claims rule)
+ALL_TABLES.append("bounds")
+# The Theorem 1/6, Lemma 4 rows (claims rule) come first among the row files, where they were before
+# this file moved into studies/ (sorted after architectures.smk): paper/claims.* keep their order.
+CLAIM_ROW_FILES.insert(0, rules.bounds_table.output.claims)

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from torch.func import hessian
 
-from transformer_hessian.bounds import attention_bound, attention_bound_paper
+from transformer_hessian.studies.bounds.attention import attention_bound, attention_bound_paper
 
 NAMES = ("W_Q", "W_K", "W_V")
 

@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .. import ATTENTION_GROUPS, GROUPS
-from ..datanames import DATA_SETS, library_name, stands_in
-from ..plotting import COMPACT_RC, GROUP_LABELS
+from ... import ATTENTION_GROUPS, GROUPS
+from ...datanames import DATA_SETS, library_name, stands_in
+from ...plotting import COMPACT_RC, GROUP_LABELS
 
 __all__ = ["DATASET_NAMES", "bounds_figure"]
 

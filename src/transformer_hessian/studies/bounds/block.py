@@ -41,9 +41,9 @@ import math
 
 import torch
 
-from .. import GROUPS
-from ..theory import detached_block_params, token_factors
-from ..theory.layernorm import layernorm_hessian_contract, layernorm_vjp
+from ... import GROUPS
+from ...theory import detached_block_params, token_factors
+from ...theory.layernorm import layernorm_hessian_contract, layernorm_vjp
 from .attention import (
     ATTENTION_GROUPS,
     _factor_norm,

@@ -1,0 +1,53 @@
+"""The study's result file (``results/<exp>/landscape/landscape.json``): save and load, and the
+curve of a result that Figure 6 draws and the ``fig6_slope`` verdict uses (:func:`verdict_curve`;
+the claims and the summary read the file through this module)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ...io import _load_keyed, write_json
+
+__all__ = ["PAPER_GRANULARITY", "RESULT_KEYS", "load_landscape", "save_landscape", "verdict_curve"]
+
+#: Keys every result file holds (checked on reading).
+RESULT_KEYS = ("slope", "slope_ci95")
+RULE = "landscape"
+
+#: How the paper builds Figure 6 (Sec. 5, steps 1-3 and the caption): data added batch by batch,
+#: ``|L_(k+1) - L_k|`` plotted against the number of training samples, i.e. the batch-wise curve
+#: ``D^b_j`` against ``k = j b`` (``granularity: batch``).
+PAPER_GRANULARITY = "batch"
+
+
+def save_landscape(path: str | os.PathLike[str], result: Mapping[str, Any]) -> None:
+    """Write Figure 6's result (``results/<exp>/landscape/landscape.json``).
+
+    The object of :func:`.compute.analyse_landscape`: the settings it ran with (``granularity``,
+    ``n_samples``, ``n_orderings``, ``seed``, ``ema_factor``, ``n_bootstrap``, ...), the curve (``k``,
+    ``D_mean``, ``D_ema``, ``D_binned_k``, ``D_binned``: lists of floats), the fit (``slope``,
+    ``intercept``, ``slope_ci95`` [lo, hi], ``ci95_contains_minus_one``, ``fit_k_min``, ``fit_k_max``,
+    ``fit_n_points``), the loss range and Theorem 7's bound (``loss_mean``, ``loss_min``, ``loss_max``,
+    ``theorem7_bound_2L``, ``bound_holds``, ``bound_max_ratio``), ``batch`` (the same for batch
+    granularity) plus ``experiment``.
+    """
+    write_json(dict(result), path)
+
+
+def load_landscape(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a file written by :func:`save_landscape`; ``KeyError`` names missing keys and the rule."""
+    return _load_keyed(path, RULE, RESULT_KEYS)
+
+
+def verdict_curve(result: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``(granularity, curve)``: the curve of a landscape ``result`` that Figure 6 draws and the
+    ``fig6_slope`` verdict uses, as its ``granularity`` says: the result itself (``"sample"``)
+    or its ``"batch"`` entry. ``KeyError`` when the batch curve is asked for but absent."""
+    granularity = result.get("granularity", "sample")
+    if granularity == "batch":
+        if not result.get("batch"):
+            raise KeyError("landscape result has granularity 'batch' but no 'batch' entry; rerun the landscape rule")
+        return granularity, result["batch"]
+    return granularity, result
