@@ -1,0 +1,1 @@
+"""Tests of src/transformer_hessian/studies/, one file per study."""
