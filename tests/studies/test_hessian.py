@@ -15,8 +15,8 @@ from transformer_hessian import io
 from transformer_hessian.config import ConfigError
 from transformer_hessian.hessian import block_norms
 from transformer_hessian.settings import Hessian
-from transformer_hessian.studies.hessian.step import check_hessian_memory, hessian_step, theory_step
-from transformer_hessian.train import train
+from transformer_hessian.studies.hessian.step import hessian_step, theory_step
+from transformer_hessian.train import check_hessian_memory, train
 
 
 @pytest.fixture(scope="module")

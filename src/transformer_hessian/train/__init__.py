@@ -13,8 +13,10 @@ working; a test that monkeypatches a name must patch the module that uses it.
 """
 
 from .loading import (
+    check_hessian_memory,
     check_model_matches,
     evaluate,
+    hessian_inputs,
     load_experiment_data,
     load_model,
     model_config_for,
@@ -38,12 +40,14 @@ __all__ = [
     "KILL_ENV",
     "TrainingError",
     "autocast_context",
+    "check_hessian_memory",
     "check_model_matches",
     "crop_flip",
     "epoch_augmentation",
     "epoch_permutation",
     "estimate_training_bytes",
     "evaluate",
+    "hessian_inputs",
     "load_experiment_data",
     "load_model",
     "lr_factor",

@@ -46,26 +46,20 @@ def evaluate_step(
     also names ``experiment``, ``stage``, ``dataset`` and its wall time ``seconds``."""
     import torch
 
-    from ...hessian import fixed_batch
     from ...io import load_hessian, load_norms
-    from ...train import load_experiment_data, load_model
-    from ...utils import resolve_device
+    from ...train import hessian_inputs
     from .pipeline import evaluate_bounds, single_threaded, spectral_norm
     from .result import save_bounds
 
     t0 = time.perf_counter()
-    dev = resolve_device(device)
-    data = load_experiment_data(spec, data_root)
-    images, labels = fixed_batch(data["train_x"], data["train_y"], hessian.batch_size, hessian.seed)
-    model = load_model(checkpoint, device=dev, dtype=torch.float64, spec=spec, experiment=hessian.experiment)
-    images = images.to(device=dev, dtype=torch.float64)
+    model, images, labels = hessian_inputs(checkpoint, spec, hessian, data_root, device)
     measured = load_norms(norms)
     if hessian_npz:
         H = torch.as_tensor(load_hessian(hessian_npz)["H"])
         with single_threaded():
             measured["total_spectral"] = spectral_norm(H, symmetric=True)
     result = evaluate_bounds(
-        model, images, labels.to(dev), measured, n_samples=bounds.n_samples, delta=bounds.delta, label=f"bounds {stage}"
+        model, images, labels, measured, n_samples=bounds.n_samples, delta=bounds.delta, label=f"bounds {stage}"
     )
     result["experiment"], result["stage"] = hessian.experiment, stage
     result["dataset"] = spec.dataset

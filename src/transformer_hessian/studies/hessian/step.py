@@ -1,7 +1,7 @@
 """The rules' steps of the Hessian study: ``transformer-hessian hessian`` (the dense Hessian of one
 block's five groups and its norms) and ``transformer-hessian theory`` (the saved Hessian against
 curvlinops products, the gate of Figures 3-5); both load the model in float64 and the fixed Hessian
-batch through :func:`hessian_inputs`."""
+batch through :func:`transformer_hessian.train.hessian_inputs` (shared with the bounds study)."""
 
 from __future__ import annotations
 
@@ -12,44 +12,7 @@ from ...utils import log
 if TYPE_CHECKING:
     from ...settings import Experiment, Hessian
 
-__all__ = ["check_hessian_memory", "hessian_inputs", "hessian_step", "theory_step"]
-
-
-def check_hessian_memory(spec: Experiment, hessian: Hessian, dev) -> None:
-    """Stop before the dense P x P float64 Hessian is allocated when it cannot fit; name the keys."""
-    from ...errors import ConfigError
-    from ...resources import available_bytes, dense_hessian_bytes, format_bytes, hessian_group_size
-
-    m = spec.model
-    need = dense_hessian_bytes(m.width, m.d_k, m.d_ff)
-    have = available_bytes(dev)
-    if have is not None and need > have:
-        exp = hessian.experiment
-        p = hessian_group_size(m.width, m.d_k, m.d_ff)
-        raise ConfigError(
-            f"hessian.experiment: the dense Hessian of {exp!r} is {p:,} x {p:,} float64 and this job needs about "
-            f"{format_bytes(need)}, but only {format_bytes(have)} is available on {dev}; lower "
-            f"experiments.{exp}.model.width / d_k / d_ff (or run on a machine with more memory)"
-        )
-
-
-def hessian_inputs(checkpoint: str, spec: Experiment, hessian: Hessian, data_root: str, device: str):
-    """``(model, images, labels)``: the checkpoint's model in float64 and the fixed Hessian batch
-    (``hessian.batch_size`` samples drawn with ``hessian.seed``, the same for every stage). The
-    checkpoint's model sizes must equal ``spec.model`` (:class:`transformer_hessian.errors.ConfigError` naming
-    ``experiments.<hessian.experiment>.model.<key>`` otherwise)."""
-    import torch
-
-    from ...hessian import fixed_batch
-    from ...train import load_experiment_data, load_model
-    from ...utils import resolve_device
-
-    dev = resolve_device(device)
-    check_hessian_memory(spec, hessian, dev)
-    data = load_experiment_data(spec, data_root)
-    images, labels = fixed_batch(data["train_x"], data["train_y"], hessian.batch_size, hessian.seed)
-    model = load_model(checkpoint, device=dev, dtype=torch.float64, spec=spec, experiment=hessian.experiment)
-    return model, images.to(device=dev, dtype=torch.float64), labels.to(dev)
+__all__ = ["hessian_step", "theory_step"]
 
 
 def hessian_step(
@@ -67,6 +30,7 @@ def hessian_step(
     :func:`transformer_hessian.io.save_norms`); returns the norms."""
     from ...hessian import block_norms, compute_hessian, group_layout, weight_norms
     from ...io import save_hessian, save_norms
+    from ...train import hessian_inputs
 
     model, images, labels = hessian_inputs(checkpoint, spec, hessian, data_root, device)
     block = hessian.block
@@ -109,6 +73,7 @@ def theory_step(
     figures)."""
     from ...checks import saved_hessian_check
     from ...io import load_hessian, load_norms, save_theory_check
+    from ...train import hessian_inputs
 
     model, images, labels = hessian_inputs(checkpoint, spec, hessian, data_root, device)
     H = load_hessian(hessian_npz)["H"]
