@@ -7,9 +7,8 @@ from __future__ import annotations
 import pytest
 from studies.test_table1 import _metrics, _table1
 
-from transformer_hessian.claims.rows import _data_note
 from transformer_hessian.config import load_config
-from transformer_hessian.datanames import stands_in
+from transformer_hessian.datanames import described, stands_in
 from transformer_hessian.plotting import dataset_model_label
 from transformer_hessian.registry import FIGURES
 from transformer_hessian.registry.rules import caption
@@ -60,9 +59,9 @@ def test_table1_says_stand_in_for_cifar100(cfg):
 
 
 def test_claims_captions_and_labels_say_stand_in(cfg):
-    assert _data_note({"dataset": "mnist"}, "CIFAR-100") == "MNIST, stand-in for CIFAR-100"
-    assert _data_note({"dataset": "mnist"}, "MNIST") == "MNIST"
-    assert _data_note({"dataset": "digits"}, "MNIST") == "8x8 digits, stand-in for MNIST"
+    assert described("mnist", "CIFAR-100") == "MNIST, stand-in for CIFAR-100"
+    assert described("mnist", "MNIST") == "MNIST"
+    assert described("digits", "MNIST") == "8x8 digits, stand-in for MNIST"
     caps = {f.id: caption(f, cfg) for f in FIGURES}
     assert "MNIST, stand-in for CIFAR-100" in caps["fig6"]
     assert "stand-in" not in caps["fig3"] and "MNIST" in caps["fig3"]

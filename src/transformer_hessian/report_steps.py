@@ -103,11 +103,13 @@ def claims_step(
     ``rows``: the JSON lists of finished rows the studies' rules write (``CLAIM_ROW_FILES``). Writes ``out_json`` and ``out_md`` (:func:`.io.save_claims`); returns the rows."""
     from . import claims
     from .io import load_hessian, load_json, load_metrics, load_norms, save_claims
+    from .studies.hessian.claims import entry_spread, hessian_claim_rows
+    from .studies.landscape.claims import landscape_claim_rows
     from .studies.landscape.result import load_landscape
 
     mh, ml = load_metrics(metrics_hessian), load_metrics(metrics_landscape)
-    spread = claims.entry_spread(load_hessian(hessian_init)["H"]) if hessian_init else None
-    out = claims.hessian_claim_rows(
+    spread = entry_spread(load_hessian(hessian_init)["H"]) if hessian_init else None
+    out = hessian_claim_rows(
         load_norms(norms_init),
         load_norms(norms_trained),
         mh,
@@ -115,7 +117,7 @@ def claims_step(
         spread=spread,
     )
     out += claims.training_claim_rows(mh, ml, metrics_hessian, metrics_landscape)
-    out += claims.landscape_claim_rows(load_landscape(landscape), ml, evidence=landscape)
+    out += landscape_claim_rows(load_landscape(landscape), ml, evidence=landscape)
     out = claims.collect_claims(out, [r for path in rows for r in load_json(path)])
     save_claims(out_json, out_md, out, config_hash, claims.claims_document(out, config_hash))
     failed = [r["id"] for r in out if r["verdict"] == claims.NOT_REPRODUCED]

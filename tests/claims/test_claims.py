@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 
 from transformer_hessian import GROUPS, claims
 from transformer_hessian.numfmt import fmt, fmt_interval
+from transformer_hessian.studies.hessian.claims import block_sizes, entry_spread, hessian_claim_rows
+from transformer_hessian.studies.landscape.claims import landscape_claim_rows
 from transformer_hessian.studies.landscape.compute import analyse_landscape
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,15 +67,15 @@ def by_id(rows):
 
 
 def test_block_sizes_match_the_model_shapes():
-    assert claims.block_sizes(MODEL) == SIZES
+    assert block_sizes(MODEL) == SIZES
 
 
 def test_hessian_rows_reproduced_when_structure_as_in_paper():
     init = dense(0, {("W_V", g): 3.0 for g in GROUPS})  # the V row dominates at init
     trained = 20 * dense(1, {("W_V", "W_V"): 40.0, ("W_K", "W_K"): 30.0})
     rows = by_id(
-        claims.hessian_claim_rows(
-            norms_of(init, "init"), norms_of(trained, "trained"), metrics(), "files", spread=claims.entry_spread(init)
+        hessian_claim_rows(
+            norms_of(init, "init"), norms_of(trained, "trained"), metrics(), "files", spread=entry_spread(init)
         )
     )
     for key in ("values_larger_at_init", "every_block_grows", "vv_largest_trained", "keys_values_highest"):
@@ -95,7 +97,7 @@ def test_hessian_rows_not_reproduced_when_structure_differs():
     init = dense(2, {("W_1", g): 5.0 for g in GROUPS})  # W_1 row dominates
     trained = dense(3, {("W_2", "W_2"): 50.0, ("W_1", "W_1"): 40.0})
     trained[OFF[0] : OFF[1], OFF[0] : OFF[1]] = init[OFF[0] : OFF[1], OFF[0] : OFF[1]] * 0.5  # Q-Q shrinks
-    rows = by_id(claims.hessian_claim_rows(norms_of(init, "init"), norms_of(trained, "trained"), metrics(), "files"))
+    rows = by_id(hessian_claim_rows(norms_of(init, "init"), norms_of(trained, "trained"), metrics(), "files"))
     for key in ("values_larger_at_init", "every_block_grows", "vv_largest_trained", "keys_values_highest"):
         assert rows[key]["verdict"] == claims.NOT_REPRODUCED, rows[key]
     grew = sum(
@@ -114,14 +116,14 @@ def test_entry_spread_and_heterogeneity_rule(seed, decades, zeros):
     rng = np.random.default_rng(seed)
     H = 10.0 ** rng.uniform(-decades, 0, size=(17, 13)) * rng.choice([-1, 1], size=(17, 13))
     H.ravel()[rng.choice(H.size, size=zeros, replace=False)] = 0.0
-    spread = claims.entry_spread(H)
+    spread = entry_spread(H)
     nz = np.sort(np.abs(H[H != 0]))
     assert spread["q01"] == pytest.approx(np.percentile(nz, 1))
     assert spread["q99"] == pytest.approx(np.percentile(nz, 99))
     assert spread["zero_fraction"] == pytest.approx(zeros / H.size)
     init = dense(seed, {})
     rows = by_id(
-        claims.hessian_claim_rows(norms_of(init, "init"), norms_of(2 * init, "trained"), metrics(), "f", spread=spread)
+        hessian_claim_rows(norms_of(init, "init"), norms_of(2 * init, "trained"), metrics(), "f", spread=spread)
     )
     expected = np.log10(spread["q99"] / spread["q01"]) >= 2
     assert rows["hessian_heterogeneity"]["verdict"] == claims.verdict(bool(expected))
@@ -141,7 +143,7 @@ def test_landscape_rows_follow_the_result(granularity):
     losses = np.random.default_rng(7).exponential(size=800)
     res = analyse_landscape(losses, n_orderings=8, seed=1, n_bootstrap=40, granularity=granularity, batch_size=10)
     cur = res["batch"] if granularity == "batch" else res
-    rows = by_id(claims.landscape_claim_rows(res, metrics(), "landscape.json"))
+    rows = by_id(landscape_claim_rows(res, metrics(), "landscape.json"))
     lo, hi = cur["slope_ci95"]
     fig6 = rows["fig6_slope"]["measured"]
     assert rows["fig6_slope"]["verdict"] == claims.verdict(lo <= -1 <= hi)
@@ -158,7 +160,7 @@ def test_landscape_rows_follow_the_result(granularity):
     target = broken["batch"] if granularity == "batch" else broken
     target["slope_ci95"] = [-0.8, -0.7]
     target["bound_holds"] = False
-    rows = by_id(claims.landscape_claim_rows(broken, metrics(), "landscape.json"))
+    rows = by_id(landscape_claim_rows(broken, metrics(), "landscape.json"))
     assert rows["fig6_slope"]["verdict"] == claims.NOT_REPRODUCED
     assert rows["theorem7_bound_at_wstar"]["verdict"] == claims.NOT_REPRODUCED
 
@@ -174,7 +176,7 @@ def test_fig6_row_on_the_real_mnist_numbers():
     res.update(slope=-1.00021, slope_ci95=[-1.00312, -0.99512])
     for granularity, expected in (("batch", claims.NOT_REPRODUCED), ("sample", claims.REPRODUCED)):
         res["granularity"] = granularity
-        row = by_id(claims.landscape_claim_rows(res, metrics(dataset="mnist"), "l.json"))["fig6_slope"]
+        row = by_id(landscape_claim_rows(res, metrics(dataset="mnist"), "l.json"))["fig6_slope"]
         assert row["verdict"] == expected
         assert "slope -0.987 [-0.998, -0.975]" in row["measured"]
         assert "slope -1.0002 [-1.003, -0.995]" in row["measured"]
@@ -188,7 +190,7 @@ def test_rms_fro_spectral_all_reported():
     init = dense(5, {})
     trained_scales = {("W_V", "W_V"): 10.0, ("W_2", "W_2"): 6.0, ("W_K", "W_K"): 1.0}
     trained = dense(6, trained_scales)
-    rows = by_id(claims.hessian_claim_rows(norms_of(init, "init"), norms_of(trained, "trained"), metrics(), "f"))
+    rows = by_id(hessian_claim_rows(norms_of(init, "init"), norms_of(trained, "trained"), metrics(), "f"))
     vv, kv = rows["vv_largest_trained"], rows["keys_values_highest"]
     for measure in ("RMS entry", "Frobenius norm", "spectral norm"):
         assert f"by {measure} " in vv["measured"] and f"by {measure} " in kv["measured"]
