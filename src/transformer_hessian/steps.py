@@ -1,18 +1,7 @@
-"""One function per Snakemake rule: read the rule's inputs, run the computation, write its results.
-
-Layering (``docs/architecture.md``): ``cli.py`` only parses arguments and calls one function
-here; each function here loads its inputs (through :mod:`.io`, :mod:`.train`), calls the
-package's computation (:mod:`.data`, ...; a study's steps are in its ``step`` module),
-applies the rule's gate (pass/fail against a tolerance), logs one line and writes its outputs
-through :mod:`.io`. The computation modules therefore never touch argument parsing or file
-formats, :mod:`.io` owns the formats, and these functions can be called (and tested) from Python
-with plain arguments. Heavy modules (torch) are imported inside each function so that importing
-this module, like ``transformer-hessian --help``, stays cheap.
-
-Config sections arrive typed and frozen (:mod:`.settings`, parsed once by the command line from
-the validated config's JSON): ``spec`` = one ``experiments.<name>`` section
-(:class:`.settings.Experiment`), ``hessian`` = the ``hessian`` section (:class:`.settings.Hessian`),
-...; every default was filled in from the schema before, so none is repeated here.
+"""The step of the pipeline's own ``download`` rule: fetch and verify a data set, then write its
+manifest. Every other rule's step is in its study's ``step`` module (``studies/<name>/step.py``)
+or, for the report rules, in :mod:`.report_steps`; ``docs/architecture.md`` gives the layering
+(command -> step -> package function -> result file through :mod:`.io`).
 """
 
 from __future__ import annotations

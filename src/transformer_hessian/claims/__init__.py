@@ -21,10 +21,6 @@ in this order:
   Theorem 7's bound holds at w* (Sec. 4.3);
 * the rows files of the other studies' rules (below).
 
-"Entry magnitude" of a Hessian block H_ij (n_i x n_j entries) is its RMS entry,
-``||H_ij||_F / sqrt(n_i n_j)``; of a block row i, ``||H_i,:||_F / sqrt(n_i P)``, with the
-Frobenius norms of the ``hessian`` rule and n_i from the model sizes.
-
 Collection point for other modules
 ----------------------------------
 A study's rule writes a JSON list of finished rows and appends its path to ``CLAIM_ROW_FILES``

@@ -1,6 +1,10 @@
 """The Hessian study's claim rows (Figures 3-5): :func:`hessian_claim_rows` from the norms JSON of
 the ``hessian`` rule and the model sizes of the ``train`` rule's metrics. The claims rule
-(:func:`transformer_hessian.report_steps.claims_step`) collects them with the other studies' rows."""
+(:func:`transformer_hessian.report_steps.claims_step`) collects them with the other studies' rows.
+
+"Entry magnitude" of a Hessian block H_ij (n_i x n_j entries) is its RMS entry,
+``||H_ij||_F / sqrt(n_i n_j)``; of a block row i, ``||H_i,:||_F / sqrt(n_i P)``, with the
+Frobenius norms of the ``hessian`` rule and n_i from the model sizes."""
 
 from __future__ import annotations
 
