@@ -31,7 +31,22 @@ if not workflow.overwrite_configfiles:
     configfile: "config/config.yaml"
 
 
-sys.path.insert(0, os.path.join(workflow.basedir, "src"))
+# The package comes from the Python that runs snakemake (make setup installs this checkout into .venv,
+# editable); the workflow does not reach into src/ through sys.path.
+try:
+    import transformer_hessian
+except ImportError:
+    raise SystemExit(
+        f"transformer-hessian: the package is not installed for {sys.executable}; run `make setup` and "
+        "call .venv/bin/snakemake (or `make reproduce`), or `pip install -e .` into this Python"
+    )
+_SRC = os.path.realpath(os.path.join(workflow.basedir, "src"))
+if not os.path.realpath(transformer_hessian.__file__).startswith(_SRC + os.sep):
+    print(
+        f"transformer-hessian: note: the package comes from {os.path.dirname(transformer_hessian.__file__)}, "
+        f"not from this checkout ({_SRC}); the jobs run that code",
+        file=sys.stderr,
+    )
 from transformer_hessian.config import SCHEMA_PATH, ConfigError, check_config_files, config_hash, unexpected_config_error, validate_config  # noqa: E402
 
 # Schema check with messages that name the offending key, plus cross-key checks; then

@@ -1,0 +1,75 @@
+"""The Snakefile takes the package from the Python that runs snakemake (no ``sys.path`` edit), and
+says in one line what to do when that Python does not have it."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_snakefile_does_not_edit_sys_path():
+    text = (ROOT / "Snakefile").read_text()
+    assert "sys.path.insert" not in text and "sys.path.append" not in text
+
+
+def test_missing_package_is_one_clear_line(tmp_path, env):
+    # A package of the same name that fails to import shadows the installed one (PYTHONPATH first).
+    fake = tmp_path / "shadow" / "transformer_hessian"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('simulated: not installed')\n")
+    e = dict(env, PYTHONPATH=str(fake.parent) + os.pathsep + env.get("PYTHONPATH", ""))
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "--snakefile",
+            str(ROOT / "Snakefile"),
+            "-d",
+            str(work),
+            "--configfile",
+            str(ROOT / "config/config.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        env=e,
+        timeout=120,
+        check=False,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-2000:]
+    assert "the package is not installed for" in out and "make setup" in out, out[-2000:]
+    assert "Traceback" not in out, out[-2000:]
+
+
+def test_installed_package_runs_the_dry_run(tmp_path, env):
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "--quiet",
+            "--snakefile",
+            str(ROOT / "Snakefile"),
+            "-d",
+            str(work),
+            "--configfile",
+            str(ROOT / "config/config.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-2000:]
+    assert "not from this checkout" not in out, out[-2000:]
