@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from . import paper_kind
-from .graph import chunk_hessian
+from .graph import chunk_hessian, graph_ranks
 from .ops import Hess, Slot, symmetrize_
 
 #: bytes of tangent working memory per chunk of samples (the chunk size follows from it)
@@ -25,32 +25,28 @@ DEFAULT_CHUNK_BYTES = 1 << 30
 DEFAULT_TANGENT_BLOCK = 4096
 
 
-def tangent_blocks(names: list[str], named: dict, cols: dict, limit: int) -> list[tuple[slice, list]]:
-    """Split the selected parameters, by whole rows (first index), into blocks of at most
-    ``limit`` tangents (a row longer than that is a block of its own): (rows of H, pieces
-    (name, local tangent range, a0, a1)) per block, blocks in the order of H's rows."""
+def tangent_blocks(names: list[str], named: dict, cols: dict, limit: int) -> list[list[tuple]]:
+    """Split the selected parameters, taken in the order of ``names``, by whole rows (first index)
+    into blocks of at most ``limit`` tangents (a row longer than that is a block of its own): per
+    block its pieces (name, local tangent range, a0, a1, rows of H), a piece being rows a0..a1 of
+    one parameter."""
     blocks, cur, n = [], [], 0
-
-    def flush():
-        nonlocal cur, n
-        if cur:
-            start = cols[cur[0][0]].start + cur[0][2] * _row_size(named[cur[0][0]])
-            blocks.append((slice(start, start + n), cur))
-        cur, n = [], 0
-
     for name in names:
         p = named[name]
         rs, R, a = _row_size(p), (p.shape[0] if p.dim() else 1), 0
         while a < R:
             room = (limit - n) // rs
             if room <= 0 and cur:
-                flush()
+                blocks.append(cur)
+                cur, n = [], 0
                 continue
             take = min(R - a, max(room, 1))
-            cur.append((name, slice(n, n + take * rs), a, a + take))
+            start = cols[name].start + a * rs
+            cur.append((name, slice(n, n + take * rs), a, a + take, slice(start, start + take * rs)))
             n += take * rs
             a += take
-    flush()
+    if cur:
+        blocks.append(cur)
     return blocks
 
 
@@ -256,22 +252,36 @@ def exact_hessian(
             local = [n[len(prefix) :] for n in names]
             return paper_kind.paper_kind_hessian(layers[0], inputs.detach(), targets.to(device), head, local)
     d_ff = max(m.linear1.out_features for m in layers)
-    blocks = tangent_blocks(names, named, cols, tangent_block)
-    Pb = max(r.stop - r.start for r, _ in blocks) if blocks else 0
-    per = _per_sample_bytes(Pb, T, d, d_ff, layers[0].self_attn.num_heads, len(layers), need // max(P * P, 1))
-    chunk = max(1, min(B, chunk_bytes // max(per, 1)))
     hess = Hess(P, dtype, device)
     by_name = {n: slots[id(named[n])] for n in names}
     with torch.no_grad():
-        for rows, pieces in blocks:
+        # The sweeps take the parameters in the order of the graph: a sweep whose tangents start at
+        # graph position r runs forward from r and back to r only (graph.Tape.backward), and the
+        # columns of the parameters before r are the transposed rows of the earlier sweeps.
+        hess.set_rows([])
+        ranks = graph_ranks(spec, hess, slots, inputs[:1].detach())
+        rank = {n: ranks[id(by_name[n])] for n in names}
+        blocks = tangent_blocks(sorted(names, key=lambda n: rank[n]), named, cols, tangent_block)
+        Pb = max(sum(pc[1].stop - pc[1].start for pc in b) for b in blocks) if blocks else 0
+        per = _per_sample_bytes(Pb, T, d, d_ff, layers[0].self_attn.num_heads, len(layers), need // max(P * P, 1))
+        chunk = max(1, min(B, chunk_bytes // max(per, 1)))
+        for pieces in blocks:
             for sl in slots.values():
                 sl.seed = None
-            for name, local, a0, a1 in pieces:
+            for name, local, a0, a1, _ in pieces:
                 by_name[name].seed = (local, a0, a1)
-            hess.set_rows(rows)
+            hess.set_rows([(local, rows) for _, local, _, _, rows in pieces])
             for b0 in range(0, B, chunk):
                 x = inputs[b0 : b0 + chunk].detach()
                 chunk_hessian(spec, hess, slots, x, targets[b0 : b0 + chunk].to(device))
+        for sl in slots.values():
+            sl.seed = None
+        for pieces in blocks:
+            first = min(rank[name] for name, *_ in pieces)
+            for n in names:
+                if rank[n] < first:
+                    for *_, rows in pieces:
+                        hess.H[rows, cols[n]] = hess.H[cols[n], rows].T
     return symmetrize_(hess.H)
 
 

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from .attention import Attention
-from .ops import Activation, Add, Heads, Hess, LayerNorm, Linear, MeanTokens, Merge, Slot, tadd
+from .ops import Activation, Add, Heads, Hess, LayerNorm, Linear, MeanTokens, Merge, Slot, op_slots, tadd
 
 
 class Tape:
@@ -38,10 +38,16 @@ class Tape:
         return out
 
     def backward(self, out: int, g: torch.Tensor, gt: torch.Tensor | None) -> None:
-        """Adjoints and their tangents from node ``out`` back to the leaves (the ops add H's columns)."""
+        """Adjoints and their tangents from node ``out`` back to the leaves (the ops add H's columns).
+
+        The sweep stops at the first operation (in graph order) that owns a seeded parameter: the
+        operations before it own only parameters that come earlier in the graph, whose Hessian
+        columns against the seeded tangents are the transposed rows of an earlier sweep
+        (:func:`.api.exact_hessian` fills them in), and nothing after it depends on them."""
         self.v = self.t = None  # the ops keep what their backward needs
+        first = next((i for i, (op, _, _) in enumerate(self.ops) if any(s.seed is not None for s in op_slots(op))), 0)
         adj = {out: (g, gt)}
-        for op, ids, oid in reversed(self.ops):
+        for op, ids, oid in reversed(self.ops[first:]):
             if oid not in adj:
                 continue
             g, gt = adj.pop(oid)
@@ -52,6 +58,10 @@ class Tape:
                 else:
                     adj[i] = (gi, gti)
         self.ops = []
+
+    def ranks(self) -> dict[int, int]:
+        """id(slot) -> the index of the operation that owns it, in graph order."""
+        return {id(s): i for i, (op, _, _) in enumerate(self.ops) for s in op_slots(op)}
 
 
 def _slot(slots: dict, t: torch.Tensor | None) -> Slot | None:
@@ -92,18 +102,33 @@ def encoder_layer(tape: Tape, hess: Hess, slots: dict, layer, kind: str, x: int,
     return tape.apply(_norm(hess, slots, layer.norm2), tape.apply(Add(), x, _ffn(tape, hess, slots, layer, kind, x)))
 
 
-def chunk_hessian(spec, hess: Hess, slots: dict, x: torch.Tensor, targets: torch.Tensor) -> None:
-    """Add the chunk's samples' share of the Hessian of the full batch's loss to ``hess``.
-
-    ``spec`` (see :mod:`.api`) names the layers, their activations, the final norm, the mask,
-    the loss and its normaliser (the full batch's, so chunks add up).
-    """
+def _forward(spec, hess: Hess, slots: dict, x: torch.Tensor) -> tuple[Tape, int]:
+    """The forward sweep of the chunk ``x``: the tape and the encoder's output node."""
     tape = Tape()
     node = tape.leaf(x)
     for layer, kind in zip(spec.layers, spec.kinds, strict=True):
         node = encoder_layer(tape, hess, slots, layer, kind, node, spec.mask)
     if spec.final_norm is not None:
         node = tape.apply(_norm(hess, slots, spec.final_norm), node)
+    return tape, node
+
+
+def graph_ranks(spec, hess: Hess, slots: dict, x: torch.Tensor) -> dict[int, int]:
+    """id(slot) -> position of its operation in the graph (a values-only sweep of ``x``, no seeds)."""
+    tape, node = _forward(spec, hess, slots, x)
+    if spec.loss != "mse":
+        head = spec.head
+        tape.apply(Linear(hess, _slot(slots, head.weight), _slot(slots, head.bias)), tape.apply(MeanTokens(), node))
+    return tape.ranks()
+
+
+def chunk_hessian(spec, hess: Hess, slots: dict, x: torch.Tensor, targets: torch.Tensor) -> None:
+    """Add the chunk's samples' share of the Hessian of the full batch's loss to ``hess``.
+
+    ``spec`` (see :mod:`.api`) names the layers, their activations, the final norm, the mask,
+    the loss and its normaliser (the full batch's, so chunks add up).
+    """
+    tape, node = _forward(spec, hess, slots, x)
     if spec.loss == "mse":
         out, ot = tape.v[node], tape.t[node]
         g = (out - targets) * (2.0 / spec.count)

@@ -35,20 +35,32 @@ class Slot:
 
 
 class Hess:
-    """The dense (P, P) Hessian being assembled: row p = tangent p, columns = the parameter's entries."""
+    """The dense (P, P) Hessian being assembled: row p = tangent p, columns = the parameter's entries.
+
+    The tangents of one sweep are pieces of parameters, ``(tangent range, rows of H)`` each; the
+    rows of one sweep need not be contiguous in H (the sweep takes the parameters in the order of
+    the graph, :func:`.api.exact_hessian`)."""
 
     def __init__(self, P: int, dtype: torch.dtype, device: torch.device):
         self.H = torch.zeros(P, P, dtype=dtype, device=device)
-        self.set_rows(slice(0, P))
+        self.set_rows([(slice(0, P), slice(0, P))])
 
-    def set_rows(self, rows: slice) -> None:
-        """The block of tangents (rows of H) being propagated; P is its length."""
-        self.rows, self.P = rows, rows.stop - rows.start
+    def set_rows(self, pieces: list[tuple[slice, slice]]) -> None:
+        """The tangents being propagated: (tangent range, rows of H) per piece; P is their number."""
+        self.pieces = pieces
+        self.P = sum(t.stop - t.start for t, _ in pieces)
 
     def add(self, slot: Slot | None, block: torch.Tensor | None) -> None:
-        """H[rows, slot] += block (P, *param shape)."""
+        """H[rows, slot] += block (P, *param shape), piece by piece."""
         if slot is not None and slot.cols is not None and block is not None:
-            self.H[self.rows, slot.cols] += block.reshape(self.P, -1)
+            flat = block.reshape(self.P, -1)
+            for tangents, rows in self.pieces:
+                self.H[rows, slot.cols] += flat[tangents]
+
+
+def op_slots(op) -> list[Slot]:
+    """The selected parameters an operation owns (its Hessian columns)."""
+    return [s for s in (getattr(op, n, None) for n in ("w", "b", "gamma", "beta")) if _selected(s)]
 
 
 def tadd(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
@@ -115,12 +127,14 @@ class Linear:
             sl, a0, a1 = self.w.seed
             gxt[sl].view(a1 - a0, i, N, i).diagonal(0, 1, 3).add_(g2[:, a0:a1].T.unsqueeze(-1))
         # H[:, W] = sum_n gt[n]^T x[n] + g[n]^T xt[n]
+        # (batched products whose batch operand is the contiguous tangent, shared factor on the left)
         if _selected(self.w):
             blk = None
-            if gt2 is not None:
-                blk = (gt2.transpose(1, 2).reshape(P * o, N) @ self.x2).view(P, o, i)
             if self.xt2 is not None:
-                blk = tadd(blk, (self.xt2.transpose(1, 2).reshape(P * i, N) @ g2).view(P, i, o).transpose(1, 2))
+                blk = torch.matmul(g2.T, self.xt2)  # (P, o, i)
+            if gt2 is not None:
+                first = torch.matmul(self.x2.T, gt2).transpose(1, 2)  # (P, o, i), a view
+                blk = first if blk is None else blk.add_(first)
             self.hess.add(self.w, blk)
         if _selected(self.b) and gt2 is not None:
             self.hess.add(self.b, gt2.sum(1))
