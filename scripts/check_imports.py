@@ -70,6 +70,7 @@ LAYERS: dict[str, int] = {
     # train: training, checkpoints
     "train": TRAIN,
     "checkpoints": TRAIN,
+    "train_result": TRAIN,  # the train rule's result paths (templates; standard library only)
     # the studies: each one's computation, plots, rule step and claim rows
     "studies": STUDIES,
     "architecture_diagram": STUDIES,

@@ -1,5 +1,6 @@
-"""The workflow's rule files: every result path is typed once (in the rule that makes it) and the
-Hessian rules evaluate the experiment their ``{exp}`` wildcard names."""
+"""The workflow's rule files: every result path is typed once (the template of the rule that makes
+it, in the ``OUTPUTS`` of its producer's ``result`` module) and the Hessian rules evaluate the
+experiment their ``{exp}`` wildcard names."""
 
 import re
 import tokenize
@@ -69,8 +70,13 @@ def workflow_texts() -> dict[str, str]:
 
 
 def test_no_result_path_is_typed_twice():
-    paths = [p for text in workflow_texts().values() for p in result_paths(text)]
-    assert len(paths) >= 15, paths  # the producers' outputs are found at all
+    """The rule files' literals and the producers' path templates in the package (the rule files'
+    ``output:`` comes from them, ``produced(...)``): no path is typed twice among them all."""
+    from transformer_hessian.registry import templates
+
+    package = [path for outputs in templates().values() for path in outputs.values()]
+    paths = [p for text in workflow_texts().values() for p in result_paths(text)] + package
+    assert len(package) >= 15 and len(paths) >= 25, paths  # the producers' outputs are found at all
     constraints = wildcard_constraints(workflow_texts()["Snakefile"])
     assert constraints.get("stage") == "init|trained", constraints
     assert not retyped(paths, constraints), retyped(paths, constraints)

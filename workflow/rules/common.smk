@@ -1,12 +1,25 @@
 # Shared constants and helpers of the rules (no rules here). A rule's input is the output of the
-# rule that makes it, `rules.<producer>.output.<name>` (expanded where the wildcards differ), so
-# that every result path is typed once, in its producer. The helpers below are called while the
-# rules are defined or while jobs are built, after their producer rule exists.
+# rule that makes it, `rules.<producer>.output.<name>` (expanded where the wildcards differ), and a
+# producer's output paths come from the package (`produced` below), so that every result path is
+# typed once, in its producer's OUTPUTS. The helpers below are called while the rules are defined
+# or while jobs are built, after their producer rule exists.
 
 NB = f"{workflow.basedir}/notebooks"
 TABLE_EXTS = ["csv", "tex", "md"]
 # The training checkpoint (an output name of rule `train`) that each Hessian stage evaluates.
 STAGE_CHECKPOINT = {"init": "init", "trained": "final"}
+
+from transformer_hessian.registry import produced as registry_produced  # noqa: E402
+
+
+def produced(rule, **wildcards):
+    """The outputs of ``rule`` as output key -> path, for its ``output:``
+    (``**produced("dynamics", exp=HEXP)``). The path templates are typed once, in the package: the
+    ``OUTPUTS`` of the producer's ``result`` module (``src/transformer_hessian/studies/<name>/result.py``,
+    ``train_result.py`` for rule train), collected by ``transformer_hessian.registry.outputs``, which
+    the figure registry resolves too. The wildcards given are filled in, the others stay ``{name}``;
+    an unknown rule or wildcard stops the workflow with a KeyError that names the known ones."""
+    return registry_produced(rule, **wildcards)
 
 
 def experiment(exp):

@@ -5,9 +5,7 @@ rule train:
     input:
         manifest=manifest_of,
     output:
-        init="results/{exp}/checkpoints/init.pt",
-        final="results/{exp}/checkpoints/final.pt",
-        metrics="results/{exp}/metrics.json",
+        **produced("train"),  # init, final (checkpoints), metrics
     params:
         data_root=data_root_of,
         spec=spec_file,

@@ -22,9 +22,12 @@ How to add a figure
    ``plotting.save_figure(fig, out)``. Commit it without outputs.
 2. Append a :class:`Figure` to ``FIGURES`` of the study's ``studies/<name>/registry.py`` (the
    registry collects every study's; the pipeline's own figures are in ``registry/figures.py``).
-   Input paths are templates: ``{hexp}`` is ``config["hessian"]["experiment"]``, ``{lexp}`` is ``config["landscape"]["experiment"]``
-   (``{sexp}``: ``config["spectrum"]["experiment"]``, default ``{lexp}``);
-   ``{cfg[section][key]}`` reads any other config value.
+   An input names its producer, not a path: ``Output(rule, key, **wildcards)``, the output ``key``
+   of rule ``rule`` (its path template is typed once, in the producer's ``OUTPUTS``: the study's
+   ``result.py``, or ``train_result.py``; :mod:`.outputs` looks it up). A wildcard value is a
+   literal or a placeholder: ``{hexp}`` is ``config["hessian"]["experiment"]``, ``{lexp}`` is
+   ``config["landscape"]["experiment"]`` (``{sexp}``: ``config["spectrum"]["experiment"]``, default
+   ``{lexp}``); ``{cfg[section][key]}`` reads any other config value.
 3. Run ``transformer-hessian registry --write-readme`` and commit ``paper/README.md``.
 A figure that only some configs want names its boolean switch in ``enabled_by`` (e.g.
 ``"scaling.enabled"``): :func:`figure_ids`, :func:`rule_specs` and :func:`provenance` then skip
@@ -38,7 +41,8 @@ parameter is renamed ``out``.
 
 Modules: :mod:`transformer_hessian.studies.entry` (the :class:`Figure` record, below the studies
 so that their registry entries can use it), :mod:`.figures` (the entries and lookups),
-:mod:`.rules` (inputs, captions, rule specs), :mod:`.readme` (``paper/README.md``),
+:mod:`.outputs` (the result paths of every rule, from their producers, and the resolution of an
+``Output``), :mod:`.rules` (inputs, captions, rule specs), :mod:`.readme` (``paper/README.md``),
 :mod:`.provenance` (per-figure sha256). Every name is re-exported here, so
 ``from transformer_hessian.registry import figure_ids, notebook_tables`` (the Snakefile) and
 ``registry.FIGURES`` keep working.
@@ -46,8 +50,9 @@ so that their registry entries can use it), :mod:`.figures` (the entries and loo
 
 from __future__ import annotations
 
-from ..studies.entry import Figure
+from ..studies.entry import Figure, Output
 from .figures import FIGURES, OTHER_ARTEFACTS, by_id, enabled, figure_ids, groups, notebook_tables
+from .outputs import placeholder_path, produced, resolve, template, templates
 from .provenance import file_sha256, provenance, provenance_json
 from .readme import README_HEADER, render_paper_readme
 from .rules import caption, output_parameters, resolve_inputs, rule_specs
@@ -57,6 +62,7 @@ __all__ = [
     "OTHER_ARTEFACTS",
     "README_HEADER",
     "Figure",
+    "Output",
     "by_id",
     "caption",
     "enabled",
@@ -65,9 +71,14 @@ __all__ = [
     "groups",
     "notebook_tables",
     "output_parameters",
+    "placeholder_path",
+    "produced",
     "provenance",
     "provenance_json",
     "render_paper_readme",
+    "resolve",
     "resolve_inputs",
     "rule_specs",
+    "template",
+    "templates",
 ]

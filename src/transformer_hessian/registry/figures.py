@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..studies import study_parts
-from ..studies.entry import Figure
+from ..studies.entry import Figure, Output
 
 __all__ = ["FIGURES", "OTHER_ARTEFACTS", "by_id", "enabled", "figure_ids", "groups", "notebook_tables", "paper_order"]
 
@@ -19,7 +19,10 @@ _CORE_FIGURES: list[Figure] = [
         paper="Figure 2",
         label="fig:transformer",
         notebook="fig2_architecture.ipynb",
-        inputs={"metrics_hessian": "results/{hexp}/metrics.json", "metrics_landscape": "results/{lexp}/metrics.json"},
+        inputs={
+            "metrics_hessian": Output("train", "metrics", exp="{hexp}"),
+            "metrics_landscape": Output("train", "metrics", exp="{lexp}"),
+        },
         caption="Figure 2. Transformer architecture of the experiments, drawn from the sizes of the "
         "models that ran: a post-norm ViT (patch embedding, N x [Self-Attention, Add, "
         "LayerNorm, FeedForward, Add, LayerNorm], mean over tokens, linear head). Left: the "

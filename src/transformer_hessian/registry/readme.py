@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from .figures import FIGURES, OTHER_ARTEFACTS
+from .outputs import placeholder_path
 
 __all__ = ["README_HEADER", "render_paper_readme"]
 
@@ -31,7 +32,7 @@ def render_paper_readme() -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for fig in FIGURES:
-        inputs = ", ".join(f"`{t}`" for t in fig.inputs.values())
+        inputs = ", ".join(f"`{placeholder_path(output)}`" for output in fig.inputs.values())
         shows = fig.shows + (f" (optional: only with `{fig.enabled_by}: true`)" if fig.enabled_by else "")
         lines.append(
             f"| `figures/{fig.id}.{{pdf,png}}` | {fig.paper} (`{fig.label}`) | {shows} | "

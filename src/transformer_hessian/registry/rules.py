@@ -9,6 +9,7 @@ from typing import Any
 from ..datanames import DATA_SETS, library_name
 from ..studies.entry import Figure
 from .figures import enabled, groups
+from .outputs import resolve
 
 __all__ = ["caption", "output_parameters", "resolve_inputs", "rule_specs"]
 
@@ -23,9 +24,10 @@ def _template_values(config: dict) -> dict[str, Any]:
 
 
 def resolve_inputs(fig: Figure, config: dict) -> dict[str, str]:
-    """The input paths of ``fig`` for ``config`` (templates filled in; see the module doc)."""
+    """The input paths of ``fig`` for ``config``: each :class:`~..studies.entry.Output` through its
+    producer's path template (:func:`.outputs.resolve`), the placeholders filled in."""
     values = _template_values(config)
-    return {name: template.format(**values) for name, template in fig.inputs.items()}
+    return {name: resolve(output, values) for name, output in fig.inputs.items()}
 
 
 def _data_name(config: dict, exp: str, stands_in_for: str) -> str:
@@ -93,7 +95,7 @@ def rule_specs(config: dict) -> list[dict[str, Any]]:
                 "tables": [stem for f in figs for stem in f.tables],
                 "executed": first.executed,
                 "outs": output_parameters(figs),
-                "gate": sorted({t.format(**_template_values(config)) for f in figs for t in f.gate}),
+                "gate": sorted({resolve(t, _template_values(config)) for f in figs for t in f.gate}),
                 "caption": " ".join(caption(f, config) for f in figs),
                 "literal": literal,
                 "paper": ", ".join(f.paper for f in figs),

@@ -1,15 +1,46 @@
-"""What one registry entry is: :class:`Figure` (id, paper label, notebook, inputs, caption, ...)."""
+"""What one registry entry is: :class:`Figure` (id, paper label, notebook, inputs, caption, ...),
+whose inputs name their producer: :class:`Output` (a rule's output, not a path)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["HESSIAN_CHECKED", "Figure"]
+__all__ = ["HESSIAN_CHECKED", "Figure", "Output"]
 
-#: The theory rule's check of the saved Hessians (path templates): the figures of a Hessian wait for
-#: it as their ``gate`` (a failed check stops them).
-HESSIAN_CHECKED = ("results/{hexp}/theory/init.json", "results/{hexp}/theory/trained.json")
+
+@dataclass(frozen=True, init=False)
+class Output:
+    """The output ``key`` of rule ``rule``, with these wildcard values: ``Output("theory", "json",
+    exp="{hexp}", stage="init")``.
+
+    The path itself is typed once, by its producer: the ``OUTPUTS`` mapping (rule -> output key ->
+    path template with Snakemake wildcards) of the study's ``result`` module, or of
+    :mod:`transformer_hessian.train_result` for the ``train`` rule; the rule files take their
+    ``output:`` from it too. A wildcard value is a literal (``stage="init"``) or one of the
+    registry's placeholders ``{hexp}``, ``{lexp}``, ``{sexp}`` (the experiments of the config),
+    ``{cfg[section][key]}``. :func:`transformer_hessian.registry.outputs.resolve` turns it into a
+    path for a config, :func:`~transformer_hessian.registry.outputs.placeholder_path` into the
+    template ``paper/README.md`` shows (``results/{hexp}/theory/init.json``).
+    """
+
+    rule: str
+    key: str
+    #: (wildcard, value) pairs, sorted by wildcard name.
+    wildcards: tuple[tuple[str, str], ...]
+
+    def __init__(self, rule: str, key: str, **wildcards: str) -> None:
+        object.__setattr__(self, "rule", rule)
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "wildcards", tuple(sorted(wildcards.items())))
+
+
+#: The theory rule's check of the saved Hessians: the figures of a Hessian wait for it as their
+#: ``gate`` (a failed check stops them).
+HESSIAN_CHECKED = (
+    Output("theory", "json", exp="{hexp}", stage="init"),
+    Output("theory", "json", exp="{hexp}", stage="trained"),
+)
 
 
 @dataclass(frozen=True)
@@ -18,8 +49,8 @@ class Figure:
 
     ``id`` is the public file name (``paper/figures/<id>.{pdf,png}``) and the rule name;
     ``paper`` the paper's number ("Figure 3") and ``label`` its LaTeX label; ``notebook`` the
-    file under ``notebooks/``; ``inputs`` maps notebook parameter -> path template (see the
-    module docstring); ``params`` are literal notebook parameters; ``caption`` is a format
+    file under ``notebooks/``; ``inputs`` maps notebook parameter -> :class:`Output` (the
+    producing rule's output; the registry resolves it to a path); ``params`` are literal notebook parameters; ``caption`` is a format
     string with ``{hessian_data}``, ``{landscape_data}`` (data set names of the two
     experiments, with what they stand in for), ``{granularity}``; ``shows`` is the one-line
     description in ``paper/README.md`` and ``functions`` the package functions behind it.
@@ -29,7 +60,7 @@ class Figure:
     paper: str
     label: str
     notebook: str
-    inputs: dict[str, str]
+    inputs: dict[str, Output]
     caption: str
     shows: str
     functions: str
@@ -41,9 +72,9 @@ class Figure:
     #: Tables the notebook run writes besides the figure: stem -> caption; each is passed as the
     #: notebook parameter ``table_<stem>`` (``paper/tables/<stem>`` without suffix).
     tables: dict[str, str] = field(default_factory=dict)
-    #: Path templates the rule waits for without passing them to the notebook: a figure of a
+    #: Outputs the rule waits for without passing them to the notebook: a figure of a
     #: Hessian is drawn only after the ``theory`` rule has checked that Hessian.
-    gate: tuple[str, ...] = ()
+    gate: tuple[Output, ...] = ()
     #: Dotted config key of a boolean switch (e.g. ``"scaling.enabled"``): when it is false the
     #: figure has no rule, is not in ``all`` or the provenance (:func:`enabled`), and
     #: ``paper/README.md`` lists it as optional. None: always drawn.

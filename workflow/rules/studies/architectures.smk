@@ -12,7 +12,7 @@ if config["architectures"]["enabled"]:
         input:
             manifest=manifest(experiment(HEXP)["dataset"]),
         output:
-            json=f"results/architectures/{HEXP}/architectures.json",
+            **produced("architectures", exp=HEXP),  # json
         params:
             experiment=HEXP,
             spec=settings_file(f"spec_{HEXP}", experiment(HEXP)),
@@ -37,8 +37,7 @@ if config["architectures"]["enabled"]:
             rules.architectures.output.json,
         output:
             tables=table_files("architectures"),
-            claims=f"results/architectures/{HEXP}/claim_rows.json",
-            summary=f"results/architectures/{HEXP}/summary.json",
+            **produced("architectures_report", exp=HEXP),  # claims, summary
         params:
             out_dir=lambda w, output: os.path.dirname(output.tables[0]),
         conda:

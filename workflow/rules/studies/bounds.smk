@@ -11,7 +11,7 @@ rule bounds:
         norms=rules.hessian.output.norms,
         npz=rules.hessian.output.npz,
     output:
-        json="results/{exp}/bounds/{stage}.json",
+        **produced("bounds"),  # json
     params:
         **STAGE_PARAMS,
         bounds=settings_file("bounds", config["bounds"]),
@@ -36,7 +36,7 @@ rule bounds_table:
         expand(rules.bounds.output.json, exp=HEXP, stage=STAGES),
     output:
         tables=table_files("bounds"),
-        claims=f"results/{HEXP}/bounds/claim_rows.json",
+        **produced("bounds_table", exp=HEXP),  # claims
     params:
         out_dir=lambda w, output: os.path.dirname(output.tables[0]),
     conda:

@@ -9,8 +9,7 @@ rule dynamics:
         manifest=manifest(experiment(HEXP)["dataset"]),
         saved_init=expand(rules.hessian.output.npz, exp=HEXP, stage="init"),
     output:
-        npz=f"results/{HEXP}/dynamics/dynamics.npz",
-        json=f"results/{HEXP}/dynamics/dynamics.json",
+        **produced("dynamics", exp=HEXP),  # npz, json
     params:
         data_root=data_root_of,
         spec=settings_file(f"spec_{HEXP}", experiment(HEXP)),

@@ -11,8 +11,7 @@ rule hessian:
     input:
         **STAGE_INPUTS,
     output:
-        npz="results/{exp}/hessian/{stage}.npz",
-        norms="results/{exp}/hessian/{stage}_norms.json",
+        **produced("hessian"),  # npz, norms
     params:
         **STAGE_PARAMS,
     conda:
@@ -41,7 +40,7 @@ rule theory:
         npz=rules.hessian.output.npz,
         norms=rules.hessian.output.norms,
     output:
-        json="results/{exp}/theory/{stage}.json",
+        **produced("theory"),  # json
     params:
         **STAGE_PARAMS,
         tolerance=config["theory"]["tolerance"],

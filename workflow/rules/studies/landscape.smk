@@ -9,7 +9,7 @@ rule landscape:
         checkpoint=rules.train.output.final,
         manifest=manifest_of,
     output:
-        json="results/{exp}/landscape/landscape.json",
+        **produced("landscape"),  # json
     params:
         data_root=data_root_of,
         spec=spec_file,

@@ -11,8 +11,7 @@ rule probe:
         init=expand(rules.train.output.init, exp=LEXP),
         manifest=manifest(experiment(LEXP)["dataset"]),
     output:
-        json=f"results/{LEXP}/probe/probe.json",
-        claims=f"results/{LEXP}/probe/claim_rows.json",
+        **produced("probe", exp=LEXP),  # json, claims
     params:
         experiment=LEXP,
         data_root=data_root_of,

@@ -16,7 +16,7 @@ if config["scaling"]["enabled"]:
         input:
             manifest=manifest(SCALING["dataset"]),
         output:
-            json="results/scaling/parts/part{part}of{jobs}.json",
+            **produced("scaling_models"),  # json (wildcards part, jobs)
         wildcard_constraints:
             part="[0-9]+",
             jobs="[0-9]+",
@@ -43,8 +43,7 @@ if config["scaling"]["enabled"]:
         input:
             expand(rules.scaling_models.output.json, part=range(SCALING["jobs"]), jobs=SCALING["jobs"]),
         output:
-            json="results/scaling/scaling.json",
-            summary="results/scaling/summary.json",
+            **produced("scaling"),  # json, summary
         params:
             scaling=settings_file("scaling", SCALING),
         conda:

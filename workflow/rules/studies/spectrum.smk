@@ -13,8 +13,7 @@ rule spectrum_compute:
         checkpoint=expand(rules.train.output.final, exp=SEXP),
         manifest=manifest(experiment(SEXP)["dataset"]),
     output:
-        json=f"results/spectrum/{SEXP}.json",
-        summary=f"results/spectrum/{SEXP}/summary.json",
+        **produced("spectrum_compute", exp=SEXP),  # json, summary
     params:
         data_root=data_root_of,
         spec=settings_file(f"spec_{SEXP}", experiment(SEXP)),

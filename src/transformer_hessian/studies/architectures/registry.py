@@ -3,7 +3,7 @@ collects them): its figure and its table."""
 
 from __future__ import annotations
 
-from ..entry import Figure
+from ..entry import Figure, Output
 
 __all__ = ["ARTEFACTS", "FIGURES"]
 
@@ -14,7 +14,7 @@ FIGURES: list[Figure] = [
         label="fig:norm",
         notebook="architectures.ipynb",
         group="architectures_figure",  # the rule `architectures` computes the Hessians
-        inputs={"result": "results/architectures/{hexp}/architectures.json"},
+        inputs={"result": Output("architectures", "json", exp="{hexp}")},
         enabled_by="architectures.enabled",
         caption="Architecture study (beyond the paper): exact cross-entropy Hessian of all parameters of torch "
         "encoders (patch embedding, nn.TransformerEncoderLayer or a stack, mean over tokens, linear head) trained on "

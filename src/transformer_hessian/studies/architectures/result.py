@@ -6,11 +6,22 @@ import math
 import os
 from typing import Any
 
-__all__ = ["RESULT_KEYS", "load_result", "save_result"]
+__all__ = ["OUTPUTS", "RESULT_KEYS", "load_result", "save_result"]
 
 #: Keys every result file holds.
 RESULT_KEYS = ("experiment", "dataset", "settings", "architectures", "seconds")
 RULE = "architectures"
+
+#: rule -> output key -> path template with Snakemake wildcards: the one place these paths are typed
+#: (the rule file takes its ``output:`` from here, the registry names them as ``Output(rule, key, ...)``;
+#: both through :mod:`transformer_hessian.registry.outputs`).
+OUTPUTS: dict[str, dict[str, str]] = {
+    "architectures": {"json": "results/architectures/{exp}/architectures.json"},
+    "architectures_report": {
+        "claims": "results/architectures/{exp}/claim_rows.json",
+        "summary": "results/architectures/{exp}/summary.json",
+    },
+}
 
 
 def _finite(obj: Any) -> Any:

@@ -3,7 +3,7 @@ them): its figure, drawn by ``notebooks/bounds.ipynb``, and its table (rule ``bo
 
 from __future__ import annotations
 
-from ..entry import Figure
+from ..entry import Figure, Output
 
 __all__ = ["ARTEFACTS", "FIGURES"]
 
@@ -15,8 +15,8 @@ FIGURES: list[Figure] = [
         notebook="bounds.ipynb",
         group="bounds_figure",  # the rule `bounds` computes the bounds
         inputs={
-            "results_init": "results/{hexp}/bounds/init.json",
-            "results_trained": "results/{hexp}/bounds/trained.json",
+            "results_init": Output("bounds", "json", exp="{hexp}", stage="init"),
+            "results_trained": Output("bounds", "json", exp="{hexp}", stage="trained"),
         },
         caption="Hessian spectral norms against bounds per block pair (log scale), one-block ViT on "
         "{hessian_data}, at initialisation and after training: measured norm, the project's "

@@ -8,11 +8,19 @@ from typing import Any
 
 from ...io import _load_keyed, write_json
 
-__all__ = ["RESULT_KEYS", "load_bounds", "save_bounds"]
+__all__ = ["OUTPUTS", "RESULT_KEYS", "load_bounds", "save_bounds"]
 
 #: Keys every result file holds (checked on reading).
 RESULT_KEYS = ("stage", "summary")
 RULE = "bounds"
+
+#: rule -> output key -> path template with Snakemake wildcards: the one place these paths are typed
+#: (the rule file takes its ``output:`` from here, the registry names them as ``Output(rule, key, ...)``;
+#: both through :mod:`transformer_hessian.registry.outputs`).
+OUTPUTS: dict[str, dict[str, str]] = {
+    "bounds": {"json": "results/{exp}/bounds/{stage}.json"},
+    "bounds_table": {"claims": "results/{exp}/bounds/claim_rows.json"},
+}
 
 
 def save_bounds(path: str | os.PathLike[str], result: Mapping[str, Any]) -> None:

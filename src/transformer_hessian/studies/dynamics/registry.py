@@ -3,14 +3,14 @@ them): Figures 7-11, drawn by one run of ``notebooks/fig7_fig11_dynamics.ipynb``
 
 from __future__ import annotations
 
-from ..entry import HESSIAN_CHECKED, Figure
+from ..entry import HESSIAN_CHECKED, Figure, Output
 
 __all__ = ["FIGURES"]
 
 #: Inputs of the five figures (group fig7_fig11).
 _DYN = {
-    "dynamics_npz": "results/{hexp}/dynamics/dynamics.npz",
-    "dynamics_json": "results/{hexp}/dynamics/dynamics.json",
+    "dynamics_npz": Output("dynamics", "npz", exp="{hexp}"),
+    "dynamics_json": Output("dynamics", "json", exp="{hexp}"),
 }
 
 #: Panels of Figures 7-9 (one attention weight each).

@@ -10,9 +10,19 @@ import numpy as np
 
 from ...io import _load_keyed, _open_npz, save_npz, write_json
 
-__all__ = ["load_dynamics", "load_dynamics_summary", "save_dynamics"]
+__all__ = ["OUTPUTS", "load_dynamics", "load_dynamics_summary", "save_dynamics"]
 
 RULE = "dynamics"
+
+#: rule -> output key -> path template with Snakemake wildcards: the one place these paths are typed
+#: (the rule file takes its ``output:`` from here, the registry names them as ``Output(rule, key, ...)``;
+#: both through :mod:`transformer_hessian.registry.outputs`).
+OUTPUTS: dict[str, dict[str, str]] = {
+    "dynamics": {
+        "npz": "results/{exp}/dynamics/dynamics.npz",
+        "json": "results/{exp}/dynamics/dynamics.json",
+    },
+}
 
 
 def save_dynamics(

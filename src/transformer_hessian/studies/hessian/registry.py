@@ -4,16 +4,15 @@ each drawn only after the ``theory`` rule has checked the Hessians (``gate``).""
 
 from __future__ import annotations
 
-from ..entry import HESSIAN_CHECKED, Figure
+from ..entry import HESSIAN_CHECKED, Figure, Output
 
 __all__ = ["FIGURES"]
 
-_H = "results/{hexp}/hessian"
 #: Inputs of the two figures drawn by one notebook run (group fig3_fig4).
 _HEATMAP_INPUTS = {
-    "hessian_init": _H + "/init.npz",
-    "hessian_trained": _H + "/trained.npz",
-    "metrics": "results/{hexp}/metrics.json",
+    "hessian_init": Output("hessian", "npz", exp="{hexp}", stage="init"),
+    "hessian_trained": Output("hessian", "npz", exp="{hexp}", stage="trained"),
+    "metrics": Output("train", "metrics", exp="{hexp}"),
 }
 
 FIGURES: list[Figure] = [
@@ -52,9 +51,9 @@ FIGURES: list[Figure] = [
         label="fig:norm",
         notebook="fig5_norms.ipynb",
         inputs={
-            "norms_init": _H + "/init_norms.json",
-            "norms_trained": _H + "/trained_norms.json",
-            "metrics": "results/{hexp}/metrics.json",
+            "norms_init": Output("hessian", "norms", exp="{hexp}", stage="init"),
+            "norms_trained": Output("hessian", "norms", exp="{hexp}", stage="trained"),
+            "metrics": Output("train", "metrics", exp="{hexp}"),
         },
         caption="Figure 5. Parameter block norms and Hessian block norms on one fixed training batch of "
         "{hessian_data}, at initialisation and after training: (a) spectral and Frobenius norms "

@@ -3,7 +3,7 @@ it): Figure 6, drawn by ``notebooks/fig6_landscape.ipynb``."""
 
 from __future__ import annotations
 
-from ..entry import Figure
+from ..entry import Figure, Output
 
 __all__ = ["FIGURES"]
 
@@ -13,7 +13,10 @@ FIGURES: list[Figure] = [
         paper="Figure 6",
         label="fig:loss_landscape_convergence",
         notebook="fig6_landscape.ipynb",
-        inputs={"landscape": "results/{lexp}/landscape/landscape.json", "metrics": "results/{lexp}/metrics.json"},
+        inputs={
+            "landscape": Output("landscape", "json", exp="{lexp}"),
+            "metrics": Output("train", "metrics", exp="{lexp}"),
+        },
         caption="Figure 6. |L_(k+1)(w*) - L_k(w*)| against the number of training samples k, log-log, "
         "for the trained model on {landscape_data}, data added {granularity}, mean over random "
         "orderings; dots: median in log-spaced bins of k; red: fitted power law with its "

@@ -10,11 +10,18 @@ from typing import Any
 
 from ...io import _load_keyed, write_json
 
-__all__ = ["PAPER_GRANULARITY", "RESULT_KEYS", "load_landscape", "save_landscape", "verdict_curve"]
+__all__ = ["OUTPUTS", "PAPER_GRANULARITY", "RESULT_KEYS", "load_landscape", "save_landscape", "verdict_curve"]
 
 #: Keys every result file holds (checked on reading).
 RESULT_KEYS = ("slope", "slope_ci95")
 RULE = "landscape"
+
+#: rule -> output key -> path template with Snakemake wildcards: the one place these paths are typed
+#: (the rule file takes its ``output:`` from here, the registry names them as ``Output(rule, key, ...)``;
+#: both through :mod:`transformer_hessian.registry.outputs`).
+OUTPUTS: dict[str, dict[str, str]] = {
+    "landscape": {"json": "results/{exp}/landscape/landscape.json"},
+}
 
 #: How the paper builds Figure 6 (Sec. 5, steps 1-3 and the caption): data added batch by batch,
 #: ``|L_(k+1) - L_k|`` plotted against the number of training samples, i.e. the batch-wise curve

@@ -4,12 +4,12 @@ them): Figure 1, Theorem 7 off w* and Figure 12 with the Assumption 1 table, dra
 
 from __future__ import annotations
 
-from ..entry import Figure
+from ..entry import Figure, Output
 
 __all__ = ["FIGURES"]
 
 #: Inputs of the probe figures (group probe_figures).
-_PROBE_INPUTS = {"probe": "results/{lexp}/probe/probe.json", "metrics": "results/{lexp}/metrics.json"}
+_PROBE_INPUTS = {"probe": Output("probe", "json", exp="{lexp}"), "metrics": Output("train", "metrics", exp="{lexp}")}
 
 FIGURES: list[Figure] = [
     Figure(

@@ -8,7 +8,17 @@ from typing import Any
 
 from ...io import _load_keyed, write_json
 
-__all__ = ["load_probe", "save_probe"]
+__all__ = ["OUTPUTS", "load_probe", "save_probe"]
+
+#: rule -> output key -> path template with Snakemake wildcards: the one place these paths are typed
+#: (the rule file takes its ``output:`` from here, the registry names them as ``Output(rule, key, ...)``;
+#: both through :mod:`transformer_hessian.registry.outputs`).
+OUTPUTS: dict[str, dict[str, str]] = {
+    "probe": {
+        "json": "results/{exp}/probe/probe.json",
+        "claims": "results/{exp}/probe/claim_rows.json",
+    },
+}
 
 
 def save_probe(path: str | os.PathLike[str], result: Mapping[str, Any]) -> None:

@@ -3,7 +3,7 @@ it): its figure, on only with ``scaling.enabled``."""
 
 from __future__ import annotations
 
-from ..entry import Figure
+from ..entry import Figure, Output
 
 __all__ = ["FIGURES"]
 
@@ -14,7 +14,7 @@ FIGURES: list[Figure] = [
         label="fig:introduction",
         notebook="scaling.ipynb",
         group="scaling_figure",  # the rule `scaling` computes the fits
-        inputs={"scaling": "results/scaling/scaling.json"},
+        inputs={"scaling": Output("scaling", "json")},
         enabled_by="scaling.enabled",
         caption="Scaling study of post-norm ViTs on {scaling_data} (widths at fixed depth, depths at fixed "
         "width; one colour per training-set size n). (a) D_k = |L_(k+1)(w*) - L_k(w*)| against k (mean over "

@@ -11,6 +11,7 @@ from typing import Any
 from ...io import _load_keyed, load_json, write_json
 
 __all__ = [
+    "OUTPUTS",
     "load_scaling",
     "load_scaling_part",
     "load_summary",
@@ -21,6 +22,17 @@ __all__ = [
 ]
 
 PathLike = str | os.PathLike[str]
+
+#: rule -> output key -> path template with Snakemake wildcards: the one place these paths are typed
+#: (the rule file takes its ``output:`` from here, the registry names them as ``Output(rule, key, ...)``;
+#: both through :mod:`transformer_hessian.registry.outputs`).
+OUTPUTS: dict[str, dict[str, str]] = {
+    "scaling_models": {"json": "results/scaling/parts/part{part}of{jobs}.json"},
+    "scaling": {
+        "json": "results/scaling/scaling.json",
+        "summary": "results/scaling/summary.json",
+    },
+}
 
 
 def save_scaling_part(path: PathLike, part: int, jobs: int, models: list[dict]) -> None:

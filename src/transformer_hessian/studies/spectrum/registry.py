@@ -3,7 +3,7 @@ it): its figure, drawn with its table by ``notebooks/spectrum.ipynb``."""
 
 from __future__ import annotations
 
-from ..entry import Figure
+from ..entry import Figure, Output
 
 __all__ = ["FIGURES"]
 
@@ -14,8 +14,8 @@ FIGURES: list[Figure] = [
         label="fig:norm",
         notebook="spectrum.ipynb",
         inputs={
-            "spectrum": "results/spectrum/{sexp}.json",
-            "metrics": "results/{sexp}/metrics.json",
+            "spectrum": Output("spectrum_compute", "json", exp="{sexp}"),
+            "metrics": Output("train", "metrics", exp="{sexp}"),
         },
         tables={
             "spectrum": "Matrix-free Hessian spectrum: top eigenvalue and Hutchinson trace per block and of the whole model"

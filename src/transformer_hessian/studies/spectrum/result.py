@@ -9,11 +9,21 @@ from typing import Any
 
 from ...io import _load_keyed, load_json, write_json
 
-__all__ = ["RESULT_KEYS", "load_result", "load_summary", "save_result", "save_summary"]
+__all__ = ["OUTPUTS", "RESULT_KEYS", "load_result", "load_summary", "save_result", "save_summary"]
 
 #: Keys every result file holds (checked on reading).
 RESULT_KEYS = ("blocks", "whole_model", "interlacing")
 RULE = "spectrum_compute"
+
+#: rule -> output key -> path template with Snakemake wildcards: the one place these paths are typed
+#: (the rule file takes its ``output:`` from here, the registry names them as ``Output(rule, key, ...)``;
+#: both through :mod:`transformer_hessian.registry.outputs`).
+OUTPUTS: dict[str, dict[str, str]] = {
+    "spectrum_compute": {
+        "json": "results/spectrum/{exp}.json",
+        "summary": "results/spectrum/{exp}/summary.json",
+    },
+}
 
 
 def save_result(path: str | os.PathLike[str], result: Mapping[str, Any]) -> None:
