@@ -34,20 +34,30 @@ class Attention:
         if self.mask is not None:
             S = S + self.mask
         A = torch.softmax(S, dim=-1)
-        self.q, self.k, self.v, self.A = q, k, v, A
+        o = A @ v
+        self.q, self.k, self.v, self.A, self.o = q, k, v, A, o
         self.qt, self.kt, self.vt = qt, kt, vt
-        St = tadd(_mm(qt, k.transpose(-1, -2)), _mm(q, None if kt is None else kt.transpose(-1, -2)))
+        # S' = s (q' k^T + q k'^T); A' = A * (S' - rowsum(A * S')), formed in place (the (P, .., T, T)
+        # tensors are the largest of the sweep)
+        St = _mm(None if qt is None else qt * s, k.transpose(-1, -2))
+        if kt is not None:
+            qk = (q * s) @ kt.transpose(-1, -2)
+            St = qk if St is None else St.add_(qk)
         At = None
         if St is not None:
-            St = St * s
-            At = A * (St - (A * St).sum(-1, keepdim=True))
+            At = St.mul_(A)
+            At.addcmul_(A, At.sum(-1, keepdim=True), value=-1.0)
         self.At = At
-        o = A @ v
         ot = tadd(_mm(At, v), _mm(A, vt))
+        self.ot = ot
         return o, ot
 
     def backward(self, go, got):
-        """(adjoint, adjoint tangent) of each input, from the output's."""
+        """(adjoint, adjoint tangent) of each input, from the output's.
+
+        The row sums of the softmax's second-order term never form a (P, .., T, T) product:
+        rowsum(A * g_A') + rowsum(A' * g_A) = rowsum(g_o' * o + g_o * o'), since A v = o and
+        A' v + A v' = o' (g_A = g_o v^T, g_A' = g_o' v^T + g_o v'^T)."""
         s, q, k, v, A, At = self.s, self.q, self.k, self.v, self.A, self.At
         qt, kt, vt = self.qt, self.kt, self.vt
         gA = go @ v.transpose(-1, -2)
@@ -57,18 +67,18 @@ class Attention:
         gq = (gS @ k) * s
         gk = (gS.transpose(-1, -2) @ q) * s
         # tangents of the adjoints
-        gAt = tadd(_mm(got, v.transpose(-1, -2)), _mm(go, None if vt is None else vt.transpose(-1, -2)))
+        gAt = _mm(got, v.transpose(-1, -2))
+        if vt is not None:
+            gv2 = go @ vt.transpose(-1, -2)
+            gAt = gv2 if gAt is None else gAt.add_(gv2)
         gvt = tadd(_mm(None if At is None else At.transpose(-1, -2), go), _mm(A.transpose(-1, -2), got))
         gSt = None
+        rt = tadd(None if got is None else got * self.o, None if self.ot is None else go * self.ot)
+        if rt is not None:  # A * (g_A' - rowsum(...)); g_A' is not None only if rt is not None
+            rt = rt.sum(-1, keepdim=True)
+            gSt = (A * -rt) if gAt is None else gAt.sub_(rt).mul_(A)
         if At is not None:
-            gSt = At * (gA - r)
-        if gAt is not None or At is not None:
-            inner = A * gAt if gAt is not None else 0.0
-            if At is not None:
-                inner = inner + At * gA
-            rt = inner.sum(-1, keepdim=True)
-            term = A * ((gAt if gAt is not None else 0.0) - rt)
-            gSt = term if gSt is None else gSt + term
+            gSt = At * (gA - r) if gSt is None else gSt.addcmul_(At, gA - r)
         gqt = tadd(_mm(gSt, k), _mm(gS, kt))
         gkt = tadd(_mm(None if gSt is None else gSt.transpose(-1, -2), q), _mm(gS.transpose(-1, -2), qt))
         gqt = None if gqt is None else gqt * s
