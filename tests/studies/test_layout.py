@@ -88,3 +88,20 @@ def test_the_cross_study_check_can_fail(tmp_path):
     )
     # entry.py is a module of the studies package, not a study; own's modules are its own
     assert _imported_studies(bad, "own", root) == [(1, "other"), (5, "other")]
+
+
+def test_no_module_above_400_lines_and_no_function_above_80():
+    """Issue 17's size limits on the package: a module of at most 400 lines, a function (or method)
+    of at most 80 (ast: end_lineno - lineno + 1, decorators not counted)."""
+    src = ROOT / "src" / "transformer_hessian"
+    long_modules, long_functions = [], []
+    for path in sorted(src.rglob("*.py")):
+        text = path.read_text()
+        if len(text.splitlines()) > 400:
+            long_modules.append((str(path.relative_to(src)), len(text.splitlines())))
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > 80:
+                    long_functions.append((f"{path.relative_to(src)}:{node.name}", n))
+    assert not long_modules and not long_functions, (long_modules, long_functions)

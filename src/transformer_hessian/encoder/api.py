@@ -197,6 +197,28 @@ def _check_memory(P: int, dtype: torch.dtype, device: torch.device) -> int:
     return need
 
 
+def _sweep(spec, hess: Hess, slots: dict, by_name: dict, pieces: list, inputs, targets, chunk: int) -> None:
+    """One block of tangents (``pieces``, :func:`tangent_blocks`) through the batch, chunk by chunk."""
+    for sl in slots.values():
+        sl.seed = None
+    for name, local, a0, a1, _ in pieces:
+        by_name[name].seed = (local, a0, a1)
+    hess.set_rows([(local, rows) for _, local, _, _, rows in pieces])
+    for b0 in range(0, inputs.shape[0], chunk):
+        chunk_hessian(spec, hess, slots, inputs[b0 : b0 + chunk].detach(), targets[b0 : b0 + chunk])
+
+
+def _fill_transposes(H: torch.Tensor, blocks: list, rank: dict, cols: dict) -> None:
+    """H[block, p] = H[p, block]^T for every parameter p before a block's first graph position:
+    the columns its sweep did not reach (the earlier sweep that holds p computed them as rows)."""
+    for pieces in blocks:
+        first = min(rank[name] for name, *_ in pieces)
+        for n, r in rank.items():
+            if r < first:
+                for *_, rows in pieces:
+                    H[rows, cols[n]] = H[cols[n], rows].T
+
+
 def exact_hessian(
     model,
     inputs,
@@ -271,22 +293,10 @@ def exact_hessian(
         per = _per_sample_bytes(Pb, T, d, d_ff, layers[0].self_attn.num_heads, len(layers), need // max(P * P, 1))
         chunk = max(1, min(B, chunk_bytes // max(per, 1)))
         for pieces in blocks:
-            for sl in slots.values():
-                sl.seed = None
-            for name, local, a0, a1, _ in pieces:
-                by_name[name].seed = (local, a0, a1)
-            hess.set_rows([(local, rows) for _, local, _, _, rows in pieces])
-            for b0 in range(0, B, chunk):
-                x = inputs[b0 : b0 + chunk].detach()
-                chunk_hessian(spec, hess, slots, x, targets[b0 : b0 + chunk].to(device))
+            _sweep(spec, hess, slots, by_name, pieces, inputs, targets.to(device), chunk)
         for sl in slots.values():
             sl.seed = None
-        for pieces in blocks:
-            first = min(rank[name] for name, *_ in pieces)
-            for n in names:
-                if rank[n] < first:
-                    for *_, rows in pieces:
-                        hess.H[rows, cols[n]] = hess.H[cols[n], rows].T
+        _fill_transposes(hess.H, blocks, rank, cols)
     return symmetrize_(hess.H)
 
 
