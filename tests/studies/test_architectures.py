@@ -244,3 +244,28 @@ def test_steps_end_to_end_on_a_tiny_config(tmp_path):
     assert set(summary["architectures"]) == {"base", "pre_norm", "layers_2"}
     fig = architectures_figure(result)
     assert len(fig.axes) == 6
+
+
+def test_leaders_list_a_pair_once_and_break_ties_by_block_order():
+    """H_ji = H_ij^T has the same norms: the ranking lists the unordered pair once; norms equal up to
+    the last bits (a transpose computed separately, or blocks tied by symmetry) keep block order."""
+    rng = np.random.default_rng(1)
+    H, idx = _random_blocks(rng, {"L0.W_Q": 3, "L0.W_K": 4, "L0.W_V": 2})
+    norms = metrics.block_norms(H, idx)
+    for field in ("rms", "fro", "spectral"):
+        top = metrics.leaders(norms, field)
+        pairs = [frozenset((a, b)) for a, b, _ in top]
+        assert len(pairs) == len(set(pairs)) == 6  # 3 diagonal + 3 off-diagonal unordered pairs
+        assert [v for *_, v in top] == sorted((v for *_, v in top), reverse=True)
+    # two blocks whose norms differ in the last bit: the earlier block stays first, whichever is larger
+    tied = [
+        {"row": "A", "col": "A", "rms": 1.0},
+        {"row": "B", "col": "B", "rms": 1.0 + 2e-16},
+        {"row": "A", "col": "B", "rms": 0.5},
+        {"row": "B", "col": "A", "rms": 0.5 + 1e-16},
+    ]
+    assert [(a, b) for a, b, _ in metrics.leaders(tied, "rms")] == [("A", "A"), ("B", "B"), ("A", "B")]
+    tied[1]["rms"] = 1.0 - 2e-16
+    assert [(a, b) for a, b, _ in metrics.leaders(tied, "rms")] == [("A", "A"), ("B", "B"), ("A", "B")]
+    tied[1]["rms"] = 1.001  # a real difference still ranks
+    assert metrics.leaders(tied, "rms")[0][:2] == ("B", "B")

@@ -93,10 +93,21 @@ def block_norms(H: np.ndarray, blocks: Mapping[str, np.ndarray]) -> list[dict[st
     return out
 
 
+#: significant digits at which two block norms count as tied when ranking (a Hessian's rounding is 1e-16
+#: relative; a tie is then broken by block order, not by the last bits of a computation)
+TIE_DIGITS = 12
+
+
 def leaders(norms: Sequence[Mapping[str, Any]], field: str, diagonal: bool = False) -> list[tuple[str, str, float]]:
-    """Block pairs sorted by ``field``, largest first (only H_ii with ``diagonal``)."""
-    rows = [r for r in norms if not diagonal or r["row"] == r["col"]]
-    return [(r["row"], r["col"], float(r[field])) for r in sorted(rows, key=lambda r: -r[field])]
+    """Block pairs sorted by ``field``, largest first (only H_ii with ``diagonal``). H is symmetric,
+    so H_ji is H_ij transposed with the same norms: each unordered pair is listed once, as
+    (row, col) with row first in the order of ``norms``. Values equal to :data:`TIE_DIGITS`
+    significant digits keep that order."""
+    order = list(dict.fromkeys(r["row"] for r in norms))
+    rank = {b: i for i, b in enumerate(order)}
+    rows = [r for r in norms if (r["row"] == r["col"] if diagonal else rank[r["row"]] <= rank[r["col"]])]
+    key = sorted(range(len(rows)), key=lambda i: (-float(f"{rows[i][field]:.{TIE_DIGITS}g}"), i))
+    return [(rows[i]["row"], rows[i]["col"], float(rows[i][field])) for i in key]
 
 
 def spread_decades(values: Sequence[float]) -> float:
