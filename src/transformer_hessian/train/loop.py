@@ -31,6 +31,7 @@ from ..errors import TrainingError  # noqa: F401  (re-exported: the class lives 
 from ..io import save_metrics
 from ..model import ViT, count_parameters
 from ..progress import Progress
+from ..train_result import CHECKPOINT_DIR, FINAL, INIT, METRICS
 from ..utils import log, resolve_device
 from .loading import evaluate, load_experiment_data, model_config_for
 from .memory import _check_training_memory
@@ -133,13 +134,13 @@ def _resume_or_start(
     ck = latest[2] if latest else None
     if ck is not None and ck.get("resume_key") == resume_key and latest[0] <= epochs:
         try:
-            load_checkpoint(ckdir / "init.pt")
+            load_checkpoint(ckdir / INIT)
         except CheckpointError as err:
             # e.g. snakemake removed the outputs before a forced re-run, or init.pt was damaged:
             # the seeded initialisation is rebuilt exactly, before the resume point is loaded.
-            if (ckdir / "init.pt").exists():
+            if (ckdir / INIT).exists():
                 log.warning("%s: rebuilding init.pt: %s", name, err)
-            save_checkpoint(checkpoint(0, []), ckdir / "init.pt")
+            save_checkpoint(checkpoint(0, []), ckdir / INIT)
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["optimizer"])
         log.info("%s: resuming from %s (epoch %d of %d)", name, latest[1], latest[0], epochs)
@@ -148,7 +149,7 @@ def _resume_or_start(
         log.info("%s: settings changed since the last run; starting afresh", name)
     for old in [*ckdir.glob("*.pt"), *ckdir.glob("*.pt.sha256")]:
         old.unlink()
-    save_checkpoint(checkpoint(0, []), ckdir / "init.pt")
+    save_checkpoint(checkpoint(0, []), ckdir / INIT)
     return [], 1
 
 
@@ -214,7 +215,7 @@ def _run_epochs(name, model, opt, forward, data, t: Train, start_epoch: int, his
 def train(name: str, spec: Experiment, data_root: str | Path, out_dir: str | Path, device: str = "auto") -> dict:
     """Train experiment ``name`` (its config section ``spec``); resume if checkpoints exist."""
     out_dir = Path(out_dir)
-    ckdir = out_dir / "checkpoints"
+    ckdir = out_dir / CHECKPOINT_DIR
     ckdir.mkdir(parents=True, exist_ok=True)
     dev = resolve_device(device)
     t = spec.train
@@ -267,6 +268,6 @@ def train(name: str, spec: Experiment, data_root: str | Path, out_dir: str | Pat
         },
         "train_seconds": sum(h["seconds"] for h in history),
     }
-    save_checkpoint(checkpoint(t.epochs, history), ckdir / "final.pt")
-    save_metrics(out_dir / "metrics.json", metrics)  # with its digest: an edited metrics.json is refused
+    save_checkpoint(checkpoint(t.epochs, history), ckdir / FINAL)
+    save_metrics(out_dir / METRICS, metrics)  # with its digest: an edited metrics.json is refused
     return metrics
