@@ -2,11 +2,12 @@
 says in one line what to do when that Python does not have it."""
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
+from conftest import snakemake_dry_run
+
 ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ("--configfile", str(ROOT / "config/config.yaml"))
 
 
 def test_snakefile_does_not_edit_sys_path():
@@ -20,27 +21,7 @@ def test_missing_package_is_one_clear_line(tmp_path, env):
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('simulated: not installed')\n")
     e = dict(env, PYTHONPATH=str(fake.parent) + os.pathsep + env.get("PYTHONPATH", ""))
-    work = tmp_path / "work"
-    work.mkdir()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-n",
-            "--snakefile",
-            str(ROOT / "Snakefile"),
-            "-d",
-            str(work),
-            "--configfile",
-            str(ROOT / "config/config.yaml"),
-        ],
-        capture_output=True,
-        text=True,
-        env=e,
-        timeout=120,
-        check=False,
-    )
+    proc = snakemake_dry_run(ROOT, tmp_path, e, *CONFIG, timeout=120)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-2000:]
     assert "the package is not installed for" in out and "make setup" in out, out[-2000:]
@@ -48,28 +29,7 @@ def test_missing_package_is_one_clear_line(tmp_path, env):
 
 
 def test_installed_package_runs_the_dry_run(tmp_path, env):
-    work = tmp_path / "work"
-    work.mkdir()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-n",
-            "--quiet",
-            "--snakefile",
-            str(ROOT / "Snakefile"),
-            "-d",
-            str(work),
-            "--configfile",
-            str(ROOT / "config/config.yaml"),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
+    proc = snakemake_dry_run(ROOT, tmp_path, env, "--quiet", *CONFIG, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-2000:]
     assert "not from this checkout" not in out, out[-2000:]

@@ -9,17 +9,12 @@ TABLE_EXTS = ["csv", "tex", "md"]
 # The training checkpoint (an output name of rule `train`) that each Hessian stage evaluates.
 STAGE_CHECKPOINT = {"init": "init", "trained": "final"}
 
-from transformer_hessian.registry import produced as registry_produced  # noqa: E402
-
-
-def produced(rule, **wildcards):
-    """The outputs of ``rule`` as output key -> path, for its ``output:``
-    (``**produced("dynamics", exp=HEXP)``). The path templates are typed once, in the package: the
-    ``OUTPUTS`` of the producer's ``result`` module (``src/transformer_hessian/studies/<name>/result.py``,
-    ``train_result.py`` for rule train), collected by ``transformer_hessian.registry.outputs``, which
-    the figure registry resolves too. The wildcards given are filled in, the others stay ``{name}``;
-    an unknown rule or wildcard stops the workflow with a KeyError that names the known ones."""
-    return registry_produced(rule, **wildcards)
+# produced(rule, **wildcards): the outputs of `rule` as output key -> path, for its `output:`
+# (`**produced("dynamics", exp=HEXP)`), from the OUTPUTS of the producer's `result` module
+# (`train_result.py` for rule train), the lookup the figure registry resolves too; the wildcards
+# given are filled in, the others stay `{name}`; an unknown rule or wildcard is a KeyError naming
+# the known ones.
+from transformer_hessian.registry import produced  # noqa: E402
 
 
 def experiment(exp):

@@ -198,14 +198,17 @@ def _check_memory(P: int, dtype: torch.dtype, device: torch.device) -> int:
 
 
 def _sweep(spec, hess: Hess, slots: dict, by_name: dict, pieces: list, inputs, targets, chunk: int) -> None:
-    """One block of tangents (``pieces``, :func:`tangent_blocks`) through the batch, chunk by chunk."""
-    for sl in slots.values():
-        sl.seed = None
+    """One block of tangents (``pieces``, :func:`tangent_blocks`) through the batch, chunk by chunk;
+    the parameters are seeded for the sweep only."""
     for name, local, a0, a1, _ in pieces:
         by_name[name].seed = (local, a0, a1)
     hess.set_rows([(local, rows) for _, local, _, _, rows in pieces])
-    for b0 in range(0, inputs.shape[0], chunk):
-        chunk_hessian(spec, hess, slots, inputs[b0 : b0 + chunk].detach(), targets[b0 : b0 + chunk])
+    try:
+        for b0 in range(0, inputs.shape[0], chunk):
+            chunk_hessian(spec, hess, slots, inputs[b0 : b0 + chunk].detach(), targets[b0 : b0 + chunk])
+    finally:
+        for sl in slots.values():
+            sl.seed = None
 
 
 def _fill_transposes(H: torch.Tensor, blocks: list, rank: dict, cols: dict) -> None:
@@ -285,7 +288,6 @@ def exact_hessian(
         # The sweeps take the parameters in the order of the graph: a sweep whose tangents start at
         # graph position r runs forward from r and back to r only (graph.Tape.backward), and the
         # columns of the parameters before r are the transposed rows of the earlier sweeps.
-        hess.set_rows([])
         ranks = graph_ranks(spec, hess, slots, inputs[:1].detach())
         rank = {n: ranks[id(by_name[n])] for n in names}
         blocks = tangent_blocks(sorted(names, key=lambda n: rank[n]), named, cols, tangent_block)
@@ -294,8 +296,6 @@ def exact_hessian(
         chunk = max(1, min(B, chunk_bytes // max(per, 1)))
         for pieces in blocks:
             _sweep(spec, hess, slots, by_name, pieces, inputs, targets.to(device), chunk)
-        for sl in slots.values():
-            sl.seed = None
         _fill_transposes(hess.H, blocks, rank, cols)
     return symmetrize_(hess.H)
 

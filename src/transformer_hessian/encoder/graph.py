@@ -103,23 +103,25 @@ def encoder_layer(tape: Tape, hess: Hess, slots: dict, layer, kind: str, x: int,
 
 
 def _forward(spec, hess: Hess, slots: dict, x: torch.Tensor) -> tuple[Tape, int]:
-    """The forward sweep of the chunk ``x``: the tape and the encoder's output node."""
+    """The forward sweep of the chunk ``x``: the tape and the node the loss reads (the encoder's
+    output for MSE, the head's logits on the token mean for cross-entropy)."""
     tape = Tape()
     node = tape.leaf(x)
     for layer, kind in zip(spec.layers, spec.kinds, strict=True):
         node = encoder_layer(tape, hess, slots, layer, kind, node, spec.mask)
     if spec.final_norm is not None:
         node = tape.apply(_norm(hess, slots, spec.final_norm), node)
+    if spec.loss != "mse":
+        head = spec.head
+        node = tape.apply(
+            Linear(hess, _slot(slots, head.weight), _slot(slots, head.bias)), tape.apply(MeanTokens(), node)
+        )
     return tape, node
 
 
 def graph_ranks(spec, hess: Hess, slots: dict, x: torch.Tensor) -> dict[int, int]:
     """id(slot) -> position of its operation in the graph (a values-only sweep of ``x``, no seeds)."""
-    tape, node = _forward(spec, hess, slots, x)
-    if spec.loss != "mse":
-        head = spec.head
-        tape.apply(Linear(hess, _slot(slots, head.weight), _slot(slots, head.bias)), tape.apply(MeanTokens(), node))
-    return tape.ranks()
+    return _forward(spec, hess, slots, x)[0].ranks()
 
 
 def chunk_hessian(spec, hess: Hess, slots: dict, x: torch.Tensor, targets: torch.Tensor) -> None:
@@ -129,16 +131,12 @@ def chunk_hessian(spec, hess: Hess, slots: dict, x: torch.Tensor, targets: torch
     the loss and its normaliser (the full batch's, so chunks add up).
     """
     tape, node = _forward(spec, hess, slots, x)
+    out, ot = tape.v[node], tape.t[node]
     if spec.loss == "mse":
-        out, ot = tape.v[node], tape.t[node]
         g = (out - targets) * (2.0 / spec.count)
         gt = None if ot is None else ot * (2.0 / spec.count)
-    else:
-        pooled = tape.apply(MeanTokens(), node)
-        head = spec.head
-        node = tape.apply(Linear(hess, _slot(slots, head.weight), _slot(slots, head.bias)), pooled)
-        logits, lt = tape.v[node], tape.t[node]
-        p = torch.softmax(logits, -1)
-        g = (p - F.one_hot(targets.long(), logits.shape[-1]).to(p.dtype)) / spec.count
-        gt = None if lt is None else (p * lt - p * (p * lt).sum(-1, keepdim=True)) / spec.count
+    else:  # out are the logits
+        p = torch.softmax(out, -1)
+        g = (p - F.one_hot(targets.long(), out.shape[-1]).to(p.dtype)) / spec.count
+        gt = None if ot is None else (p * ot - p * (p * ot).sum(-1, keepdim=True)) / spec.count
     tape.backward(node, g, gt)
