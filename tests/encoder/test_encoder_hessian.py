@@ -181,6 +181,18 @@ def test_small_chunks_equal_one_chunk():
     assert rel_err(H1, reference_hessian(model, x, t, is_causal=True)) <= TOL
 
 
+@pytest.mark.parametrize("workers", [2, 3, 64])
+def test_parallel_sweeps_equal_one_sweep_at_a_time(workers):
+    """Blocks swept on worker threads write disjoint rows of H: the same bits as in order."""
+    model = build(3, 6, 2, 5, 2, True, "gelu", True, 1e-5, True)
+    x = torch.randn(3, 4, 6, dtype=DT)
+    t = torch.randn_like(x)
+    H1 = exact_hessian(model, x, t, is_causal=True, tangent_block=7, workers=1)
+    Hw = exact_hessian(model, x, t, is_causal=True, tangent_block=7, workers=workers)
+    assert torch.equal(Hw, H1)
+    assert rel_err(H1, reference_hessian(model, x, t, is_causal=True)) <= TOL
+
+
 def test_eval_mode_ignores_dropout():
     torch.manual_seed(1)
     layer = nn.TransformerEncoderLayer(4, 2, 6, dropout=0.3, batch_first=True, dtype=DT).eval()
@@ -224,6 +236,8 @@ def _layer(**kw):
         (_layer(), {"loss": "huber"}, "loss"),
         (_layer(), {"loss": "cross_entropy"}, "head"),
         (_layer(), {"params": ["nope"]}, "params"),
+        (_layer(), {"workers": 0}, "workers"),
+        (_layer(), {"workers": 1.5}, "workers"),
         (nn.Linear(4, 4), {}, "model"),
     ],
 )

@@ -9,6 +9,7 @@ packed ``in_proj`` blocks into per-head W_Q, W_K, W_V blocks.
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import torch
@@ -197,18 +198,44 @@ def _check_memory(P: int, dtype: torch.dtype, device: torch.device) -> int:
     return need
 
 
-def _sweep(spec, hess: Hess, slots: dict, by_name: dict, pieces: list, inputs, targets, chunk: int) -> None:
-    """One block of tangents (``pieces``, :func:`tangent_blocks`) through the batch, chunk by chunk;
-    the parameters are seeded for the sweep only."""
-    for name, local, a0, a1, _ in pieces:
-        by_name[name].seed = (local, a0, a1)
-    hess.set_rows([(local, rows) for _, local, _, _, rows in pieces])
-    try:
+def _sweep(spec, hess: Hess, slots: dict, keys: dict, pieces: list, inputs, targets, chunk: int, threads: int) -> None:
+    """One block of tangents (``pieces``, :func:`tangent_blocks`) through the batch, chunk by chunk.
+
+    The block's seeds live on its own copies of the slots and its rows on its own view of H, so
+    blocks (disjoint rows of H) can be swept at the same time; ``threads`` > 0 sets the calling
+    thread's intra-op threads (a worker's)."""
+    if threads:
+        torch.set_num_threads(threads)
+    local = {k: Slot(s.value, s.cols) for k, s in slots.items()}
+    for name, tangents, a0, a1, _ in pieces:
+        local[keys[name]].seed = (tangents, a0, a1)
+    view = hess.rows([(tangents, rows) for _, tangents, _, _, rows in pieces])
+    with torch.no_grad():  # grad mode is per thread
         for b0 in range(0, inputs.shape[0], chunk):
-            chunk_hessian(spec, hess, slots, inputs[b0 : b0 + chunk].detach(), targets[b0 : b0 + chunk])
-    finally:
-        for sl in slots.values():
-            sl.seed = None
+            chunk_hessian(spec, view, local, inputs[b0 : b0 + chunk].detach(), targets[b0 : b0 + chunk])
+
+
+def _workers(workers: int | None, device: torch.device, n_blocks: int) -> tuple[int, int]:
+    """(blocks swept at the same time, intra-op threads of each; 0 = leave the caller's).
+
+    Default: on a CPU one sweep per torch thread, each single-threaded (the sweep's kernels are
+    small: two single-threaded sweeps beat one two-threaded sweep, docs/theory.md section 21); on
+    other devices one sweep."""
+    if workers is None:
+        workers = torch.get_num_threads() if device.type == "cpu" else 1
+    workers = max(1, min(workers, n_blocks))
+    return workers, (max(1, torch.get_num_threads() // workers) if workers > 1 else 0)
+
+
+def _run_blocks(blocks: list, workers: int, threads: int, sweep) -> None:
+    """``sweep(pieces, threads)`` for every block, on ``workers`` threads (in order on one)."""
+    if workers == 1:
+        for pieces in blocks:
+            sweep(pieces, 0)
+        return
+    with ThreadPoolExecutor(workers, thread_name_prefix="exact_hessian") as pool:
+        for job in [pool.submit(sweep, pieces, threads) for pieces in blocks]:
+            job.result()
 
 
 def _fill_transposes(H: torch.Tensor, blocks: list, rank: dict, cols: dict) -> None:
@@ -235,6 +262,7 @@ def exact_hessian(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     tangent_block: int = DEFAULT_TANGENT_BLOCK,
     fast_path: bool = True,
+    workers: int | None = None,
 ) -> torch.Tensor:
     """Dense (P, P) Hessian of the loss of a torch Transformer encoder w.r.t. ``params``.
 
@@ -247,12 +275,16 @@ def exact_hessian(
     ``head.weight`` / ``head.bias``. Rows and columns in the order of ``torch.cat`` of the
     flattened parameters; dtype and device of ``inputs``. Exact (no autograd): the second-order
     chain rule carried through every operation (docs/theory.md, "Curvature propagation").
-    ``chunk_bytes`` bounds the tangent memory of one chunk of samples; ``tangent_block`` is the
-    number of tangents (rows of H) carried through one sweep. A layer of the paper's kind (one
+    ``chunk_bytes`` bounds the tangent memory of one chunk of samples in one sweep; ``tangent_block``
+    is the number of tangents (rows of H) carried through one sweep; ``workers`` sweeps run at the
+    same time (default: on a CPU one per torch thread, each single-threaded; elsewhere one), each
+    with its own chunk, and the result does not depend on their number. A layer of the paper's kind (one
     post-norm ReLU layer, one head, no biases outside the LayerNorms, no mask, cross-entropy
     through a head, only the layer's parameters asked for) goes through the factored closed form
     of the paper's block (:mod:`.paper_kind`) unless ``fast_path=False``.
     """
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"exact_hessian: workers must be a positive int or None, got {workers!r}")
     layers, kinds, final_norm = _layers(model)
     d = layers[0].self_attn.embed_dim
     _check_data(inputs, targets, loss, head, d)
@@ -282,20 +314,23 @@ def exact_hessian(
             local = [n[len(prefix) :] for n in names]
             return paper_kind.paper_kind_hessian(layers[0], inputs.detach(), targets.to(device), head, local)
     d_ff = max(m.linear1.out_features for m in layers)
-    hess = Hess(P, dtype, device)
-    by_name = {n: slots[id(named[n])] for n in names}
+    hess = Hess.zeros(P, dtype, device)
+    keys = {n: id(named[n]) for n in names}
     with torch.no_grad():
         # The sweeps take the parameters in the order of the graph: a sweep whose tangents start at
         # graph position r runs forward from r and back to r only (graph.Tape.backward), and the
         # columns of the parameters before r are the transposed rows of the earlier sweeps.
         ranks = graph_ranks(spec, hess, slots, inputs[:1].detach())
-        rank = {n: ranks[id(by_name[n])] for n in names}
+        rank = {n: ranks[id(slots[keys[n]])] for n in names}
         blocks = tangent_blocks(sorted(names, key=lambda n: rank[n]), named, cols, tangent_block)
         Pb = max(sum(pc[1].stop - pc[1].start for pc in b) for b in blocks) if blocks else 0
         per = _per_sample_bytes(Pb, T, d, d_ff, layers[0].self_attn.num_heads, len(layers), need // max(P * P, 1))
         chunk = max(1, min(B, chunk_bytes // max(per, 1)))
-        for pieces in blocks:
-            _sweep(spec, hess, slots, by_name, pieces, inputs, targets.to(device), chunk)
+        W, threads = _workers(workers, device, len(blocks))
+        targets = targets.to(device)
+        _run_blocks(
+            blocks, W, threads, lambda pcs, th: _sweep(spec, hess, slots, keys, pcs, inputs, targets, chunk, th)
+        )
         _fill_transposes(hess.H, blocks, rank, cols)
     return symmetrize_(hess.H)
 

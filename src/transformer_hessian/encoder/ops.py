@@ -41,9 +41,20 @@ class Hess:
     rows of one sweep need not be contiguous in H (the sweep takes the parameters in the order of
     the graph, :func:`.api.exact_hessian`)."""
 
-    def __init__(self, P: int, dtype: torch.dtype, device: torch.device):
-        self.H = torch.zeros(P, P, dtype=dtype, device=device)
-        self.set_rows([(slice(0, P), slice(0, P))])
+    def __init__(self, H: torch.Tensor, pieces: list[tuple[slice, slice]] | None = None):
+        self.H = H
+        P = H.shape[0]
+        self.set_rows([(slice(0, P), slice(0, P))] if pieces is None else pieces)
+
+    @classmethod
+    def zeros(cls, P: int, dtype: torch.dtype, device: torch.device) -> Hess:
+        """A new (P, P) zero matrix, all its rows propagated."""
+        return cls(torch.zeros(P, P, dtype=dtype, device=device))
+
+    def rows(self, pieces: list[tuple[slice, slice]]) -> Hess:
+        """The same matrix with its own tangents (one sweep's); sweeps of disjoint rows of H may
+        run at the same time, each on its own view."""
+        return Hess(self.H, pieces)
 
     def set_rows(self, pieces: list[tuple[slice, slice]]) -> None:
         """The tangents being propagated: (tangent range, rows of H) per piece; P is their number."""
