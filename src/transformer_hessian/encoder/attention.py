@@ -84,3 +84,52 @@ class Attention:
         gqt = None if gqt is None else gqt * s
         gkt = None if gkt is None else gkt * s
         return [(gq, gqt), (gk, gkt), (gv, gvt)]
+
+
+class SelfAttention:
+    """The packed in_proj output (B, T, 3 d) split into q, k, v heads, attention, and the heads
+    merged back to (B, T, d): one operation, so the adjoint of the packed input is assembled once.
+
+    ``source`` is the in_proj :class:`.ops.Linear`: where its output's tangent is non-zero only in
+    some columns (a sweep whose tangents are seeded at in_proj rows, ``Linear.support``), the
+    q, k or v outside them get no tangent and their terms are skipped."""
+
+    def __init__(self, mask: torch.Tensor | None, nhead: int, source):
+        self.core, self.h, self.source = Attention(mask), nhead, source
+
+    def forward(self, x, xt):
+        """The output's value and tangent (P, *shape), None when zero."""
+        B, T, d3 = x.shape
+        d, h = d3 // 3, self.h
+        self.shape = x.shape
+        lo, hi = (0, d3) if xt is None or self.source.support is None else self.source.support
+        args = []
+        for j in range(3):
+            sl = slice(j * d, (j + 1) * d)
+            args.append(x[..., sl].reshape(B, T, h, d // h).transpose(1, 2))
+            live = xt is not None and lo < sl.stop and hi > sl.start
+            args.append(xt[..., sl].reshape(xt.shape[0], B, T, h, d // h).transpose(2, 3) if live else None)
+        o, ot = self.core.forward(*args)
+        out = o.transpose(1, 2).reshape(B, T, d)
+        return out, None if ot is None else ot.transpose(2, 3).reshape(ot.shape[0], B, T, d)
+
+    def backward(self, g, gt):
+        """(adjoint, adjoint tangent) of the packed input, from the output's."""
+        B, T, d3 = self.shape
+        d, h = d3 // 3, self.h
+        go = g.reshape(B, T, h, d // h).transpose(1, 2)
+        got = None if gt is None else gt.reshape(gt.shape[0], B, T, h, d // h).transpose(2, 3)
+        parts = self.core.backward(go, got)
+        gx = g.new_empty(self.shape)
+        P = next((t.shape[0] for _, t in parts if t is not None), None)
+        gxt = None if P is None else g.new_empty((P, *self.shape))
+        for j, (gj, gtj) in enumerate(parts):
+            sl = slice(j * d, (j + 1) * d)
+            gx[..., sl].view(B, T, h, d // h).copy_(gj.transpose(1, 2))
+            if gxt is not None:
+                dst = gxt[..., sl]
+                if gtj is None:
+                    dst.zero_()
+                else:
+                    dst.view(P, B, T, h, d // h).copy_(gtj.transpose(2, 3))
+        return [(gx, gxt)]

@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .attention import Attention
-from .ops import Activation, Add, Heads, Hess, LayerNorm, Linear, MeanTokens, Merge, Slot, op_slots, tadd
+from .attention import SelfAttention
+from .ops import Activation, Add, Hess, LayerNorm, Linear, MeanTokens, Slot, op_slots, tadd
 
 
 class Tape:
@@ -47,11 +47,14 @@ class Tape:
         self.v = self.t = None  # the ops keep what their backward needs
         first = next((i for i, (op, _, _) in enumerate(self.ops) if any(s.seed is not None for s in op_slots(op))), 0)
         adj = {out: (g, gt)}
-        for op, ids, oid in reversed(self.ops[first:]):
+        for k in range(len(self.ops) - 1, first - 1, -1):
+            op, ids, oid = self.ops[k]
             if oid not in adj:
                 continue
             g, gt = adj.pop(oid)
-            for i, (gi, gti) in zip(ids, op.backward(g, gt), strict=True):
+            # the first operation's inputs come from before it: no later operation reads their adjoints
+            back = op.backward(g, gt, input_tangent=False) if k == first and op_slots(op) else op.backward(g, gt)
+            for i, (gi, gti) in zip(ids, back, strict=True):
                 if i in adj:
                     g0, gt0 = adj[i]
                     adj[i] = (g0 + gi, tadd(gt0, gti))
@@ -69,10 +72,8 @@ def _slot(slots: dict, t: torch.Tensor | None) -> Slot | None:
 
 
 def _self_attention(tape: Tape, hess: Hess, slots: dict, mha, x: int, mask) -> int:
-    qkv = tape.apply(Linear(hess, _slot(slots, mha.in_proj_weight), _slot(slots, mha.in_proj_bias)), x)
-    q, k, v = (tape.apply(Heads(i, mha.num_heads), qkv) for i in range(3))
-    o = tape.apply(Attention(mask), q, k, v)
-    m = tape.apply(Merge(), o)
+    in_proj = Linear(hess, _slot(slots, mha.in_proj_weight), _slot(slots, mha.in_proj_bias))
+    m = tape.apply(SelfAttention(mask, mha.num_heads, in_proj), tape.apply(in_proj, x))
     out = mha.out_proj
     return tape.apply(Linear(hess, _slot(slots, out.weight), _slot(slots, out.bias)), m)
 

@@ -111,7 +111,10 @@ class Linear:
         if self.b is not None:
             y = y + self.b.value
         yt = None if xt is None else self.xt2 @ W.T
-        if _seeded(self.w) or _seeded(self.b):
+        # output columns the tangent can be non-zero in: the seeded rows, when the input has none
+        seeded = [s.seed for s in (self.w, self.b) if _seeded(s)]
+        self.support = None if xt is not None or not seeded else (min(a0 for _, a0, _ in seeded), max(a1 for *_, a1 in seeded))
+        if seeded:
             yt = _zeros_tangent(self.hess.P, y) if yt is None else yt
         if _seeded(self.w):  # yt[(a, c), n, a] += x[n, c]
             sl, a0, a1 = self.w.seed
@@ -123,8 +126,9 @@ class Linear:
         out_shape = (*x.shape[:-1], o)
         return y.view(out_shape), None if yt is None else yt.view(self.hess.P, *out_shape)
 
-    def backward(self, g, gt):
-        """(adjoint, adjoint tangent) of each input, from the output's."""
+    def backward(self, g, gt, input_tangent: bool = True):
+        """(adjoint, adjoint tangent) of each input, from the output's; ``input_tangent=False``:
+        the input's adjoint tangent is not needed (None; the sweep's first operation)."""
         W = self.w.value
         o, i = W.shape
         P = self.hess.P
@@ -132,8 +136,8 @@ class Linear:
         N = g2.shape[0]
         gt2 = None if gt is None else gt.reshape(P, N, o)
         gx = g2 @ W
-        gxt = None if gt2 is None else gt2 @ W
-        if _seeded(self.w):  # gxt[(a, c), n, c] += g[n, a]
+        gxt = None if gt2 is None or not input_tangent else gt2 @ W
+        if _seeded(self.w) and input_tangent:  # gxt[(a, c), n, c] += g[n, a]
             gxt = _zeros_tangent(P, gx) if gxt is None else gxt
             sl, a0, a1 = self.w.seed
             gxt[sl].view(a1 - a0, i, N, i).diagonal(0, 1, 3).add_(g2[:, a0:a1].T.unsqueeze(-1))
@@ -192,8 +196,9 @@ class LayerNorm:
         self.shape = x.shape
         return y.view(x.shape), None if yt is None else yt.view(P, *x.shape)
 
-    def backward(self, g, gt):
-        """(adjoint, adjoint tangent) of each input, from the output's."""
+    def backward(self, g, gt, input_tangent: bool = True):
+        """(adjoint, adjoint tangent) of each input, from the output's; ``input_tangent=False``:
+        the input's adjoint tangent is not needed (None; the sweep's first operation)."""
         P = self.hess.P
         d = self.shape[-1]
         g2 = g.reshape(-1, d)
@@ -208,6 +213,14 @@ class LayerNorm:
             _seed_diag(gnt, self.gamma.seed, N, g2)
         m = (gn * n).mean(-1, keepdim=True)
         gx = (gn - gn.mean(-1, keepdim=True) - n * m) / sigma
+        # H[:, gamma] = sum_n gt * n + g * nt,  H[:, beta] = sum_n gt
+        if _selected(self.gamma):
+            blk = None if gt2 is None else (gt2 * n).sum(1)
+            self.hess.add(self.gamma, tadd(blk, None if nt is None else (g2 * nt).sum(1)))
+        if _selected(self.beta) and gt2 is not None:
+            self.hess.add(self.beta, gt2.sum(1))
+        if not input_tangent:
+            return [(gx.view(self.shape), None)]
         gxt = None
         if gnt is not None:
             gxt = gnt - gnt.mean(-1, keepdim=True) - n * (gnt * n).mean(-1, keepdim=True)
@@ -218,12 +231,6 @@ class LayerNorm:
             gxt = gxt / sigma
         if st is not None:
             gxt = gxt - gx * (st / sigma)
-        # H[:, gamma] = sum_n gt * n + g * nt,  H[:, beta] = sum_n gt
-        if _selected(self.gamma):
-            blk = None if gt2 is None else (gt2 * n).sum(1)
-            self.hess.add(self.gamma, tadd(blk, None if nt is None else (g2 * nt).sum(1)))
-        if _selected(self.beta) and gt2 is not None:
-            self.hess.add(self.beta, gt2.sum(1))
         return [(gx.view(self.shape), None if gxt is None else gxt.view(P, *self.shape))]
 
 
@@ -265,51 +272,6 @@ class Add:
     def backward(self, g, gt):
         """(adjoint, adjoint tangent) of each input, from the output's."""
         return [(g, gt), (g, gt)]
-
-
-class Heads:
-    """Packed in_proj output (B, T, 3 d) -> one of q, k, v as (B, h, T, d_h)."""
-
-    def __init__(self, which: int, nhead: int):
-        self.which, self.h = which, nhead
-
-    def forward(self, x, xt):
-        """The output's value and tangent (P, *shape), None when zero."""
-        B, T, d3 = x.shape
-        d = d3 // 3
-        self.shape = x.shape
-        sl = slice(self.which * d, (self.which + 1) * d)
-        v = x[..., sl].reshape(B, T, self.h, d // self.h).transpose(1, 2)
-        vt = None if xt is None else xt[..., sl].reshape(xt.shape[0], B, T, self.h, d // self.h).transpose(2, 3)
-        return v, vt
-
-    def _place(self, t: torch.Tensor, lead: tuple) -> torch.Tensor:
-        B, T, d3 = self.shape
-        d = d3 // 3
-        out = t.new_zeros((*lead, B, T, d3))
-        out[..., self.which * d : (self.which + 1) * d] = t.transpose(-3, -2).reshape(*lead, B, T, d)
-        return out
-
-    def backward(self, g, gt):
-        """(adjoint, adjoint tangent) of each input, from the output's."""
-        return [(self._place(g, ()), None if gt is None else self._place(gt, (gt.shape[0],)))]
-
-
-class Merge:
-    """(B, h, T, d_h) -> (B, T, h d_h)."""
-
-    def forward(self, o, ot):
-        """The output's value and tangent (P, *shape), None when zero."""
-        self.shape = o.shape
-        B, h, T, dh = o.shape
-        v = o.transpose(1, 2).reshape(B, T, h * dh)
-        return v, None if ot is None else ot.transpose(2, 3).reshape(ot.shape[0], B, T, h * dh)
-
-    def backward(self, g, gt):
-        """(adjoint, adjoint tangent) of each input, from the output's."""
-        B, h, T, dh = self.shape
-        gv = g.view(B, T, h, dh).transpose(1, 2)
-        return [(gv, None if gt is None else gt.view(gt.shape[0], B, T, h, dh).transpose(2, 3))]
 
 
 class MeanTokens:
