@@ -19,16 +19,17 @@ from . import paper_kind
 from .graph import chunk_hessian, graph_ranks
 from .ops import Hess, Slot, symmetrize_
 
-#: bytes of tangent working memory per chunk of samples (the chunk size follows from it). The sweep is
-#: bound by memory traffic over (tangents x samples x T x T) tensors, so a working set near the cache
-#: beats one large sweep: GPT-like layer (bench encoder's gpt, B 16, 1 thread), 256 tangents with 1 GiB
-#: chunks 48-66 s, with 64 MiB chunks 45-47 s (two runs each, one session, load below 1)
-DEFAULT_CHUNK_BYTES = 64 << 20
-#: tangents propagated together (rows of H per sweep). Smaller blocks repeat the values sweep (cheap) but
-#: keep the tangents near the cache, and a block whose first parameter sits late in the graph runs only
-#: that part of it (graph.Tape.backward). B 2, 1 thread, one session: GPT-like layer 4096 -> 17.6 s,
-#: 1024 -> 9.6 s, 512 -> 6.8 s, 256 -> 5.4-6.2 s; 2-layer stack 12.4 / 8.4 / 6.0 / 6.0 s
-DEFAULT_TANGENT_BLOCK = 256
+#: bytes of tangent working memory per chunk of samples in one sweep (the chunk size follows from it;
+#: each worker has its own). The sweep is bound by memory traffic and by kernel launches, and small
+#: blocks of tangents over larger chunks (more tokens per Hessian-column product) did best:
+#: bench encoder's shapes at B 16, two single-threaded workers, OMP_WAIT_POLICY=PASSIVE (the CLI's),
+#: one session (2026-12-02, load 1-2): GPT-like layer 256 tangents x 64 MiB 18.9 s, 64 x 256 MiB
+#: 16.2 s, 32 x 256 MiB 17.0 s, 64 x 128 MiB 19.1 s; 2-layer stack 4.6 / 3.7 / - / 4.0 s
+DEFAULT_CHUNK_BYTES = 256 << 20
+#: tangents propagated together (rows of H per sweep). Smaller blocks repeat the values sweep (cheap), keep
+#: the tangents near the cache, and a block whose first parameter sits late in the graph runs only that
+#: part of it (graph.Tape.backward); see DEFAULT_CHUNK_BYTES for the measurements
+DEFAULT_TANGENT_BLOCK = 64
 
 
 def tangent_blocks(names: list[str], named: dict, cols: dict, limit: int) -> list[list[tuple]]:

@@ -258,7 +258,8 @@ class Activation:
         gu = g * self.s1
         gut = None if gt is None else gt * self.s1
         if self.s2 is not None and self.ut is not None:
-            gut = tadd(gut, self.ut * (self.s2 * g))
+            curv = self.s2 * g  # the activation's own curvature, added in place (one pass)
+            gut = self.ut * curv if gut is None else gut.addcmul_(self.ut, curv)
         return [(gu, gut)]
 
 
