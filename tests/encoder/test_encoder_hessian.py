@@ -193,6 +193,26 @@ def test_parallel_sweeps_equal_one_sweep_at_a_time(workers):
     assert rel_err(H1, reference_hessian(model, x, t, is_causal=True)) <= TOL
 
 
+def test_a_failing_worker_stops_the_sweeps(monkeypatch):
+    """An error in one block reaches the caller, and the blocks not yet started are dropped."""
+    from transformer_hessian.encoder import api
+
+    calls = []
+
+    def failing(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("boom in a block")
+
+    monkeypatch.setattr(api, "chunk_hessian", failing)
+    model = build(3, 6, 2, 5, 2, True, "gelu", True, 1e-5, True)
+    x = torch.randn(1, 4, 6, dtype=DT)
+    P = sum(p.numel() for p in model.parameters())
+    with pytest.raises(RuntimeError, match="boom in a block"):
+        exact_hessian(model, x, torch.randn_like(x), tangent_block=1, workers=2)
+    assert 3 <= len(calls) < P / 2  # one chunk per block: most of the P blocks never ran
+
+
 def test_eval_mode_ignores_dropout():
     torch.manual_seed(1)
     layer = nn.TransformerEncoderLayer(4, 2, 6, dropout=0.3, batch_first=True, dtype=DT).eval()

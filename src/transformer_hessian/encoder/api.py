@@ -234,9 +234,12 @@ def _run_blocks(blocks: list, workers: int, threads: int, sweep) -> None:
         for pieces in blocks:
             sweep(pieces, 0)
         return
-    with ThreadPoolExecutor(workers, thread_name_prefix="exact_hessian") as pool:
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="exact_hessian")
+    try:
         for job in [pool.submit(sweep, pieces, threads) for pieces in blocks]:
             job.result()
+    finally:  # an error (or Ctrl-C) drops the blocks not yet started
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _fill_transposes(H: torch.Tensor, blocks: list, rank: dict, cols: dict) -> None:

@@ -43,8 +43,9 @@ class Hess:
 
     def __init__(self, H: torch.Tensor, pieces: list[tuple[slice, slice]] | None = None):
         self.H = H
-        P = H.shape[0]
-        self.set_rows([(slice(0, P), slice(0, P))] if pieces is None else pieces)
+        #: the tangents being propagated: (tangent range, rows of H) per piece; P is their number
+        self.pieces = [(slice(0, H.shape[0]), slice(0, H.shape[0]))] if pieces is None else pieces
+        self.P = sum(t.stop - t.start for t, _ in self.pieces)
 
     @classmethod
     def zeros(cls, P: int, dtype: torch.dtype, device: torch.device) -> Hess:
@@ -55,11 +56,6 @@ class Hess:
         """The same matrix with its own tangents (one sweep's); sweeps of disjoint rows of H may
         run at the same time, each on its own view."""
         return Hess(self.H, pieces)
-
-    def set_rows(self, pieces: list[tuple[slice, slice]]) -> None:
-        """The tangents being propagated: (tangent range, rows of H) per piece; P is their number."""
-        self.pieces = pieces
-        self.P = sum(t.stop - t.start for t, _ in pieces)
 
     def add(self, slot: Slot | None, block: torch.Tensor | None) -> None:
         """H[rows, slot] += block (P, *param shape), piece by piece."""
