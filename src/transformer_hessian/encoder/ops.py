@@ -109,7 +109,9 @@ class Linear:
         yt = None if xt is None else self.xt2 @ W.T
         # output columns the tangent can be non-zero in: the seeded rows, when the input has none
         seeded = [s.seed for s in (self.w, self.b) if _seeded(s)]
-        self.support = None if xt is not None or not seeded else (min(a0 for _, a0, _ in seeded), max(a1 for *_, a1 in seeded))
+        self.support = (
+            None if xt is not None or not seeded else (min(a0 for _, a0, _ in seeded), max(a1 for *_, a1 in seeded))
+        )
         if seeded:
             yt = _zeros_tangent(self.hess.P, y) if yt is None else yt
         if _seeded(self.w):  # yt[(a, c), n, a] += x[n, c]
