@@ -216,6 +216,20 @@ def _sweep(spec, hess: Hess, slots: dict, keys: dict, pieces: list, inputs, targ
             chunk_hessian(spec, view, local, inputs[b0 : b0 + chunk].detach(), targets[b0 : b0 + chunk])
 
 
+def _columns(names: list[str], named: dict) -> dict[str, slice]:
+    """name -> its columns of H (the flattened parameters one after the other, in ``names`` order)."""
+    cols, off = {}, 0
+    for n in names:
+        cols[n] = slice(off, off + named[n].numel())
+        off = cols[n].stop
+    return cols
+
+
+def _check_workers(workers) -> None:
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"exact_hessian: workers must be a positive int or None, got {workers!r}")
+
+
 def _workers(workers: int | None, device: torch.device, n_blocks: int) -> tuple[int, int]:
     """(blocks swept at the same time, intra-op threads of each; 0 = leave the caller's).
 
@@ -287,21 +301,16 @@ def exact_hessian(
     through a head, only the layer's parameters asked for) goes through the factored closed form
     of the paper's block (:mod:`.paper_kind`) unless ``fast_path=False``.
     """
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise ValueError(f"exact_hessian: workers must be a positive int or None, got {workers!r}")
+    _check_workers(workers)
     layers, kinds, final_norm = _layers(model)
     d = layers[0].self_attn.embed_dim
     _check_data(inputs, targets, loss, head, d)
     names, named = _select(model, head, params)
     dtype, device = inputs.dtype, inputs.device
     B, T, _ = inputs.shape
-    sizes = [named[n].numel() for n in names]
-    P = sum(sizes)
+    cols = _columns(names, named)
+    P = sum(c.stop - c.start for c in cols.values())
     need = _check_memory(P, dtype, device)
-    cols, off = {}, 0
-    for n, s in zip(names, sizes, strict=True):
-        cols[n] = slice(off, off + s)
-        off += s
     slots = {id(p): Slot(p.detach().to(device=device, dtype=dtype), cols.get(n)) for n, p in named.items()}
     spec = SimpleNamespace(
         layers=layers,
