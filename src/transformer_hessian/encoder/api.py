@@ -199,14 +199,11 @@ def _check_memory(P: int, dtype: torch.dtype, device: torch.device) -> int:
     return need
 
 
-def _sweep(spec, hess: Hess, slots: dict, keys: dict, pieces: list, inputs, targets, chunk: int, threads: int) -> None:
+def _sweep(spec, hess: Hess, slots: dict, keys: dict, pieces: list, inputs, targets, chunk: int) -> None:
     """One block of tangents (``pieces``, :func:`tangent_blocks`) through the batch, chunk by chunk.
 
     The block's seeds live on its own copies of the slots and its rows on its own view of H, so
-    blocks (disjoint rows of H) can be swept at the same time; ``threads`` > 0 sets the calling
-    thread's intra-op threads (a worker's)."""
-    if threads:
-        torch.set_num_threads(threads)
+    blocks (disjoint rows of H) can be swept at the same time."""
     local = {k: Slot(s.value, s.cols) for k, s in slots.items()}
     for name, tangents, a0, a1, _ in pieces:
         local[keys[name]].seed = (tangents, a0, a1)
@@ -236,21 +233,25 @@ def _workers(workers: int | None, device: torch.device, n_blocks: int) -> tuple[
     Default: on a CPU one sweep per torch thread, each single-threaded (the sweep's kernels are
     small: two single-threaded sweeps beat one two-threaded sweep, docs/theory.md section 21); on
     other devices one sweep."""
+    # read on the caller's thread before any worker sets its own: torch's thread count is set lazily,
+    # and a thread that never asked for it would take a worker's setting
+    threads = torch.get_num_threads()
     if workers is None:
-        workers = torch.get_num_threads() if device.type == "cpu" else 1
+        workers = threads if device.type == "cpu" else 1
     workers = max(1, min(workers, n_blocks))
-    return workers, (max(1, torch.get_num_threads() // workers) if workers > 1 else 0)
+    return workers, (max(1, threads // workers) if workers > 1 else 0)
 
 
 def _run_blocks(blocks: list, workers: int, threads: int, sweep) -> None:
-    """``sweep(pieces, threads)`` for every block, on ``workers`` threads (in order on one)."""
+    """``sweep(pieces)`` for every block: in order on one worker, else on ``workers`` threads with
+    ``threads`` intra-op threads each (set once per worker thread)."""
     if workers == 1:
         for pieces in blocks:
-            sweep(pieces, 0)
+            sweep(pieces)
         return
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="exact_hessian")
+    pool = ThreadPoolExecutor(workers, "exact_hessian", initializer=torch.set_num_threads, initargs=(threads,))
     try:
-        for job in [pool.submit(sweep, pieces, threads) for pieces in blocks]:
+        for job in [pool.submit(sweep, pieces) for pieces in blocks]:
             job.result()
     finally:  # an error (or Ctrl-C) drops the blocks not yet started
         pool.shutdown(wait=True, cancel_futures=True)
@@ -341,9 +342,7 @@ def exact_hessian(
         chunk = max(1, min(B, chunk_bytes // max(per, 1)))
         W, threads = _workers(workers, device, len(blocks))
         targets = targets.to(device)
-        _run_blocks(
-            blocks, W, threads, lambda pcs, th: _sweep(spec, hess, slots, keys, pcs, inputs, targets, chunk, th)
-        )
+        _run_blocks(blocks, W, threads, lambda pcs: _sweep(spec, hess, slots, keys, pcs, inputs, targets, chunk))
         _fill_transposes(hess.H, blocks, rank, cols)
     return symmetrize_(hess.H)
 
