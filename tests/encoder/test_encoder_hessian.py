@@ -213,6 +213,47 @@ def test_a_failing_worker_stops_the_sweeps(monkeypatch):
     assert 3 <= len(calls) < P / 2  # one chunk per block: most of the P blocks never ran
 
 
+def _spy_factored(monkeypatch) -> list[bool]:
+    """Record, per sweep, whether it was factored (ops.Hess.rows' flag)."""
+    from transformer_hessian.encoder import ops
+
+    seen, rows = [], ops.Hess.rows
+
+    def spy(self, pieces, factored=False):
+        seen.append(factored)
+        return rows(self, pieces, factored)
+
+    monkeypatch.setattr(ops.Hess, "rows", spy)
+    return seen
+
+
+@pytest.mark.parametrize("tangent_block, chunk_bytes", [(1, 1), (5, 1 << 30), (64, 1)])
+@pytest.mark.parametrize("loss", ["mse", "cross_entropy"])
+def test_factored_sweeps_equal_the_dense_sweep(monkeypatch, loss, tangent_block, chunk_bytes):
+    """Linear weights after the last row-mixing operation (the last attention for MSE; the head
+    after the token mean for cross-entropy) are swept with one unit tangent per row (ops.Hess):
+    the same Hessian as the dense sweep, also with one sample per chunk (a new scale per chunk)
+    and with the weight's rows split over several blocks."""
+    model = build(11, 6, 3, 7, 2, False, "gelu", True, 1e-3, True)
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(3, 5, 6, dtype=DT, generator=g)
+    kw = dict(mask=torch.randn(5, 5, dtype=DT, generator=g))
+    if loss == "mse":
+        t = torch.randn(3, 5, 6, dtype=DT, generator=g)
+    else:
+        head = nn.Linear(6, 4, dtype=DT)
+        t = torch.tensor([0, 3, 1])
+        kw.update(loss=loss, head=head, params=["layers.1.linear2.weight", "head.weight", "head.bias"])
+    seen = _spy_factored(monkeypatch)
+    H = exact_hessian(model, x, t, tangent_block=tangent_block, chunk_bytes=chunk_bytes, **kw)
+    assert any(seen) and not all(seen)
+    seen.clear()
+    H0 = exact_hessian(model, x, t, tangent_block=tangent_block, chunk_bytes=chunk_bytes, fast_path=False, **kw)
+    assert not any(seen)
+    assert rel_err(H, H0) <= 1e-13
+    assert rel_err(H, reference_hessian(model, x, t, **kw)) <= TOL
+
+
 def test_eval_mode_ignores_dropout():
     torch.manual_seed(1)
     layer = nn.TransformerEncoderLayer(4, 2, 6, dropout=0.3, batch_first=True, dtype=DT).eval()

@@ -30,17 +30,29 @@ DEFAULT_CHUNK_BYTES = 256 << 20
 #: the tangents near the cache, and a block whose first parameter sits late in the graph runs only that
 #: part of it (graph.Tape.backward); see DEFAULT_CHUNK_BYTES for the measurements
 DEFAULT_TANGENT_BLOCK = 64
+#: a factored block (one unit tangent per row of a Linear weight, ops.Hess) holds at most this many
+#: times ``tangent_block`` rows of H: its sums over rows are products as large as its rows times the
+#: columns, which bounds their temporaries to this many times a dense block's
+FACTORED_ROWS = 32
 
 
-def tangent_blocks(names: list[str], named: dict, cols: dict, limit: int) -> list[list[tuple]]:
+def tangent_blocks(names: list[str], named: dict, cols: dict, limit: int, factored=frozenset()) -> list[list[tuple]]:
     """Split the selected parameters, taken in the order of ``names``, by whole rows (first index)
     into blocks of at most ``limit`` tangents (a row longer than that is a block of its own): per
     block its pieces (name, local tangent range, a0, a1, rows of H), a piece being rows a0..a1 of
-    one parameter."""
+    one parameter. A parameter in ``factored`` (a Linear weight swept with one unit tangent per
+    row, :class:`.ops.Hess`) gets blocks of its own of at most ``FACTORED_ROWS * limit`` rows of H."""
     blocks, cur, n = [], [], 0
     for name in names:
         p = named[name]
         rs, R, a = _row_size(p), (p.shape[0] if p.dim() else 1), 0
+        if name in factored:
+            blocks += [cur] if cur else []
+            cur, n, step = [], 0, max(1, FACTORED_ROWS * limit // rs)
+            for a in range(0, R, step):
+                b, start = min(R, a + step), cols[name].start
+                blocks.append([(name, slice(0, b - a), a, b, slice(start + a * rs, start + b * rs))])
+            continue
         while a < R:
             room = (limit - n) // rs
             if room <= 0 and cur:
@@ -199,15 +211,16 @@ def _check_memory(P: int, dtype: torch.dtype, device: torch.device) -> int:
     return need
 
 
-def _sweep(spec, hess: Hess, slots: dict, keys: dict, pieces: list, inputs, targets, chunk: int) -> None:
-    """One block of tangents (``pieces``, :func:`tangent_blocks`) through the batch, chunk by chunk.
+def _sweep(spec, hess: Hess, slots: dict, keys: dict, pieces: list, inputs, targets, chunk: int, factored) -> None:
+    """One block of tangents (``pieces``, :func:`tangent_blocks`) through the batch, chunk by chunk
+    (factored when its parameter is in ``factored``).
 
     The block's seeds live on its own copies of the slots and its rows on its own view of H, so
     blocks (disjoint rows of H) can be swept at the same time."""
     local = {k: Slot(s.value, s.cols) for k, s in slots.items()}
     for name, tangents, a0, a1, _ in pieces:
         local[keys[name]].seed = (tangents, a0, a1)
-    view = hess.rows([(tangents, rows) for _, tangents, _, _, rows in pieces])
+    view = hess.rows([(tangents, rows) for _, tangents, _, _, rows in pieces], pieces[0][0] in factored)
     with torch.no_grad():  # grad mode is per thread
         for b0 in range(0, inputs.shape[0], chunk):
             chunk_hessian(spec, view, local, inputs[b0 : b0 + chunk].detach(), targets[b0 : b0 + chunk])
@@ -300,7 +313,9 @@ def exact_hessian(
     with its own chunk, and the result does not depend on their number. A layer of the paper's kind (one
     post-norm ReLU layer, one head, no biases outside the LayerNorms, no mask, cross-entropy
     through a head, only the layer's parameters asked for) goes through the factored closed form
-    of the paper's block (:mod:`.paper_kind`) unless ``fast_path=False``.
+    of the paper's block (:mod:`.paper_kind`), and the Linear weights after the last row-mixing
+    operation (attention, the token mean) are swept with one unit tangent per row of the weight
+    (:class:`.ops.Hess`), unless ``fast_path=False``.
     """
     _check_workers(workers)
     layers, kinds, final_norm = _layers(model)
@@ -334,15 +349,18 @@ def exact_hessian(
         # The sweeps take the parameters in the order of the graph: a sweep whose tangents start at
         # graph position r runs forward from r and back to r only (graph.Tape.backward), and the
         # columns of the parameters before r are the transposed rows of the earlier sweeps.
-        ranks = graph_ranks(spec, hess, slots, inputs[:1].detach())
+        ranks, row_local = graph_ranks(spec, hess, slots, inputs[:1].detach())
         rank = {n: ranks[id(slots[keys[n]])] for n in names}
-        blocks = tangent_blocks(sorted(names, key=lambda n: rank[n]), named, cols, tangent_block)
+        factored = {n for n in names if id(slots[keys[n]]) in row_local} if fast_path else set()
+        blocks = tangent_blocks(sorted(names, key=lambda n: rank[n]), named, cols, tangent_block, factored)
         Pb = max(sum(pc[1].stop - pc[1].start for pc in b) for b in blocks) if blocks else 0
         per = _per_sample_bytes(Pb, T, d, d_ff, layers[0].self_attn.num_heads, len(layers), need // max(P * P, 1))
         chunk = max(1, min(B, chunk_bytes // max(per, 1)))
         W, threads = _workers(workers, device, len(blocks))
         targets = targets.to(device)
-        _run_blocks(blocks, W, threads, lambda pcs: _sweep(spec, hess, slots, keys, pcs, inputs, targets, chunk))
+        _run_blocks(
+            blocks, W, threads, lambda pcs: _sweep(spec, hess, slots, keys, pcs, inputs, targets, chunk, factored)
+        )
         _fill_transposes(hess.H, blocks, rank, cols)
     return symmetrize_(hess.H)
 

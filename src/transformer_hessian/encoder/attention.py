@@ -94,6 +94,9 @@ class SelfAttention:
     some columns (a sweep whose tangents are seeded at in_proj rows, ``Linear.support``), the
     q, k or v outside them get no tangent and their terms are skipped."""
 
+    #: an output row (token) reads other rows (no factored sweep through it, :class:`.ops.Hess`)
+    mixes_rows = True
+
     def __init__(self, mask: torch.Tensor | None, nhead: int, source):
         self.core, self.h, self.source = Attention(mask), nhead, source
 

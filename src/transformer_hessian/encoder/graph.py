@@ -66,6 +66,13 @@ class Tape:
         """id(slot) -> the index of the operation that owns it, in graph order."""
         return {id(s): i for i, (op, _, _) in enumerate(self.ops) for s in op_slots(op)}
 
+    def row_local_weights(self) -> set[int]:
+        """id(slot) of the Linear weights after the last operation that mixes rows (attention, the
+        token mean): everything from them to the loss is row by row, so their sweeps can be factored
+        (:class:`.ops.Hess`)."""
+        last = max((i for i, (op, _, _) in enumerate(self.ops) if getattr(op, "mixes_rows", False)), default=-1)
+        return {id(op.w) for op, _, _ in self.ops[last + 1 :] if isinstance(op, Linear) and op.w is not None}
+
 
 def _slot(slots: dict, t: torch.Tensor | None) -> Slot | None:
     return None if t is None else slots[id(t)]
@@ -120,9 +127,11 @@ def _forward(spec, hess: Hess, slots: dict, x: torch.Tensor) -> tuple[Tape, int]
     return tape, node
 
 
-def graph_ranks(spec, hess: Hess, slots: dict, x: torch.Tensor) -> dict[int, int]:
-    """id(slot) -> position of its operation in the graph (a values-only sweep of ``x``, no seeds)."""
-    return _forward(spec, hess, slots, x)[0].ranks()
+def graph_ranks(spec, hess: Hess, slots: dict, x: torch.Tensor) -> tuple[dict[int, int], set[int]]:
+    """id(slot) -> position of its operation in the graph, and the ids of the weights whose sweeps
+    can be factored (:meth:`Tape.row_local_weights`), from a values-only sweep of ``x`` (no seeds)."""
+    tape = _forward(spec, hess, slots, x)[0]
+    return tape.ranks(), tape.row_local_weights()
 
 
 def chunk_hessian(spec, hess: Hess, slots: dict, x: torch.Tensor, targets: torch.Tensor) -> None:

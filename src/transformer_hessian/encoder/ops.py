@@ -39,30 +39,81 @@ class Hess:
 
     The tangents of one sweep are pieces of parameters, ``(tangent range, rows of H)`` each; the
     rows of one sweep need not be contiguous in H (the sweep takes the parameters in the order of
-    the graph, :func:`.api.exact_hessian`)."""
+    the graph, :func:`.api.exact_hessian`).
 
-    def __init__(self, H: torch.Tensor, pieces: list[tuple[slice, slice]] | None = None):
+    A *factored* sweep (one piece: whole rows a0..a1 of a Linear weight W (o, i) whose output
+    is only read by row-local operations, :func:`.graph.graph_ranks`) propagates one unit
+    tangent per row a of W: the tangent of every node for the entry (a, c) is, row n by row n,
+    ``scale[n, c]`` (the input x of W, set by its forward) times unit a's. Its rows of H are
+    (a, c) in row-major order, from sums over rows n weighted by ``scale[n, c]``."""
+
+    def __init__(self, H: torch.Tensor, pieces: list[tuple[slice, slice]] | None = None, factored: bool = False):
         self.H = H
         #: the tangents being propagated: (tangent range, rows of H) per piece; P is their number
         self.pieces = [(slice(0, H.shape[0]), slice(0, H.shape[0]))] if pieces is None else pieces
         self.P = sum(t.stop - t.start for t, _ in self.pieces)
+        self.factored = factored
+        #: (N, i) row weights of a factored sweep's rows (a, c) (set by the seeded Linear, per chunk)
+        self.scale: torch.Tensor | None = None
+        if factored and len(self.pieces) != 1:
+            raise ValueError("a factored sweep has one piece (whole rows of one Linear weight)")
 
     @classmethod
     def zeros(cls, P: int, dtype: torch.dtype, device: torch.device) -> Hess:
         """A new (P, P) zero matrix, all its rows propagated."""
         return cls(torch.zeros(P, P, dtype=dtype, device=device))
 
-    def rows(self, pieces: list[tuple[slice, slice]]) -> Hess:
+    def rows(self, pieces: list[tuple[slice, slice]], factored: bool = False) -> Hess:
         """The same matrix with its own tangents (one sweep's); sweeps of disjoint rows of H may
         run at the same time, each on its own view."""
-        return Hess(self.H, pieces)
+        return Hess(self.H, pieces, factored)
 
-    def add(self, slot: Slot | None, block: torch.Tensor | None) -> None:
-        """H[rows, slot] += block (P, *param shape), piece by piece."""
-        if slot is not None and slot.cols is not None and block is not None:
-            flat = block.reshape(self.P, -1)
+    def add(self, slot: Slot | None, terms: list[tuple]) -> None:
+        """H[rows, slot] += the sum of the ``terms``, each ``(left, right, transposed)``: the sum
+        over rows n of ``left[n] (x) right[:, n]`` ((P, j, k) from left (N, j) and the tangent
+        right (P, N, k); (P, k, j) when transposed; left None: the plain sum, (P, k))."""
+        if slot is None or slot.cols is None:
+            return
+        if self.factored:
+            ((_, rows),) = self.pieces
+            for left, right, transposed in terms:
+                if right is not None:
+                    self._add_factored(self.H[rows, slot.cols], left, right, transposed)
+            return
+        blk = None
+        for left, right, transposed in terms:
+            if right is not None:
+                t = _row_sum(left, right, transposed)
+                blk = t if blk is None else blk.add_(t)
+        if blk is not None:
+            flat = blk.reshape(self.P, -1)
             for tangents, rows in self.pieces:
                 self.H[rows, slot.cols] += flat[tangents]
+
+    def _add_factored(self, target: torch.Tensor, left, right, transposed: bool) -> None:
+        """target[(a, c), (j, k)] += sum_n scale[n, c] left[n, j] right[a, n, k] (columns (k, j) when
+        transposed): one product over the rows n, whose result is laid out so that the last
+        index of the target is its last (the add reads it in contiguous runs)."""
+        S = self.scale
+        N, m = S.shape
+        U, k = right.shape[0], right.shape[-1]
+        R = right.reshape(U, N, k).transpose(0, 1).reshape(N, U * k)
+        if left is None:
+            target.view(U, m, k).add_((S.T @ R).view(m, U, k).transpose(0, 1))
+            return
+        j = left.shape[-1]
+        L = (S.unsqueeze(2) * left.unsqueeze(1)).view(N, m * j)
+        if transposed:
+            target.view(U, m, k, j).add_((R.T @ L).view(U, k, m, j).transpose(1, 2))
+        else:
+            target.view(U, m, j, k).add_((L.T @ R).view(m, j, U, k).permute(2, 0, 1, 3))
+
+
+def _row_sum(left, right, transposed: bool) -> torch.Tensor:
+    if left is None:
+        return right.sum(1)
+    out = torch.matmul(left.T, right)  # batched products whose batch operand is the contiguous tangent
+    return out.transpose(1, 2) if transposed else out
 
 
 def op_slots(op) -> list[Slot]:
@@ -114,7 +165,11 @@ class Linear:
         )
         if seeded:
             yt = _zeros_tangent(self.hess.P, y) if yt is None else yt
-        if _seeded(self.w):  # yt[(a, c), n, a] += x[n, c]
+        if _seeded(self.w) and self.hess.factored:  # yt[a, n, a] += 1; row (a, c) is x[n, c] times it
+            sl, a0, a1 = self.w.seed
+            self.hess.scale = self.x2
+            yt[sl].view(a1 - a0, N, o)[..., a0:a1].diagonal(0, 0, 2).add_(1.0)
+        elif _seeded(self.w):  # yt[(a, c), n, a] += x[n, c]
             sl, a0, a1 = self.w.seed
             yt[sl].view(a1 - a0, i, N, o)[..., a0:a1].diagonal(0, 0, 3).add_(self.x2.T.unsqueeze(-1))
         if _seeded(self.b):  # yt[a, n, a] += 1
@@ -136,21 +191,14 @@ class Linear:
         gx = g2 @ W
         gxt = None if gt2 is None or not input_tangent else gt2 @ W
         if _seeded(self.w) and input_tangent:  # gxt[(a, c), n, c] += g[n, a]
+            if self.hess.factored:  # never: a factored sweep starts at its seeded Linear (graph.Tape.backward)
+                raise RuntimeError("a factored sweep needs no input tangent at its seeded Linear")
             gxt = _zeros_tangent(P, gx) if gxt is None else gxt
             sl, a0, a1 = self.w.seed
             gxt[sl].view(a1 - a0, i, N, i).diagonal(0, 1, 3).add_(g2[:, a0:a1].T.unsqueeze(-1))
-        # H[:, W] = sum_n gt[n]^T x[n] + g[n]^T xt[n]
-        # (batched products whose batch operand is the contiguous tangent, shared factor on the left)
-        if _selected(self.w):
-            blk = None
-            if self.xt2 is not None:
-                blk = torch.matmul(g2.T, self.xt2)  # (P, o, i)
-            if gt2 is not None:
-                first = torch.matmul(self.x2.T, gt2).transpose(1, 2)  # (P, o, i), a view
-                blk = first if blk is None else blk.add_(first)
-            self.hess.add(self.w, blk)
-        if _selected(self.b) and gt2 is not None:
-            self.hess.add(self.b, gt2.sum(1))
+        # H[:, W] = sum_n g[n]^T xt[n] + gt[n]^T x[n],  H[:, b] = sum_n gt[n]
+        self.hess.add(self.w, [(g2, self.xt2, False), (self.x2, gt2, True)])
+        self.hess.add(self.b, [(None, gt2, False)])
         return [(gx.view(self.shape), None if gxt is None else gxt.view(P, *self.shape))]
 
 
@@ -213,10 +261,9 @@ class LayerNorm:
         gx = (gn - gn.mean(-1, keepdim=True) - n * m) / sigma
         # H[:, gamma] = sum_n gt * n + g * nt,  H[:, beta] = sum_n gt
         if _selected(self.gamma):
-            blk = None if gt2 is None else (gt2 * n).sum(1)
-            self.hess.add(self.gamma, tadd(blk, None if nt is None else (g2 * nt).sum(1)))
-        if _selected(self.beta) and gt2 is not None:
-            self.hess.add(self.beta, gt2.sum(1))
+            terms = [(None, None if gt2 is None else gt2 * n, False), (None, None if nt is None else g2 * nt, False)]
+            self.hess.add(self.gamma, terms)
+        self.hess.add(self.beta, [(None, gt2, False)])
         if not input_tangent:
             return [(gx.view(self.shape), None)]
         gxt = None
@@ -275,6 +322,9 @@ class Add:
 
 class MeanTokens:
     """(B, T, d) -> (B, d), the mean over tokens (the pooling before a classification head)."""
+
+    #: an output row reads several input rows (no factored sweep through it, :class:`Hess`)
+    mixes_rows = True
 
     def forward(self, x, xt):
         """The output's value and tangent (P, *shape), None when zero."""
