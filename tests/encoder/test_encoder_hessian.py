@@ -195,7 +195,7 @@ def test_parallel_sweeps_equal_one_sweep_at_a_time(workers):
 
 def test_a_failing_worker_stops_the_sweeps(monkeypatch):
     """An error in one block reaches the caller, and the blocks not yet started are dropped."""
-    from transformer_hessian.encoder import api
+    from transformer_hessian.encoder import sweeps
 
     calls = []
 
@@ -204,7 +204,7 @@ def test_a_failing_worker_stops_the_sweeps(monkeypatch):
         if len(calls) == 3:
             raise RuntimeError("boom in a block")
 
-    monkeypatch.setattr(api, "chunk_hessian", failing)
+    monkeypatch.setattr(sweeps, "chunk_hessian", failing)
     model = build(3, 6, 2, 5, 2, True, "gelu", True, 1e-5, True)
     x = torch.randn(1, 4, 6, dtype=DT)
     P = sum(p.numel() for p in model.parameters())

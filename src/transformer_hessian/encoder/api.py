@@ -9,14 +9,13 @@ packed ``in_proj`` blocks into per-head W_Q, W_K, W_V blocks.
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import torch
 from torch import nn
 
-from . import paper_kind
-from .graph import chunk_hessian, graph_ranks
+from . import paper_kind, sweeps
+from .graph import graph_ranks
 from .ops import Hess, Slot, symmetrize_
 
 #: bytes of tangent working memory per chunk of samples in one sweep (the chunk size follows from it;
@@ -30,47 +29,6 @@ DEFAULT_CHUNK_BYTES = 256 << 20
 #: the tangents near the cache, and a block whose first parameter sits late in the graph runs only that
 #: part of it (graph.Tape.backward); see DEFAULT_CHUNK_BYTES for the measurements
 DEFAULT_TANGENT_BLOCK = 64
-#: a factored block (one unit tangent per row of a Linear weight, ops.Hess) holds at most this many
-#: times ``tangent_block`` rows of H: its sums over rows are products as large as its rows times the
-#: columns, which bounds their temporaries to this many times a dense block's
-FACTORED_ROWS = 32
-
-
-def tangent_blocks(names: list[str], named: dict, cols: dict, limit: int, factored=frozenset()) -> list[list[tuple]]:
-    """Split the selected parameters, taken in the order of ``names``, by whole rows (first index)
-    into blocks of at most ``limit`` tangents (a row longer than that is a block of its own): per
-    block its pieces (name, local tangent range, a0, a1, rows of H), a piece being rows a0..a1 of
-    one parameter. A parameter in ``factored`` (a Linear weight swept with one unit tangent per
-    row, :class:`.ops.Hess`) gets blocks of its own of at most ``FACTORED_ROWS * limit`` rows of H."""
-    blocks, cur, n = [], [], 0
-    for name in names:
-        p = named[name]
-        rs, R, a = _row_size(p), (p.shape[0] if p.dim() else 1), 0
-        if name in factored:
-            blocks += [cur] if cur else []
-            cur, n, step = [], 0, max(1, FACTORED_ROWS * limit // rs)
-            for a in range(0, R, step):
-                b, start = min(R, a + step), cols[name].start
-                blocks.append([(name, slice(0, b - a), a, b, slice(start + a * rs, start + b * rs))])
-            continue
-        while a < R:
-            room = (limit - n) // rs
-            if room <= 0 and cur:
-                blocks.append(cur)
-                cur, n = [], 0
-                continue
-            take = min(R - a, max(room, 1))
-            start = cols[name].start + a * rs
-            cur.append((name, slice(n, n + take * rs), a, a + take, slice(start, start + take * rs)))
-            n += take * rs
-            a += take
-    if cur:
-        blocks.append(cur)
-    return blocks
-
-
-def _row_size(p: torch.Tensor) -> int:
-    return p[0].numel() if p.dim() else 1
 
 
 def _available_bytes(device: torch.device) -> int:
@@ -211,76 +169,6 @@ def _check_memory(P: int, dtype: torch.dtype, device: torch.device) -> int:
     return need
 
 
-def _sweep(spec, hess: Hess, slots: dict, keys: dict, pieces: list, inputs, targets, chunk: int, factored) -> None:
-    """One block of tangents (``pieces``, :func:`tangent_blocks`) through the batch, chunk by chunk
-    (factored when its parameter is in ``factored``).
-
-    The block's seeds live on its own copies of the slots and its rows on its own view of H, so
-    blocks (disjoint rows of H) can be swept at the same time."""
-    local = {k: Slot(s.value, s.cols) for k, s in slots.items()}
-    for name, tangents, a0, a1, _ in pieces:
-        local[keys[name]].seed = (tangents, a0, a1)
-    view = hess.rows([(tangents, rows) for _, tangents, _, _, rows in pieces], pieces[0][0] in factored)
-    with torch.no_grad():  # grad mode is per thread
-        for b0 in range(0, inputs.shape[0], chunk):
-            chunk_hessian(spec, view, local, inputs[b0 : b0 + chunk].detach(), targets[b0 : b0 + chunk])
-
-
-def _columns(names: list[str], named: dict) -> dict[str, slice]:
-    """name -> its columns of H (the flattened parameters one after the other, in ``names`` order)."""
-    cols, off = {}, 0
-    for n in names:
-        cols[n] = slice(off, off + named[n].numel())
-        off = cols[n].stop
-    return cols
-
-
-def _check_workers(workers) -> None:
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise ValueError(f"exact_hessian: workers must be a positive int or None, got {workers!r}")
-
-
-def _workers(workers: int | None, device: torch.device, n_blocks: int) -> tuple[int, int]:
-    """(blocks swept at the same time, intra-op threads of each; 0 = leave the caller's).
-
-    Default: on a CPU one sweep per torch thread, each single-threaded (the sweep's kernels are
-    small: two single-threaded sweeps beat one two-threaded sweep, docs/theory.md section 21); on
-    other devices one sweep."""
-    # read on the caller's thread before any worker sets its own: torch's thread count is set lazily,
-    # and a thread that never asked for it would take a worker's setting
-    threads = torch.get_num_threads()
-    if workers is None:
-        workers = threads if device.type == "cpu" else 1
-    workers = max(1, min(workers, n_blocks))
-    return workers, (max(1, threads // workers) if workers > 1 else 0)
-
-
-def _run_blocks(blocks: list, workers: int, threads: int, sweep) -> None:
-    """``sweep(pieces)`` for every block: in order on one worker, else on ``workers`` threads with
-    ``threads`` intra-op threads each (set once per worker thread)."""
-    if workers == 1:
-        for pieces in blocks:
-            sweep(pieces)
-        return
-    pool = ThreadPoolExecutor(workers, "exact_hessian", initializer=torch.set_num_threads, initargs=(threads,))
-    try:
-        for job in [pool.submit(sweep, pieces) for pieces in blocks]:
-            job.result()
-    finally:  # an error (or Ctrl-C) drops the blocks not yet started
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _fill_transposes(H: torch.Tensor, blocks: list, rank: dict, cols: dict) -> None:
-    """H[block, p] = H[p, block]^T for every parameter p before a block's first graph position:
-    the columns its sweep did not reach (the earlier sweep that holds p computed them as rows)."""
-    for pieces in blocks:
-        first = min(rank[name] for name, *_ in pieces)
-        for n, r in rank.items():
-            if r < first:
-                for *_, rows in pieces:
-                    H[rows, cols[n]] = H[cols[n], rows].T
-
-
 def exact_hessian(
     model,
     inputs,
@@ -317,14 +205,14 @@ def exact_hessian(
     operation (attention, the token mean) are swept with one unit tangent per row of the weight
     (:class:`.ops.Hess`), unless ``fast_path=False``.
     """
-    _check_workers(workers)
+    sweeps.check_workers(workers)
     layers, kinds, final_norm = _layers(model)
     d = layers[0].self_attn.embed_dim
     _check_data(inputs, targets, loss, head, d)
     names, named = _select(model, head, params)
     dtype, device = inputs.dtype, inputs.device
     B, T, _ = inputs.shape
-    cols = _columns(names, named)
+    cols = sweeps.columns(names, named)
     P = sum(c.stop - c.start for c in cols.values())
     need = _check_memory(P, dtype, device)
     slots = {id(p): Slot(p.detach().to(device=device, dtype=dtype), cols.get(n)) for n, p in named.items()}
@@ -346,22 +234,17 @@ def exact_hessian(
     hess = Hess.zeros(P, dtype, device)
     keys = {n: id(named[n]) for n in names}
     with torch.no_grad():
-        # The sweeps take the parameters in the order of the graph: a sweep whose tangents start at
-        # graph position r runs forward from r and back to r only (graph.Tape.backward), and the
-        # columns of the parameters before r are the transposed rows of the earlier sweeps.
-        ranks, row_local = graph_ranks(spec, hess, slots, inputs[:1].detach())
-        rank = {n: ranks[id(slots[keys[n]])] for n in names}
-        factored = {n for n in names if id(slots[keys[n]]) in row_local} if fast_path else set()
-        blocks = tangent_blocks(sorted(names, key=lambda n: rank[n]), named, cols, tangent_block, factored)
+        rank, factored = sweeps.graph_order(graph_ranks(spec, hess, slots, inputs[:1].detach()), slots, keys, fast_path)
+        blocks = sweeps.tangent_blocks(sorted(names, key=lambda n: rank[n]), named, cols, tangent_block, factored)
         Pb = max(sum(pc[1].stop - pc[1].start for pc in b) for b in blocks) if blocks else 0
         per = _per_sample_bytes(Pb, T, d, d_ff, layers[0].self_attn.num_heads, len(layers), need // max(P * P, 1))
         chunk = max(1, min(B, chunk_bytes // max(per, 1)))
-        W, threads = _workers(workers, device, len(blocks))
+        W, threads = sweeps.workers_and_threads(workers, device, len(blocks))
         targets = targets.to(device)
-        _run_blocks(
-            blocks, W, threads, lambda pcs: _sweep(spec, hess, slots, keys, pcs, inputs, targets, chunk, factored)
+        sweeps.run_blocks(
+            blocks, W, threads, lambda pcs: sweeps.sweep(spec, hess, slots, keys, pcs, inputs, targets, chunk, factored)
         )
-        _fill_transposes(hess.H, blocks, rank, cols)
+        sweeps.fill_transposes(hess.H, blocks, rank, cols)
     return symmetrize_(hess.H)
 
 
