@@ -213,40 +213,51 @@ def test_a_failing_worker_stops_the_sweeps(monkeypatch):
     assert 3 <= len(calls) < P / 2  # one chunk per block: most of the P blocks never ran
 
 
-def _spy_factored(monkeypatch) -> list[bool]:
-    """Record, per sweep, whether it was factored (ops.Hess.rows' flag)."""
-    from transformer_hessian.encoder import ops
+def _spy_factored(monkeypatch) -> tuple[list[bool], list[int]]:
+    """Record, per sweep, whether it was factored (ops.Hess.rows' flag), and count the sweeps
+    seeded at W_q that added k's and v's columns (attention.add_kv_columns)."""
+    from transformer_hessian.encoder import attention, ops
 
-    seen, rows = [], ops.Hess.rows
+    seen, kv, rows, add_kv = [], [], ops.Hess.rows, attention.add_kv_columns
 
     def spy(self, pieces, factored=False):
         seen.append(factored)
         return rows(self, pieces, factored)
 
+    def spy_kv(*args):
+        kv.append(1)
+        return add_kv(*args)
+
     monkeypatch.setattr(ops.Hess, "rows", spy)
-    return seen
+    monkeypatch.setattr(attention, "add_kv_columns", spy_kv)
+    return seen, kv
 
 
 @pytest.mark.parametrize("tangent_block, chunk_bytes", [(1, 1), (5, 1 << 30), (64, 1)])
-@pytest.mark.parametrize("loss", ["mse", "cross_entropy"])
-def test_factored_sweeps_equal_the_dense_sweep(monkeypatch, loss, tangent_block, chunk_bytes):
+@pytest.mark.parametrize("case", ["stack", "gpt", "head"])
+def test_factored_sweeps_equal_the_dense_sweep(monkeypatch, case, tangent_block, chunk_bytes):
     """Linear weights after the last row-mixing operation (the last attention for MSE; the head
-    after the token mean for cross-entropy) are swept with one unit tangent per row (ops.Hess):
-    the same Hessian as the dense sweep, also with one sample per chunk (a new scale per chunk)
-    and with the weight's rows split over several blocks."""
-    model = build(11, 6, 3, 7, 2, False, "gelu", True, 1e-3, True)
+    after the token mean for cross-entropy) and, for MSE, the W_q rows of the last attention's
+    in_proj are swept with one unit tangent per row (ops.Hess, attention.add_kv_columns): the same
+    Hessian as the dense sweep, also with one sample per chunk (a new scale per chunk) and with a
+    weight's rows split over several blocks."""
+    if case == "gpt":  # pre-norm, gelu, biases, causal, one layer, 3 heads
+        model = build(13, 6, 3, 7, 1, True, "gelu", True, 1e-5, False)
+    else:  # post-norm, two layers, 2 heads, no biases
+        model = build(11, 6, 2, 7, 2, False, "relu", False, 1e-3, True)
     g = torch.Generator().manual_seed(12)
     x = torch.randn(3, 5, 6, dtype=DT, generator=g)
-    kw = dict(mask=torch.randn(5, 5, dtype=DT, generator=g))
-    if loss == "mse":
-        t = torch.randn(3, 5, 6, dtype=DT, generator=g)
-    else:
+    kw = dict(is_causal=True) if case == "gpt" else dict(mask=torch.randn(5, 5, dtype=DT, generator=g))
+    if case == "head":
         head = nn.Linear(6, 4, dtype=DT)
         t = torch.tensor([0, 3, 1])
-        kw.update(loss=loss, head=head, params=["layers.1.linear2.weight", "head.weight", "head.bias"])
-    seen = _spy_factored(monkeypatch)
+        kw.update(loss="cross_entropy", head=head, params=["layers.1.linear2.weight", "head.weight", "head.bias"])
+    else:
+        t = torch.randn(3, 5, 6, dtype=DT, generator=g)
+    seen, kv = _spy_factored(monkeypatch)
     H = exact_hessian(model, x, t, tangent_block=tangent_block, chunk_bytes=chunk_bytes, **kw)
     assert any(seen) and not all(seen)
+    assert bool(kv) == (case != "head")
     seen.clear()
     H0 = exact_hessian(model, x, t, tangent_block=tangent_block, chunk_bytes=chunk_bytes, fast_path=False, **kw)
     assert not any(seen)

@@ -52,8 +52,10 @@ class Attention:
         self.ot = ot
         return o, ot
 
-    def backward(self, go, got):
-        """(adjoint, adjoint tangent) of each input, from the output's.
+    def backward(self, go, got, rows_only: bool = False):
+        """(adjoint, adjoint tangent) of each input, from the output's; ``rows_only``: not the
+        tangents of k's and v's adjoints, which sum over the query rows (a factored sweep seeded
+        at q, :func:`add_kv_columns`, which reads the kept g_S, g_S' and g_o').
 
         The row sums of the softmax's second-order term never form a (P, .., T, T) product:
         rowsum(A * g_A') + rowsum(A' * g_A) = rowsum(g_o' * o + g_o * o'), since A v = o and
@@ -71,7 +73,9 @@ class Attention:
         if vt is not None:
             gv2 = go @ vt.transpose(-1, -2)
             gAt = gv2 if gAt is None else gAt.add_(gv2)
-        gvt = tadd(_mm(None if At is None else At.transpose(-1, -2), go), _mm(A.transpose(-1, -2), got))
+        gvt = None
+        if not rows_only:
+            gvt = tadd(_mm(None if At is None else At.transpose(-1, -2), go), _mm(A.transpose(-1, -2), got))
         gSt = None
         rt = tadd(None if got is None else got * self.o, None if self.ot is None else go * self.ot)
         if rt is not None:  # A * (g_A' - rowsum(...)); g_A' is not None only if rt is not None
@@ -80,10 +84,44 @@ class Attention:
         if At is not None:
             gSt = At * (gA - r) if gSt is None else gSt.addcmul_(At, gA - r)
         gqt = tadd(_mm(gSt, k), _mm(gS, kt))
-        gkt = tadd(_mm(None if gSt is None else gSt.transpose(-1, -2), q), _mm(gS.transpose(-1, -2), qt))
         gqt = None if gqt is None else gqt * s
+        if rows_only:
+            self.go, self.got, self.gS, self.gSt = go, got, gS, gSt
+            return [(gq, gqt), (gk, None), (gv, None)]
+        gkt = tadd(_mm(None if gSt is None else gSt.transpose(-1, -2), q), _mm(gS.transpose(-1, -2), qt))
         gkt = None if gkt is None else gkt * s
         return [(gq, gqt), (gk, gkt), (gv, gvt)]
+
+
+def add_kv_columns(core: Attention, in_proj, hess) -> None:
+    """A factored sweep seeded at q (rows a0..a1 of in_proj's W_q, :class:`.ops.Hess`): add the
+    columns of in_proj's k and v rows, whose adjoint tangents sum over the query rows t.
+
+    For the entry (u, c) of W_q, every query-side tangent is x[t, c] times unit u's (row t by row
+    t), q'_u = e_u, so per sample and head g_k'[t'] = s sum_t x[t, c] (g_S'_u[t, t'] q[t] + g_S[t, t']
+    e_u) and g_v'[t'] = sum_t x[t, c] (A'_u[t, t'] g_o[t] + A[t, t'] g_o'_u[t]); their columns of
+    W_k, W_v (b_k, b_v) are the sums over t' against x[t', c'] (against 1): sums over (t, t') of
+    x[t, c] K[t, t'] x1[t', c'], taken over t' first (x1 = [x, 1])."""
+    (_, rows), (_, a0, a1) = hess.pieces[0], in_proj.w.seed
+    x = in_proj.x2
+    N, m = x.shape
+    B, h, T, dh = core.q.shape
+    U, d = a1 - a0, h * dh
+    x1 = torch.cat([x, x.new_ones(N, 1)], 1).view(B, 1, T, m + 1)
+    heads = lambda t: t.transpose(-3, -2).unsqueeze(-1)  # (.., h, T, c) -> (.., T, h, c, 1)  # noqa: E731
+    cols = lambda t: (t @ x1).transpose(-3, -2).unsqueeze(-2)  # (.., h, T, T) -> (.., T, h, 1, m + 1)  # noqa: E731
+    wk = heads(core.q) * cols(core.gSt) * core.s  # (U, B, T, h, dh, m + 1)
+    zs = cols(core.gS) * core.s
+    for u in range(U):
+        hu, ju = divmod(a0 + u, dh)
+        wk[u, :, :, hu, ju] += zs[:, :, hu, 0]
+    wv = heads(core.go) * cols(core.At) + heads(core.got) * cols(core.A)
+    for j, w in ((1, wk), (2, wv)):
+        blk = torch.matmul(x.T, w.reshape(U, N, d * (m + 1))).view(U, m, d, m + 1)
+        if in_proj.w.cols is not None:
+            hess.H[rows, in_proj.w.cols].view(U, m, 3 * d, m)[:, :, j * d : (j + 1) * d].add_(blk[..., :m])
+        if in_proj.b is not None and in_proj.b.cols is not None:
+            hess.H[rows, in_proj.b.cols].view(U, m, 3 * d)[:, :, j * d : (j + 1) * d].add_(blk[..., m])
 
 
 class SelfAttention:
@@ -122,7 +160,10 @@ class SelfAttention:
         d, h = d3 // 3, self.h
         go = g.reshape(B, T, h, d // h).transpose(1, 2)
         got = None if gt is None else gt.reshape(gt.shape[0], B, T, h, d // h).transpose(2, 3)
-        parts = self.core.backward(go, got)
+        factored = self.source.hess.factored
+        parts = self.core.backward(go, got, rows_only=factored)
+        if factored:  # a sweep seeded at q (graph.Tape.row_local_weights): k's and v's columns here
+            add_kv_columns(self.core, self.source, self.source.hess)
         gx = g.new_empty(self.shape)
         P = next((t.shape[0] for _, t in parts if t is not None), None)
         gxt = None if P is None else g.new_empty((P, *self.shape))

@@ -62,16 +62,22 @@ class Tape:
                     adj[i] = (gi, gti)
         self.ops = []
 
+    def row_local_weights(self) -> dict[int, int]:
+        """id(slot) -> how many leading rows of the Linear weight can be swept factored
+        (:class:`.ops.Hess`): all rows of the weights after the last operation that mixes rows
+        (attention, the token mean), from which everything to the loss is row by row; and the
+        W_q rows of in_proj when that last operation is its attention (the query side is row by
+        row; :func:`.attention.add_kv_columns` adds the columns that are not)."""
+        last = max((i for i, (op, _, _) in enumerate(self.ops) if getattr(op, "mixes_rows", False)), default=-1)
+        out = {id(op.w): op.w.value.shape[0] for op, _, _ in self.ops[last + 1 :] if isinstance(op, Linear)}
+        if last >= 0 and isinstance(self.ops[last][0], SelfAttention):
+            w = self.ops[last][0].source.w
+            out[id(w)] = w.value.shape[1]
+        return out
+
     def ranks(self) -> dict[int, int]:
         """id(slot) -> the index of the operation that owns it, in graph order."""
         return {id(s): i for i, (op, _, _) in enumerate(self.ops) for s in op_slots(op)}
-
-    def row_local_weights(self) -> set[int]:
-        """id(slot) of the Linear weights after the last operation that mixes rows (attention, the
-        token mean): everything from them to the loss is row by row, so their sweeps can be factored
-        (:class:`.ops.Hess`)."""
-        last = max((i for i, (op, _, _) in enumerate(self.ops) if getattr(op, "mixes_rows", False)), default=-1)
-        return {id(op.w) for op, _, _ in self.ops[last + 1 :] if isinstance(op, Linear) and op.w is not None}
 
 
 def _slot(slots: dict, t: torch.Tensor | None) -> Slot | None:
@@ -127,9 +133,10 @@ def _forward(spec, hess: Hess, slots: dict, x: torch.Tensor) -> tuple[Tape, int]
     return tape, node
 
 
-def graph_ranks(spec, hess: Hess, slots: dict, x: torch.Tensor) -> tuple[dict[int, int], set[int]]:
-    """id(slot) -> position of its operation in the graph, and the ids of the weights whose sweeps
-    can be factored (:meth:`Tape.row_local_weights`), from a values-only sweep of ``x`` (no seeds)."""
+def graph_ranks(spec, hess: Hess, slots: dict, x: torch.Tensor) -> tuple[dict[int, int], dict[int, int]]:
+    """id(slot) -> position of its operation in the graph, and id(slot) -> the leading rows of a
+    weight that can be swept factored (:meth:`Tape.row_local_weights`), from a values-only sweep of
+    ``x`` (no seeds)."""
     tape = _forward(spec, hess, slots, x)[0]
     return tape.ranks(), tape.row_local_weights()
 

@@ -21,8 +21,8 @@ from .ops import Hess, Slot
 FACTORED_ROWS = 32
 
 
-def graph_order(graph: tuple[dict, set], slots: dict, keys: dict, factored: bool) -> tuple[dict, set]:
-    """(name -> graph position of its operation, names of the weights swept factored) from
+def graph_order(graph: tuple[dict, dict], slots: dict, keys: dict, factored: bool) -> tuple[dict, dict]:
+    """(name -> graph position of its operation, name -> leading rows swept factored) from
     :func:`.graph.graph_ranks` (``factored=False``: none).
 
     The sweeps take the parameters in the order of the graph: a sweep whose tangents start at
@@ -30,26 +30,26 @@ def graph_order(graph: tuple[dict, set], slots: dict, keys: dict, factored: bool
     columns of the parameters before r are the transposed rows of the earlier sweeps."""
     ranks, row_local = graph
     rank = {n: ranks[id(slots[k])] for n, k in keys.items()}
-    return rank, {n for n, k in keys.items() if factored and id(slots[k]) in row_local}
+    return rank, {n: row_local[id(slots[k])] for n, k in keys.items() if factored and id(slots[k]) in row_local}
 
 
-def tangent_blocks(names: list[str], named: dict, cols: dict, limit: int, factored=frozenset()) -> list[list[tuple]]:
+def tangent_blocks(names: list[str], named: dict, cols: dict, limit: int, factored=None) -> list[list[tuple]]:
     """Split the selected parameters, taken in the order of ``names``, by whole rows (first index)
     into blocks of at most ``limit`` tangents (a row longer than that is a block of its own): per
     block its pieces (name, local tangent range, a0, a1, rows of H), a piece being rows a0..a1 of
-    one parameter. A parameter in ``factored`` (a Linear weight swept with one unit tangent per
-    row, :class:`.ops.Hess`) gets blocks of its own of at most ``FACTORED_ROWS * limit`` rows of H."""
-    blocks, cur, n = [], [], 0
+    one parameter. The leading ``factored[name]`` rows of a Linear weight (swept with one unit
+    tangent per row, :class:`.ops.Hess`) get blocks of their own of at most ``FACTORED_ROWS * limit``
+    rows of H; its other rows are blocks as above."""
+    blocks, cur, n, factored = [], [], 0, factored or {}
     for name in names:
         p = named[name]
         rs, R, a = _row_size(p), (p.shape[0] if p.dim() else 1), 0
-        if name in factored:
+        if factored.get(name):
             blocks += [cur] if cur else []
-            cur, n, step = [], 0, max(1, FACTORED_ROWS * limit // rs)
-            for a in range(0, R, step):
-                b, start = min(R, a + step), cols[name].start
-                blocks.append([(name, slice(0, b - a), a, b, slice(start + a * rs, start + b * rs))])
-            continue
+            cur, n, step, a = [], 0, max(1, FACTORED_ROWS * limit // rs), factored[name]
+            for a0 in range(0, a, step):
+                a1, start = min(a, a0 + step), cols[name].start
+                blocks.append([(name, slice(0, a1 - a0), a0, a1, slice(start + a0 * rs, start + a1 * rs))])
         while a < R:
             room = (limit - n) // rs
             if room <= 0 and cur:
@@ -72,14 +72,15 @@ def _row_size(p: torch.Tensor) -> int:
 
 def sweep(spec, hess: Hess, slots: dict, keys: dict, pieces: list, inputs, targets, chunk: int, factored) -> None:
     """One block of tangents (``pieces``, :func:`tangent_blocks`) through the batch, chunk by chunk
-    (factored when its parameter is in ``factored``).
+    (factored when its rows are among the ``factored`` leading rows of its weight).
 
     The block's seeds live on its own copies of the slots and its rows on its own view of H, so
     blocks (disjoint rows of H) can be swept at the same time."""
     local = {k: Slot(s.value, s.cols) for k, s in slots.items()}
     for name, tangents, a0, a1, _ in pieces:
         local[keys[name]].seed = (tangents, a0, a1)
-    view = hess.rows([(tangents, rows) for _, tangents, _, _, rows in pieces], pieces[0][0] in factored)
+    name, _, _, a1, _ = pieces[0]
+    view = hess.rows([(tangents, rows) for _, tangents, _, _, rows in pieces], a1 <= factored.get(name, 0))
     with torch.no_grad():  # grad mode is per thread
         for b0 in range(0, inputs.shape[0], chunk):
             chunk_hessian(spec, view, local, inputs[b0 : b0 + chunk].detach(), targets[b0 : b0 + chunk])
