@@ -214,22 +214,22 @@ def test_a_failing_worker_stops_the_sweeps(monkeypatch):
 
 
 def _spy_factored(monkeypatch) -> tuple[list[bool], list[int]]:
-    """Record, per sweep, whether it was factored (ops.Hess.rows' flag), and count the sweeps
-    seeded at W_q that added k's and v's columns (attention.add_kv_columns)."""
+    """Record, per sweep, whether it was factored (ops.Hess.rows' flag), and which part of in_proj
+    (0: W_q, 2: W_v) seeded the sweeps that added the columns not row by row (attention.add_mixed_columns)."""
     from transformer_hessian.encoder import attention, ops
 
-    seen, kv, rows, add_kv = [], [], ops.Hess.rows, attention.add_kv_columns
+    seen, kv, rows, add_kv = [], [], ops.Hess.rows, attention.add_mixed_columns
 
     def spy(self, pieces, factored=False):
         seen.append(factored)
         return rows(self, pieces, factored)
 
-    def spy_kv(*args):
-        kv.append(1)
-        return add_kv(*args)
+    def spy_kv(core, in_proj, hess):
+        kv.append(in_proj.w.seed[1] // in_proj.w.value.shape[1])  # 0: seeded at W_q, 2: at W_v
+        return add_kv(core, in_proj, hess)
 
     monkeypatch.setattr(ops.Hess, "rows", spy)
-    monkeypatch.setattr(attention, "add_kv_columns", spy_kv)
+    monkeypatch.setattr(attention, "add_mixed_columns", spy_kv)
     return seen, kv
 
 
@@ -237,8 +237,8 @@ def _spy_factored(monkeypatch) -> tuple[list[bool], list[int]]:
 @pytest.mark.parametrize("case", ["stack", "gpt", "head"])
 def test_factored_sweeps_equal_the_dense_sweep(monkeypatch, case, tangent_block, chunk_bytes):
     """Linear weights after the last row-mixing operation (the last attention for MSE; the head
-    after the token mean for cross-entropy) and, for MSE, the W_q rows of the last attention's
-    in_proj are swept with one unit tangent per row (ops.Hess, attention.add_kv_columns): the same
+    after the token mean for cross-entropy) and, for MSE, the W_q and W_v rows of the last
+    attention's in_proj are swept with one unit tangent per row (ops.Hess, attention.add_mixed_columns): the same
     Hessian as the dense sweep, also with one sample per chunk (a new scale per chunk) and with a
     weight's rows split over several blocks."""
     if case == "gpt":  # pre-norm, gelu, biases, causal, one layer, 3 heads
@@ -257,7 +257,7 @@ def test_factored_sweeps_equal_the_dense_sweep(monkeypatch, case, tangent_block,
     seen, kv = _spy_factored(monkeypatch)
     H = exact_hessian(model, x, t, tangent_block=tangent_block, chunk_bytes=chunk_bytes, **kw)
     assert any(seen) and not all(seen)
-    assert bool(kv) == (case != "head")
+    assert set(kv) == (set() if case == "head" else {0, 2})
     seen.clear()
     H0 = exact_hessian(model, x, t, tangent_block=tangent_block, chunk_bytes=chunk_bytes, fast_path=False, **kw)
     assert not any(seen)

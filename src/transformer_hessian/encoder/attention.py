@@ -54,8 +54,9 @@ class Attention:
 
     def backward(self, go, got, rows_only: bool = False):
         """(adjoint, adjoint tangent) of each input, from the output's; ``rows_only``: not the
-        tangents of k's and v's adjoints, which sum over the query rows (a factored sweep seeded
-        at q, :func:`add_kv_columns`, which reads the kept g_S, g_S' and g_o').
+        tangents of k's and v's adjoints, which sum over the query rows, nor g_o v'^T in g_A' (a
+        factored sweep seeded at q or v, :func:`add_mixed_columns`, which reads the kept g_S, g_S'
+        and g_o').
 
         The row sums of the softmax's second-order term never form a (P, .., T, T) product:
         rowsum(A * g_A') + rowsum(A' * g_A) = rowsum(g_o' * o + g_o * o'), since A v = o and
@@ -70,7 +71,7 @@ class Attention:
         gk = (gS.transpose(-1, -2) @ q) * s
         # tangents of the adjoints
         gAt = _mm(got, v.transpose(-1, -2))
-        if vt is not None:
+        if vt is not None and not rows_only:  # column t' scaled by x[t', c] in a sweep seeded at v
             gv2 = go @ vt.transpose(-1, -2)
             gAt = gv2 if gAt is None else gAt.add_(gv2)
         gvt = None
@@ -93,17 +94,20 @@ class Attention:
         return [(gq, gqt), (gk, gkt), (gv, gvt)]
 
 
-def add_kv_columns(core: Attention, in_proj, hess) -> None:
-    """A factored sweep seeded at q (rows a0..a1 of in_proj's W_q, :class:`.ops.Hess`): add the
-    columns of in_proj's k and v rows, whose adjoint tangents sum over the query rows t.
+def add_mixed_columns(core: Attention, in_proj, hess) -> None:
+    """A factored sweep seeded at rows a0..a1 of in_proj's W_q, or of W_v within one head h0
+    (:class:`.ops.Hess`): add the columns of in_proj whose adjoint tangents are not row by row.
 
-    For the entry (u, c) of W_q, every query-side tangent is x[t, c] times unit u's (row t by row
-    t), q'_u = e_u, so per sample and head g_k'[t'] = s sum_t x[t, c] (g_S'_u[t, t'] q[t] + g_S[t, t']
-    e_u) and g_v'[t'] = sum_t x[t, c] (A'_u[t, t'] g_o[t] + A[t, t'] g_o'_u[t]); their columns of
-    W_k, W_v (b_k, b_v) are the sums over t' against x[t', c'] (against 1): sums over (t, t') of
-    x[t, c] K[t, t'] x1[t', c'], taken over t' first (x1 = [x, 1])."""
+    Row by row, the tangents after the attention are scale[t, c] times unit u's: scale = x for a
+    seed at q (q'_u = e_u; the query side is row by row), A_h0 x for a seed at v (v' = x[:, c] e_u,
+    o' = A v' = (A x)[:, c] e_u); g_S' = scale[t, c] G_u[t, t'] (+ A_h0[t, t'] g_o[t, j_u] x[t', c] for
+    v), G_u being what :meth:`Attention.backward` keeps. Per sample and head: g_k'[t'] = s sum_t
+    g_S'[t, t'] q[t] (+ g_S[t, t'] x[t, c] e_u for q), g_v'[t'] = sum_t A'[t, t'] g_o[t] + A[t, t']
+    g_o'[t], and for v the extra g_q'[t] = s g_o[t, j_u] sum_t' A_h0[t, t'] x[t', c] k[t']. Their
+    columns of W (b) are the sums over rows against x1 = [x, 1]: two-sided sums over (t, t'),
+    taken over t' first. The row-by-row g_q' goes back through in_proj's own sums."""
     (_, rows), (_, a0, a1) = hess.pieces[0], in_proj.w.seed
-    x = in_proj.x2
+    x, outer = in_proj.x2, hess.scale
     N, m = x.shape
     B, h, T, dh = core.q.shape
     U, d = a1 - a0, h * dh
@@ -111,17 +115,42 @@ def add_kv_columns(core: Attention, in_proj, hess) -> None:
     heads = lambda t: t.transpose(-3, -2).unsqueeze(-1)  # (.., h, T, c) -> (.., T, h, c, 1)  # noqa: E731
     cols = lambda t: (t @ x1).transpose(-3, -2).unsqueeze(-2)  # (.., h, T, T) -> (.., T, h, 1, m + 1)  # noqa: E731
     wk = heads(core.q) * cols(core.gSt) * core.s  # (U, B, T, h, dh, m + 1)
-    zs = cols(core.gS) * core.s
-    for u in range(U):
-        hu, ju = divmod(a0 + u, dh)
-        wk[u, :, :, hu, ju] += zs[:, :, hu, 0]
-    wv = heads(core.go) * cols(core.At) + heads(core.got) * cols(core.A)
+    wv = heads(core.got) * cols(core.A)
+    extra = []
+    if a1 <= d:  # seeded at q
+        zs = cols(core.gS) * core.s
+        for u in range(U):
+            hu, ju = divmod(a0 + u, dh)
+            wk[u, :, :, hu, ju] += zs[:, :, hu, 0]
+        wv += heads(core.go) * cols(core.At)
+    else:
+        extra = _v_seed_columns(core, x, x1.view(N, m + 1), a0 - 2 * d, a1 - 2 * d)
     for j, w in ((1, wk), (2, wv)):
-        blk = torch.matmul(x.T, w.reshape(U, N, d * (m + 1))).view(U, m, d, m + 1)
+        blk = torch.matmul(outer.T, w.reshape(U, N, d * (m + 1))).view(U, m, d, m + 1)
+        extra.append((j * d, blk))
+    for r0, blk in extra:
+        r1 = r0 + blk.shape[2]
         if in_proj.w.cols is not None:
-            hess.H[rows, in_proj.w.cols].view(U, m, 3 * d, m)[:, :, j * d : (j + 1) * d].add_(blk[..., :m])
+            hess.H[rows, in_proj.w.cols].view(U, m, 3 * d, m)[:, :, r0:r1].add_(blk[..., :m])
         if in_proj.b is not None and in_proj.b.cols is not None:
-            hess.H[rows, in_proj.b.cols].view(U, m, 3 * d)[:, :, j * d : (j + 1) * d].add_(blk[..., m])
+            hess.H[rows, in_proj.b.cols].view(U, m, 3 * d)[:, :, r0:r1].add_(blk[..., m])
+
+
+def _v_seed_columns(core: Attention, x, x1, v0: int, v1: int) -> list:
+    """The terms of a sweep seeded at rows v0..v1 of W_v (one head h0) in which x[t', c] scales the
+    key row t' (from g_o v'^T in g_A'): (first row of in_proj, (U, m, d_h, m + 1) block) for the
+    W_q rows of h0 (s sum_n g_o[n, j_u] Y[n, c, j] x1[n, c'], Y[t] = sum_t' A[t, t'] x[t', c] k[t', j])
+    and its W_k rows (s sum_n x[n, c] M[n, j_u, j] x1[n, c'], M[t'] = sum_t A[t, t'] g_o[t, j_u] q[t, j])."""
+    B, h, T, dh = core.q.shape
+    N, m = x.shape
+    h0, ju = v0 // dh, torch.arange(v0, v1, device=x.device) % dh
+    A0, q0, k0, go0 = core.A[:, h0], core.q[:, h0], core.k[:, h0], core.go[:, h0]
+    X = x.view(B, T, m, 1)
+    Y = (A0 @ (X * k0.unsqueeze(-2)).view(B, T, m * dh)).view(N, m, dh)
+    M = (A0.transpose(-1, -2) @ (go0.unsqueeze(-1) * q0.unsqueeze(-2)).view(B, T, dh * dh)).view(N, dh, dh)
+    yq = torch.einsum("nk,ncj,ne->kcje", go0.reshape(N, dh), Y, x1) * core.s
+    yk = torch.einsum("nc,nkj,ne->kcje", x, M, x1) * core.s
+    return [(h0 * dh, yq[ju]), (h * dh + h0 * dh, yk[ju])]
 
 
 class SelfAttention:
@@ -151,6 +180,10 @@ class SelfAttention:
             live = xt is not None and lo < sl.stop and hi > sl.start
             args.append(xt[..., sl].reshape(xt.shape[0], B, T, h, d // h).transpose(2, 3) if live else None)
         o, ot = self.core.forward(*args)
+        hess, seed = self.source.hess, self.source.w.seed
+        if hess.factored and seed is not None and seed[1] >= 2 * d:  # seeded at v: the rows' scale is A_h0 x
+            h0 = (seed[1] - 2 * d) // (d // h)
+            hess.scale = (self.core.A[:, h0] @ self.source.x2.view(B, T, -1)).reshape(B * T, -1)
         out = o.transpose(1, 2).reshape(B, T, d)
         return out, None if ot is None else ot.transpose(2, 3).reshape(ot.shape[0], B, T, d)
 
@@ -162,8 +195,8 @@ class SelfAttention:
         got = None if gt is None else gt.reshape(gt.shape[0], B, T, h, d // h).transpose(2, 3)
         factored = self.source.hess.factored
         parts = self.core.backward(go, got, rows_only=factored)
-        if factored:  # a sweep seeded at q (graph.Tape.row_local_weights): k's and v's columns here
-            add_kv_columns(self.core, self.source, self.source.hess)
+        if factored:  # a sweep seeded at q or v (graph.Tape.row_local_weights): the columns not row by row
+            add_mixed_columns(self.core, self.source, self.source.hess)
         gx = g.new_empty(self.shape)
         P = next((t.shape[0] for _, t in parts if t is not None), None)
         gxt = None if P is None else g.new_empty((P, *self.shape))

@@ -62,17 +62,19 @@ class Tape:
                     adj[i] = (gi, gti)
         self.ops = []
 
-    def row_local_weights(self) -> dict[int, int]:
-        """id(slot) -> how many leading rows of the Linear weight can be swept factored
+    def row_local_weights(self) -> dict[int, list[tuple[int, int]]]:
+        """id(slot) -> the ranges of rows of a Linear weight that can be swept factored
         (:class:`.ops.Hess`): all rows of the weights after the last operation that mixes rows
-        (attention, the token mean), from which everything to the loss is row by row; and the
-        W_q rows of in_proj when that last operation is its attention (the query side is row by
-        row; :func:`.attention.add_kv_columns` adds the columns that are not)."""
+        (attention, the token mean), from which everything to the loss is row by row; and, when
+        that last operation is an attention, its in_proj's W_q rows (the query side is row by row)
+        and its W_v rows head by head (o' = A v' is A x row-scaled); :func:`.attention.add_mixed_columns`
+        adds the columns whose adjoint tangents are not row by row."""
         last = max((i for i, (op, _, _) in enumerate(self.ops) if getattr(op, "mixes_rows", False)), default=-1)
-        out = {id(op.w): op.w.value.shape[0] for op, _, _ in self.ops[last + 1 :] if isinstance(op, Linear)}
+        out = {id(op.w): [(0, op.w.value.shape[0])] for op, _, _ in self.ops[last + 1 :] if isinstance(op, Linear)}
         if last >= 0 and isinstance(self.ops[last][0], SelfAttention):
-            w = self.ops[last][0].source.w
-            out[id(w)] = w.value.shape[1]
+            w, nh = self.ops[last][0].source.w, self.ops[last][0].h
+            d = w.value.shape[1]
+            out[id(w)] = [(0, d)] + [(2 * d + i * d // nh, 2 * d + (i + 1) * d // nh) for i in range(nh)]
         return out
 
     def ranks(self) -> dict[int, int]:
@@ -133,8 +135,8 @@ def _forward(spec, hess: Hess, slots: dict, x: torch.Tensor) -> tuple[Tape, int]
     return tape, node
 
 
-def graph_ranks(spec, hess: Hess, slots: dict, x: torch.Tensor) -> tuple[dict[int, int], dict[int, int]]:
-    """id(slot) -> position of its operation in the graph, and id(slot) -> the leading rows of a
+def graph_ranks(spec, hess: Hess, slots: dict, x: torch.Tensor) -> tuple[dict[int, int], dict[int, list]]:
+    """id(slot) -> position of its operation in the graph, and id(slot) -> the ranges of rows of a
     weight that can be swept factored (:meth:`Tape.row_local_weights`), from a values-only sweep of
     ``x`` (no seeds)."""
     tape = _forward(spec, hess, slots, x)[0]

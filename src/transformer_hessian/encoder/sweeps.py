@@ -22,7 +22,7 @@ FACTORED_ROWS = 32
 
 
 def graph_order(graph: tuple[dict, dict], slots: dict, keys: dict, factored: bool) -> tuple[dict, dict]:
-    """(name -> graph position of its operation, name -> leading rows swept factored) from
+    """(name -> graph position of its operation, name -> the row ranges swept factored) from
     :func:`.graph.graph_ranks` (``factored=False``: none).
 
     The sweeps take the parameters in the order of the graph: a sweep whose tangents start at
@@ -37,33 +37,43 @@ def tangent_blocks(names: list[str], named: dict, cols: dict, limit: int, factor
     """Split the selected parameters, taken in the order of ``names``, by whole rows (first index)
     into blocks of at most ``limit`` tangents (a row longer than that is a block of its own): per
     block its pieces (name, local tangent range, a0, a1, rows of H), a piece being rows a0..a1 of
-    one parameter. The leading ``factored[name]`` rows of a Linear weight (swept with one unit
-    tangent per row, :class:`.ops.Hess`) get blocks of their own of at most ``FACTORED_ROWS * limit``
-    rows of H; its other rows are blocks as above."""
+    one parameter. The row ranges ``factored[name]`` of a Linear weight (swept with one unit
+    tangent per row, :class:`.ops.Hess`) get blocks of their own, within one range each and of at
+    most ``FACTORED_ROWS * limit`` rows of H; its other rows are blocks as above."""
     blocks, cur, n, factored = [], [], 0, factored or {}
     for name in names:
         p = named[name]
-        rs, R, a = _row_size(p), (p.shape[0] if p.dim() else 1), 0
-        if factored.get(name):
-            blocks += [cur] if cur else []
-            cur, n, step, a = [], 0, max(1, FACTORED_ROWS * limit // rs), factored[name]
-            for a0 in range(0, a, step):
-                a1, start = min(a, a0 + step), cols[name].start
+        rs, R = _row_size(p), (p.shape[0] if p.dim() else 1)
+        ranges, dense, a = sorted(factored.get(name, [])), [], 0
+        blocks += [cur] if cur and ranges else []
+        cur, n = ([], 0) if ranges else (cur, n)
+        for r0, r1 in ranges:
+            dense += [(a, r0)] if r0 > a else []
+            step, a = max(1, FACTORED_ROWS * limit // rs), r1
+            for a0 in range(r0, r1, step):
+                a1, start = min(r1, a0 + step), cols[name].start
                 blocks.append([(name, slice(0, a1 - a0), a0, a1, slice(start + a0 * rs, start + a1 * rs))])
-        while a < R:
-            room = (limit - n) // rs
-            if room <= 0 and cur:
-                blocks.append(cur)
-                cur, n = [], 0
-                continue
-            take = min(R - a, max(room, 1))
-            start = cols[name].start + a * rs
-            cur.append((name, slice(n, n + take * rs), a, a + take, slice(start, start + take * rs)))
-            n += take * rs
-            a += take
+        for a, end in [*dense, (a, R)]:  # noqa: B020 (the list is built first)
+            while a < end:
+                room = (limit - n) // rs
+                if room <= 0 and cur:
+                    blocks.append(cur)
+                    cur, n = [], 0
+                    continue
+                take = min(end - a, max(room, 1))
+                start = cols[name].start + a * rs
+                cur.append((name, slice(n, n + take * rs), a, a + take, slice(start, start + take * rs)))
+                n += take * rs
+                a += take
     if cur:
         blocks.append(cur)
     return blocks
+
+
+def _factored(pieces: list, factored: dict) -> bool:
+    """Whether a block is one piece within a range of rows swept factored (:func:`tangent_blocks`)."""
+    name, _, a0, a1, _ = pieces[0]
+    return len(pieces) == 1 and any(r0 <= a0 and a1 <= r1 for r0, r1 in factored.get(name, []))
 
 
 def _row_size(p: torch.Tensor) -> int:
@@ -72,15 +82,14 @@ def _row_size(p: torch.Tensor) -> int:
 
 def sweep(spec, hess: Hess, slots: dict, keys: dict, pieces: list, inputs, targets, chunk: int, factored) -> None:
     """One block of tangents (``pieces``, :func:`tangent_blocks`) through the batch, chunk by chunk
-    (factored when its rows are among the ``factored`` leading rows of its weight).
+    (factored when its rows are in a range of ``factored``, :func:`tangent_blocks`).
 
     The block's seeds live on its own copies of the slots and its rows on its own view of H, so
     blocks (disjoint rows of H) can be swept at the same time."""
     local = {k: Slot(s.value, s.cols) for k, s in slots.items()}
     for name, tangents, a0, a1, _ in pieces:
         local[keys[name]].seed = (tangents, a0, a1)
-    name, _, _, a1, _ = pieces[0]
-    view = hess.rows([(tangents, rows) for _, tangents, _, _, rows in pieces], a1 <= factored.get(name, 0))
+    view = hess.rows([(tangents, rows) for _, tangents, _, _, rows in pieces], _factored(pieces, factored))
     with torch.no_grad():  # grad mode is per thread
         for b0 in range(0, inputs.shape[0], chunk):
             chunk_hessian(spec, view, local, inputs[b0 : b0 + chunk].detach(), targets[b0 : b0 + chunk])
