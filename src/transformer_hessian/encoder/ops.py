@@ -41,11 +41,13 @@ class Hess:
     rows of one sweep need not be contiguous in H (the sweep takes the parameters in the order of
     the graph, :func:`.api.exact_hessian`).
 
-    A *factored* sweep (one piece: whole rows a0..a1 of a Linear weight W (o, i) whose output
-    is only read by row-local operations, :func:`.graph.graph_ranks`) propagates one unit
+    A *factored* sweep (one piece: whole rows a0..a1 of a Linear weight W (o, i) whose tangents
+    stay row by row up to the loss, :meth:`.graph.Tape.row_local_weights`) propagates one unit
     tangent per row a of W: the tangent of every node for the entry (a, c) is, row n by row n,
-    ``scale[n, c]`` (the input x of W, set by its forward) times unit a's. Its rows of H are
-    (a, c) in row-major order, from sums over rows n weighted by ``scale[n, c]``."""
+    ``scale[n, c]`` times unit a's, the scale being the input x of W (set by its forward) or, after
+    the attention of a sweep seeded at W_v, A_h x (set by :class:`.attention.SelfAttention`). Its
+    rows of H are (a, c) in row-major order, from sums over rows n weighted by ``scale[n, c]``
+    (docs/theory.md, section 21, "Factored sweeps")."""
 
     def __init__(self, H: torch.Tensor, pieces: list[tuple[slice, slice]] | None = None, factored: bool = False):
         self.H = H
