@@ -168,15 +168,13 @@ class Linear:
         if seeded:
             yt = _zeros_tangent(self.hess.P, y) if yt is None else yt
         if _seeded(self.w) and self.hess.factored:  # yt[a, n, a] += 1; row (a, c) is x[n, c] times it
-            sl, a0, a1 = self.w.seed
             self.hess.scale = self.x2
-            yt[sl].view(a1 - a0, N, o)[..., a0:a1].diagonal(0, 0, 2).add_(1.0)
+            _seed_diag(yt, self.w.seed, N, o)
         elif _seeded(self.w):  # yt[(a, c), n, a] += x[n, c]
             sl, a0, a1 = self.w.seed
             yt[sl].view(a1 - a0, i, N, o)[..., a0:a1].diagonal(0, 0, 3).add_(self.x2.T.unsqueeze(-1))
         if _seeded(self.b):  # yt[a, n, a] += 1
-            sl, a0, a1 = self.b.seed
-            yt[sl].view(a1 - a0, N, o)[..., a0:a1].diagonal(0, 0, 2).add_(1.0)
+            _seed_diag(yt, self.b.seed, N, o)
         self.shape = x.shape
         out_shape = (*x.shape[:-1], o)
         return y.view(out_shape), None if yt is None else yt.view(self.hess.P, *out_shape)
@@ -204,10 +202,11 @@ class Linear:
         return [(gx.view(self.shape), None if gxt is None else gxt.view(P, *self.shape))]
 
 
-def _seed_diag(t: torch.Tensor, seed: tuple, N: int, vals: torch.Tensor) -> None:
-    """t[(a), n, a] += vals[n, a] for the seeded entries a0 <= a < a1 of an elementwise parameter."""
+def _seed_diag(t: torch.Tensor, seed: tuple, N: int, width: int, vals: torch.Tensor | None = None) -> None:
+    """t[(a), n, a] += vals[n, a] (1 when ``vals`` is None) for the seeded entries a0 <= a < a1 of a
+    parameter acting on one output column each (a bias, a LayerNorm's gamma or beta, a unit seed)."""
     sl, a0, a1 = seed
-    t[sl].view(a1 - a0, N, vals.shape[-1])[..., a0:a1].diagonal(0, 0, 2).add_(vals[:, a0:a1])
+    t[sl].view(a1 - a0, N, width)[..., a0:a1].diagonal(0, 0, 2).add_(1.0 if vals is None else vals[:, a0:a1])
 
 
 class LayerNorm:
@@ -238,9 +237,9 @@ class LayerNorm:
         if _seeded(self.gamma) or _seeded(self.beta):
             yt = _zeros_tangent(P, y) if yt is None else yt
         if _seeded(self.gamma):
-            _seed_diag(yt, self.gamma.seed, N, self.n)
+            _seed_diag(yt, self.gamma.seed, N, d, self.n)
         if _seeded(self.beta):
-            _seed_diag(yt, self.beta.seed, N, torch.ones_like(self.n))
+            _seed_diag(yt, self.beta.seed, N, d)
         self.shape = x.shape
         return y.view(x.shape), None if yt is None else yt.view(P, *x.shape)
 
@@ -258,7 +257,7 @@ class LayerNorm:
         gnt = None if gt2 is None else (gt2 * gam if gam is not None else gt2)
         if _seeded(self.gamma):
             gnt = _zeros_tangent(P, gn) if gnt is None else gnt
-            _seed_diag(gnt, self.gamma.seed, N, g2)
+            _seed_diag(gnt, self.gamma.seed, N, d, g2)
         m = (gn * n).mean(-1, keepdim=True)
         gx = (gn - gn.mean(-1, keepdim=True) - n * m) / sigma
         # H[:, gamma] = sum_n gt * n + g * nt,  H[:, beta] = sum_n gt
