@@ -215,7 +215,7 @@ def test_a_failing_worker_stops_the_sweeps(monkeypatch):
 
 def _spy_factored(monkeypatch) -> tuple[list[bool], list[int]]:
     """Record, per sweep, whether it was factored (ops.Hess.rows' flag), and which part of in_proj
-    (0: W_q, 2: W_v) seeded the sweeps that added the columns not row by row (attention.add_mixed_columns)."""
+    (0: W_q, 1: W_k, 2: W_v) seeded the sweeps that added the columns not row by row (attention.add_mixed_columns)."""
     from transformer_hessian.encoder import attention, ops
 
     seen, kv, rows, add_kv = [], [], ops.Hess.rows, attention.add_mixed_columns
@@ -225,7 +225,7 @@ def _spy_factored(monkeypatch) -> tuple[list[bool], list[int]]:
         return rows(self, pieces, factored)
 
     def spy_kv(core, in_proj, hess):
-        kv.append(in_proj.w.seed[1] // in_proj.w.value.shape[1])  # 0: seeded at W_q, 2: at W_v
+        kv.append(in_proj.w.seed[1] // in_proj.w.value.shape[1])  # 0: seeded at W_q, 1: at W_k, 2: at W_v
         return add_kv(core, in_proj, hess)
 
     monkeypatch.setattr(ops.Hess, "rows", spy)
@@ -257,7 +257,7 @@ def test_factored_sweeps_equal_the_dense_sweep(monkeypatch, case, tangent_block,
     seen, kv = _spy_factored(monkeypatch)
     H = exact_hessian(model, x, t, tangent_block=tangent_block, chunk_bytes=chunk_bytes, **kw)
     assert any(seen) and not all(seen)
-    assert set(kv) == (set() if case == "head" else {0, 2})
+    assert set(kv) == (set() if case == "head" else {0, 1, 2})
     seen.clear()
     H0 = exact_hessian(model, x, t, tangent_block=tangent_block, chunk_bytes=chunk_bytes, fast_path=False, **kw)
     assert not any(seen)

@@ -26,8 +26,9 @@ class Attention:
     def __init__(self, mask: torch.Tensor | None):
         self.mask = mask
 
-    def forward(self, q, qt, k, kt, v, vt):
-        """The output's value and tangent (P, *shape), None when zero."""
+    def forward(self, q, qt, k, kt, v, vt, St=None):
+        """The output's value and tangent (P, *shape), None when zero; ``St``: a tangent of the
+        scores besides those of q and k (a sweep seeded at W_k, :class:`SelfAttention`)."""
         s = 1.0 / math.sqrt(q.shape[-1])
         self.s = s
         S = (q @ k.transpose(-1, -2)) * s
@@ -39,7 +40,7 @@ class Attention:
         self.qt, self.kt, self.vt = qt, kt, vt
         # S' = s (q' k^T + q k'^T); A' = A * (S' - rowsum(A * S')), formed in place (the (P, .., T, T)
         # tensors are the largest of the sweep)
-        St = _mm(None if qt is None else qt * s, k.transpose(-1, -2))
+        St = tadd(St, _mm(None if qt is None else qt * s, k.transpose(-1, -2)))
         if kt is not None:
             qk = (q * s) @ kt.transpose(-1, -2)
             St = qk if St is None else St.add_(qk)
@@ -95,45 +96,61 @@ class Attention:
 
 
 def add_mixed_columns(core: Attention, in_proj, hess) -> None:
-    """A factored sweep seeded at rows a0..a1 of in_proj's W_q, or of W_v within one head h0
+    """A factored sweep seeded at rows a0..a1 of in_proj's W_q, or of W_k or W_v within one head h0
     (:class:`.ops.Hess`): add the columns of in_proj whose adjoint tangents are not row by row.
 
-    Row by row, the tangents after the attention are scale[t, c] times unit u's: scale = x for a
-    seed at q (q'_u = e_u; the query side is row by row), A_h0 x for a seed at v (v' = x[:, c] e_u,
-    o' = A v' = (A x)[:, c] e_u); g_S' = scale[t, c] G_u[t, t'] (+ A_h0[t, t'] g_o[t, j_u] x[t', c] for
-    v), G_u being what :meth:`Attention.backward` keeps. Per sample and head: g_k'[t'] = s sum_t
-    g_S'[t, t'] q[t] (+ g_S[t, t'] x[t, c] e_u for q), g_v'[t'] = sum_t A'[t, t'] g_o[t] + A[t, t']
-    g_o'[t], and for v the extra g_q'[t] = s g_o[t, j_u] sum_t' A_h0[t, t'] x[t', c] k[t']. Their
-    columns of W (b) are the sums over rows against x1 = [x, 1]: two-sided sums over (t, t'),
-    taken over t' first. The row-by-row g_q' goes back through in_proj's own sums."""
-    (_, rows), (_, a0, a1) = hess.pieces[0], in_proj.w.seed
+    Row by row, the tangents after the attention are a scale times a unit tangent's: for a seed at
+    q, x[t, c] times unit u's (q'_u = e_u; the query side is row by row); at v, (A_h0 x)[t, c] times
+    unit u's (v' = x[:, c] e_u, o' = A v' = (A x)[:, c] e_u); at k, q[t, u] times unit c's (k' =
+    x[:, c] e_u, S'[t, t'] = s q[t, u] x[t', c]). So g_S' = scale G[t, t'] (+ A_h0[t, t'] g_o[t, j_u]
+    x[t', c] for v), G being what :meth:`Attention.backward` keeps. Per sample and head: g_k'[t'] =
+    s sum_t g_S'[t, t'] q[t] (+ g_S[t, t'] x[t, c] e_u for q), g_v'[t'] = sum_t A'[t, t'] g_o[t] +
+    A[t, t'] g_o'[t], for v the extra g_q'[t] = s g_o[t, j_u] sum_t' A_h0[t, t'] x[t', c] k[t'], for
+    k the extra g_q'[t] = s (g_S x)[t, c] e_u. Their columns of W (b) are the sums over rows against
+    x1 = [x, 1]: two-sided sums over (t, t'), taken over t' first. The row-by-row g_q' goes back
+    through in_proj's own sums."""
+    a0, a1 = in_proj.w.seed[1:]
     x, outer = in_proj.x2, hess.scale
     N, m = x.shape
     B, h, T, dh = core.q.shape
-    U, d = a1 - a0, h * dh
+    P, d = hess.P, h * dh
     x1 = torch.cat([x, x.new_ones(N, 1)], 1).view(B, 1, T, m + 1)
-    heads = lambda t: t.transpose(-3, -2).unsqueeze(-1)  # (.., h, T, c) -> (.., T, h, c, 1)  # noqa: E731
-    cols = lambda t: (t @ x1).transpose(-3, -2).unsqueeze(-2)  # (.., h, T, T) -> (.., T, h, 1, m + 1)  # noqa: E731
-    wk = heads(core.q) * cols(core.gSt) * core.s  # (U, B, T, h, dh, m + 1)
-    wv = heads(core.got) * cols(core.A)
+    rows = lambda t: t.transpose(1, 2).reshape(N, h, -1)  # (B, h, T, c) -> (N, h, c)  # noqa: E731
+    tan = lambda t: t.permute(2, 1, 3, 0, 4).reshape(h, N, -1)  # (P, B, h, T, c) -> (h, N, P c)  # noqa: E731
+    # (P, U, h, j, c'): k from g_S', v from g_o' (and A' for q and k seeds)
+    wk = _row_sums(outer, rows(core.q) * core.s, tan(core.gSt @ x1), P)
+    wv = _row_sums(outer, rows(core.A @ x1), tan(core.got), P).transpose(-1, -2)
+    if a1 <= 2 * d:
+        wv += _row_sums(outer, rows(core.go), tan(core.At @ x1), P)
     extra = []
-    if a1 <= d:  # seeded at q
-        zs = cols(core.gS) * core.s
-        for u in range(U):
+    if a1 <= d:  # seeded at q: g_k'[t'] += s sum_t g_S[t, t'] x[t, c] e_u
+        Z = (outer.T @ rows(core.gS @ x1).reshape(N, -1)).view(-1, h, m + 1) * core.s
+        for u in range(P):
             hu, ju = divmod(a0 + u, dh)
-            wk[u, :, :, hu, ju] += zs[:, :, hu, 0]
-        wv += heads(core.go) * cols(core.At)
+            wk[u, :, hu, ju] += Z[:, hu]
+    elif a1 <= 2 * d:  # seeded at k: g_q'[t] += s (g_S x)[t, c] e_u, the same for every row u
+        h0, U = (a0 - d) // dh, a1 - a0
+        E = (x1.view(N, m + 1).T @ (core.gS[:, h0] @ x.view(B, T, m)).view(N, m)) * core.s  # (c', c)
+        blk = x.new_zeros(P, U, U, m + 1)
+        blk.diagonal(0, 1, 2).copy_(E.T.unsqueeze(-1))
+        extra = [(a0 - d, blk)]
     else:
         extra = _v_seed_columns(core, x, x1.view(N, m + 1), a0 - 2 * d, a1 - 2 * d)
-    for j, w in ((1, wk), (2, wv)):
-        blk = torch.matmul(outer.T, w.reshape(U, N, d * (m + 1))).view(U, m, d, m + 1)
-        extra.append((j * d, blk))
+    extra += [(d, wk.reshape(P, -1, d, m + 1)), (2 * d, wv.reshape(P, -1, d, m + 1))]
     for r0, blk in extra:
         r1 = r0 + blk.shape[2]
         if in_proj.w.cols is not None:
-            hess.H[rows, in_proj.w.cols].view(U, m, 3 * d, m)[:, :, r0:r1].add_(blk[..., :m])
+            hess.units(in_proj.w.cols).unflatten(-1, (3 * d, m))[:, :, r0:r1].add_(blk[..., :m])
         if in_proj.b is not None and in_proj.b.cols is not None:
-            hess.H[rows, in_proj.b.cols].view(U, m, 3 * d)[:, :, r0:r1].add_(blk[..., m])
+            hess.units(in_proj.b.cols)[:, :, r0:r1].add_(blk[..., m])
+
+
+def _row_sums(outer: torch.Tensor, left: torch.Tensor, right: torch.Tensor, P: int) -> torch.Tensor:
+    """sum_n outer[n, u] left[n, h, j] right[h, n, (p, c)] as (p, u, h, j, c): one product per head."""
+    N, U = outer.shape
+    h, j = left.shape[1:]
+    L = (left.transpose(0, 1).unsqueeze(2) * outer.unsqueeze(-1)).reshape(h, N, U * j)
+    return torch.bmm(L.transpose(1, 2), right).view(h, U, j, P, -1).permute(3, 1, 0, 2, 4)
 
 
 def _v_seed_columns(core: Attention, x, x1, v0: int, v1: int) -> list:
@@ -179,11 +196,18 @@ class SelfAttention:
             args.append(x[..., sl].reshape(B, T, h, d // h).transpose(1, 2))
             live = xt is not None and lo < sl.stop and hi > sl.start
             args.append(xt[..., sl].reshape(xt.shape[0], B, T, h, d // h).transpose(2, 3) if live else None)
-        o, ot = self.core.forward(*args)
-        hess, seed = self.source.hess, self.source.w.seed
-        if hess.factored and seed is not None and seed[1] >= 2 * d:  # seeded at v: the rows' scale is A_h0 x
+        hess, seed, x2 = self.source.hess, self.source.w.seed, self.source.x2
+        St = None
+        if hess.factored == "keys" and seed is not None:  # seeded at W_k rows a0..a1 of head h0:
+            h0, u0 = divmod(seed[1] - d, d // h)  # unit c's S'[t, t'] = s x[t', c], the scale q[t, a]
+            St = x.new_zeros((hess.P, B, h, T, T))
+            St[:, :, h0] = (x2.view(B, T, -1).permute(2, 0, 1) / math.sqrt(d // h)).unsqueeze(2)
+        o, ot = self.core.forward(*args, St=St)
+        if St is not None:
+            hess.scale = args[0][:, h0, :, u0 : u0 + seed[2] - seed[1]].reshape(B * T, -1)
+        elif hess.factored and seed is not None and seed[1] >= 2 * d:  # seeded at v: the rows' scale is A_h0 x
             h0 = (seed[1] - 2 * d) // (d // h)
-            hess.scale = (self.core.A[:, h0] @ self.source.x2.view(B, T, -1)).reshape(B * T, -1)
+            hess.scale = (self.core.A[:, h0] @ x2.view(B, T, -1)).reshape(B * T, -1)
         out = o.transpose(1, 2).reshape(B, T, d)
         return out, None if ot is None else ot.transpose(2, 3).reshape(ot.shape[0], B, T, d)
 

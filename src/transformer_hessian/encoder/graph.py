@@ -62,19 +62,24 @@ class Tape:
                     adj[i] = (gi, gti)
         self.ops = []
 
-    def row_local_weights(self) -> dict[int, list[tuple[int, int]]]:
-        """id(slot) -> the ranges of rows of a Linear weight that can be swept factored
-        (:class:`.ops.Hess`): all rows of the weights after the last operation that mixes rows
-        (attention, the token mean), from which everything to the loss is row by row; and, when
-        that last operation is an attention, its in_proj's W_q rows (the query side is row by row)
-        and its W_v rows head by head (o' = A v' is A x row-scaled); :func:`.attention.add_mixed_columns`
-        adds the columns whose adjoint tangents are not row by row."""
+    def row_local_weights(self) -> dict[int, list[tuple[int, int, str]]]:
+        """id(slot) -> the ranges (a0, a1, kind) of rows of a Linear weight that can be swept factored
+        (:class:`.ops.Hess`, ``factored=kind``): all rows of the weights after the last operation that
+        mixes rows (attention, the token mean), from which everything to the loss is row by row; and,
+        when that last operation is an attention, its in_proj's W_q rows (the query side is row by
+        row), its W_v rows head by head (o' = A v' is A x row-scaled) and its W_k rows head by head
+        (o' is q[t, a] times a tangent of column c, "keys"); :func:`.attention.add_mixed_columns` adds
+        the columns whose adjoint tangents are not row by row."""
         last = max((i for i, (op, _, _) in enumerate(self.ops) if getattr(op, "mixes_rows", False)), default=-1)
-        out = {id(op.w): [(0, op.w.value.shape[0])] for op, _, _ in self.ops[last + 1 :] if isinstance(op, Linear)}
+        out = {
+            id(op.w): [(0, op.w.value.shape[0], "rows")] for op, _, _ in self.ops[last + 1 :] if isinstance(op, Linear)
+        }
         if last >= 0 and isinstance(self.ops[last][0], SelfAttention):
             w, nh = self.ops[last][0].source.w, self.ops[last][0].h
             d = w.value.shape[1]
-            out[id(w)] = [(0, d)] + [(2 * d + i * d // nh, 2 * d + (i + 1) * d // nh) for i in range(nh)]
+            heads = [(i * d // nh, (i + 1) * d // nh) for i in range(nh)]
+            out[id(w)] = [(0, d, "rows")] + [(d + a, d + b, "keys") for a, b in heads]
+            out[id(w)] += [(2 * d + a, 2 * d + b, "rows") for a, b in heads]
         return out
 
     def ranks(self) -> dict[int, int]:

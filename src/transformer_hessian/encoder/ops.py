@@ -42,30 +42,45 @@ class Hess:
     the graph, :func:`.api.exact_hessian`).
 
     A *factored* sweep (one piece: whole rows a0..a1 of a Linear weight W (o, i) whose tangents
-    stay row by row up to the loss, :meth:`.graph.Tape.row_local_weights`) propagates one unit
-    tangent per row a of W: the tangent of every node for the entry (a, c) is, row n by row n,
-    ``scale[n, c]`` times unit a's, the scale being the input x of W (set by its forward) or, after
-    the attention of a sweep seeded at W_v, A_h x (set by :class:`.attention.SelfAttention`). Its
-    rows of H are (a, c) in row-major order, from sums over rows n weighted by ``scale[n, c]``
-    (docs/theory.md, section 21, "Factored sweeps")."""
+    stay row by row up to the loss, :meth:`.graph.Tape.row_local_weights`) propagates a few unit
+    tangents instead of one per entry. ``factored="rows"``: one unit tangent per row a of W; the
+    tangent of every node for the entry (a, c) is, row n by row n, ``scale[n, c]`` times unit a's,
+    the scale being the input x of W (set by its forward) or, after the attention of a sweep seeded
+    at W_v, A_h x (set by :class:`.attention.SelfAttention`). ``factored="keys"`` (rows of the
+    last attention's W_k within one head): one unit tangent per column c of W, the tangent for
+    (a, c) being ``scale[n, a]`` = q[n, a] times unit c's. Its rows of H are (a, c) in row-major
+    order, from sums over rows n weighted by the scale (:meth:`units`; docs/theory.md, section 21,
+    "Factored sweeps")."""
 
-    def __init__(self, H: torch.Tensor, pieces: list[tuple[slice, slice]] | None = None, factored: bool = False):
+    def __init__(self, H: torch.Tensor, pieces: list[tuple[slice, slice]] | None = None, factored: str | bool = False):
         self.H = H
         #: the tangents being propagated: (tangent range, rows of H) per piece; P is their number
         self.pieces = [(slice(0, H.shape[0]), slice(0, H.shape[0]))] if pieces is None else pieces
         self.P = sum(t.stop - t.start for t, _ in self.pieces)
+        #: False (dense), "rows" or "keys" (a factored sweep)
         self.factored = factored
-        #: (N, i) row weights of a factored sweep's rows (a, c) (set by the seeded Linear, per chunk)
+        #: (N, scale index) row weights of a factored sweep's rows (set per chunk by the seeded Linear,
+        #: or by the attention for a sweep seeded at W_v or W_k)
         self.scale: torch.Tensor | None = None
+        if factored not in (False, "rows", "keys"):
+            raise ValueError(f"factored: False, 'rows' or 'keys', got {factored!r}")
         if factored and len(self.pieces) != 1:
             raise ValueError("a factored sweep has one piece (whole rows of one Linear weight)")
+
+    def units(self, cols: slice) -> torch.Tensor:
+        """H[rows of a factored sweep, cols] as (unit tangent, scale index, column): a view."""
+        ((_, rows),) = self.pieces
+        blk = self.H[rows, cols]
+        if self.factored == "keys":  # rows (a, c): a indexes the scale, c the unit
+            return blk.view(self.scale.shape[1], self.P, -1).transpose(0, 1)
+        return blk.view(self.P, self.scale.shape[1], -1)
 
     @classmethod
     def zeros(cls, P: int, dtype: torch.dtype, device: torch.device) -> Hess:
         """A new (P, P) zero matrix, all its rows propagated."""
         return cls(torch.zeros(P, P, dtype=dtype, device=device))
 
-    def rows(self, pieces: list[tuple[slice, slice]], factored: bool = False) -> Hess:
+    def rows(self, pieces: list[tuple[slice, slice]], factored: str | bool = False) -> Hess:
         """The same matrix with its own tangents (one sweep's); sweeps of disjoint rows of H may
         run at the same time, each on its own view."""
         return Hess(self.H, pieces, factored)
@@ -77,10 +92,9 @@ class Hess:
         if slot is None or slot.cols is None:
             return
         if self.factored:
-            ((_, rows),) = self.pieces
             for left, right, transposed in terms:
                 if right is not None:
-                    self._add_factored(self.H[rows, slot.cols], left, right, transposed)
+                    self._add_factored(self.units(slot.cols), left, right, transposed)
             return
         blk = None
         for left, right, transposed in terms:
@@ -93,22 +107,23 @@ class Hess:
                 self.H[rows, slot.cols] += flat[tangents]
 
     def _add_factored(self, target: torch.Tensor, left, right, transposed: bool) -> None:
-        """target[(a, c), (j, k)] += sum_n scale[n, c] left[n, j] right[a, n, k] (columns (k, j) when
-        transposed): one product over the rows n, whose result is laid out so that the last
-        index of the target is its last (the add reads it in contiguous runs)."""
+        """target[a, c, (j, k)] += sum_n scale[n, c] left[n, j] right[a, n, k] (columns (k, j) when
+        transposed; a the unit, c the scale index, :meth:`units`): one product over the rows n,
+        whose result is laid out so that the last index of the target is its last (the add reads
+        it in contiguous runs)."""
         S = self.scale
         N, m = S.shape
         U, k = right.shape[0], right.shape[-1]
         R = right.reshape(U, N, k).transpose(0, 1).reshape(N, U * k)
         if left is None:
-            target.view(U, m, k).add_((S.T @ R).view(m, U, k).transpose(0, 1))
+            target.add_((S.T @ R).view(m, U, k).transpose(0, 1))
             return
         j = left.shape[-1]
         L = (S.unsqueeze(2) * left.unsqueeze(1)).view(N, m * j)
         if transposed:
-            target.view(U, m, k, j).add_((R.T @ L).view(U, k, m, j).transpose(1, 2))
+            target.unflatten(-1, (k, j)).add_((R.T @ L).view(U, k, m, j).transpose(1, 2))
         else:
-            target.view(U, m, j, k).add_((L.T @ R).view(m, j, U, k).permute(2, 0, 1, 3))
+            target.unflatten(-1, (j, k)).add_((L.T @ R).view(m, j, U, k).permute(2, 0, 1, 3))
 
 
 def _row_sum(left, right, transposed: bool) -> torch.Tensor:
@@ -160,17 +175,19 @@ class Linear:
         if self.b is not None:
             y = y + self.b.value
         yt = None if xt is None else self.xt2 @ W.T
-        # output columns the tangent can be non-zero in: the seeded rows, when the input has none
-        seeded = [s.seed for s in (self.w, self.b) if _seeded(s)]
+        # output columns the tangent can be non-zero in: the seeded rows, when the input has none (a
+        # sweep seeded at W_k rows starts at the attention's scores, attention.SelfAttention)
+        keys = self.hess.factored == "keys"
+        seeded = [] if keys else [s.seed for s in (self.w, self.b) if _seeded(s)]
         self.support = (
             None if xt is not None or not seeded else (min(a0 for _, a0, _ in seeded), max(a1 for *_, a1 in seeded))
         )
         if seeded:
             yt = _zeros_tangent(self.hess.P, y) if yt is None else yt
-        if _seeded(self.w) and self.hess.factored:  # yt[a, n, a] += 1; row (a, c) is x[n, c] times it
+        if _seeded(self.w) and self.hess.factored == "rows":  # yt[a, n, a] += 1; row (a, c) is x[n, c] times it
             self.hess.scale = self.x2
             _seed_diag(yt, self.w.seed, N, o)
-        elif _seeded(self.w):  # yt[(a, c), n, a] += x[n, c]
+        elif _seeded(self.w) and not keys:  # yt[(a, c), n, a] += x[n, c]
             sl, a0, a1 = self.w.seed
             yt[sl].view(a1 - a0, i, N, o)[..., a0:a1].diagonal(0, 0, 3).add_(self.x2.T.unsqueeze(-1))
         if _seeded(self.b):  # yt[a, n, a] += 1

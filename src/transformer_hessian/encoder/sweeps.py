@@ -37,9 +37,10 @@ def tangent_blocks(names: list[str], named: dict, cols: dict, limit: int, factor
     """Split the selected parameters, taken in the order of ``names``, by whole rows (first index)
     into blocks of at most ``limit`` tangents (a row longer than that is a block of its own): per
     block its pieces (name, local tangent range, a0, a1, rows of H), a piece being rows a0..a1 of
-    one parameter. The row ranges ``factored[name]`` of a Linear weight (swept with one unit
-    tangent per row, :class:`.ops.Hess`) get blocks of their own, within one range each and of at
-    most ``FACTORED_ROWS * limit`` rows of H; its other rows are blocks as above."""
+    one parameter. The row ranges ``factored[name]`` (a0, a1, kind) of a Linear weight (swept with
+    a few unit tangents, :class:`.ops.Hess`: one per row, or for kind "keys" one per column) get
+    blocks of their own, within one range each and of at most ``FACTORED_ROWS * limit`` rows of H;
+    its other rows are blocks as above."""
     blocks, cur, n, factored = [], [], 0, factored or {}
     for name in names:
         p = named[name]
@@ -47,12 +48,13 @@ def tangent_blocks(names: list[str], named: dict, cols: dict, limit: int, factor
         ranges, dense, a = sorted(factored.get(name, [])), [], 0
         blocks += [cur] if cur and ranges else []
         cur, n = ([], 0) if ranges else (cur, n)
-        for r0, r1 in ranges:
+        for r0, r1, kind in ranges:
             dense += [(a, r0)] if r0 > a else []
             step, a = max(1, FACTORED_ROWS * limit // rs), r1
             for a0 in range(r0, r1, step):
                 a1, start = min(r1, a0 + step), cols[name].start
-                blocks.append([(name, slice(0, a1 - a0), a0, a1, slice(start + a0 * rs, start + a1 * rs))])
+                units = slice(0, rs if kind == "keys" else a1 - a0)
+                blocks.append([(name, units, a0, a1, slice(start + a0 * rs, start + a1 * rs))])
         for a, end in [*dense, (a, R)]:  # noqa: B020 (the list is built first)
             while a < end:
                 room = (limit - n) // rs
@@ -70,10 +72,12 @@ def tangent_blocks(names: list[str], named: dict, cols: dict, limit: int, factor
     return blocks
 
 
-def _factored(pieces: list, factored: dict) -> bool:
-    """Whether a block is one piece within a range of rows swept factored (:func:`tangent_blocks`)."""
+def _factored(pieces: list, factored: dict) -> str | bool:
+    """The kind of the range of rows swept factored that holds a block of one piece
+    (:func:`tangent_blocks`); False for any other block."""
     name, _, a0, a1, _ = pieces[0]
-    return len(pieces) == 1 and any(r0 <= a0 and a1 <= r1 for r0, r1 in factored.get(name, []))
+    kinds = [k for r0, r1, k in factored.get(name, []) if r0 <= a0 and a1 <= r1]
+    return kinds[0] if len(pieces) == 1 and kinds else False
 
 
 def _row_size(p: torch.Tensor) -> int:
