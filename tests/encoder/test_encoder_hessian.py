@@ -234,26 +234,30 @@ def _spy_factored(monkeypatch) -> tuple[list[bool], list[int]]:
 
 
 @pytest.mark.parametrize("tangent_block, chunk_bytes", [(1, 1), (5, 1 << 30), (64, 1)])
-@pytest.mark.parametrize("case", ["stack", "gpt", "head"])
+@pytest.mark.parametrize("case", ["stack", "gpt", "head", "onehead"])
 def test_factored_sweeps_equal_the_dense_sweep(monkeypatch, case, tangent_block, chunk_bytes):
     """Linear weights after the last row-mixing operation (the last attention for MSE; the head
-    after the token mean for cross-entropy) and, for MSE, the W_q and W_v rows of the last
-    attention's in_proj are swept with one unit tangent per row (ops.Hess, attention.add_mixed_columns): the same
+    after the token mean for cross-entropy) and, for MSE, the W_q, W_k and W_v rows of the last
+    attention's in_proj are swept factored (ops.Hess, attention.add_mixed_columns): the same
     Hessian as the dense sweep, also with one sample per chunk (a new scale per chunk) and with a
-    weight's rows split over several blocks."""
+    weight's rows split over several blocks (for "onehead" at tangent_block 1, blocks of 3 of a
+    head's 10 rows of W_q, W_k and W_v)."""
+    d = 10 if case == "onehead" else 6
     if case == "gpt":  # pre-norm, gelu, biases, causal, one layer, 3 heads
         model = build(13, 6, 3, 7, 1, True, "gelu", True, 1e-5, False)
+    elif case == "onehead":  # pre-norm, gelu, biases, one head of 10
+        model = build(17, 10, 1, 5, 1, True, "gelu", True, 1e-5, False)
     else:  # post-norm, two layers, 2 heads, no biases
         model = build(11, 6, 2, 7, 2, False, "relu", False, 1e-3, True)
     g = torch.Generator().manual_seed(12)
-    x = torch.randn(3, 5, 6, dtype=DT, generator=g)
+    x = torch.randn(3, 5, d, dtype=DT, generator=g)
     kw = dict(is_causal=True) if case == "gpt" else dict(mask=torch.randn(5, 5, dtype=DT, generator=g))
     if case == "head":
         head = nn.Linear(6, 4, dtype=DT)
         t = torch.tensor([0, 3, 1])
         kw.update(loss="cross_entropy", head=head, params=["layers.1.linear2.weight", "head.weight", "head.bias"])
     else:
-        t = torch.randn(3, 5, 6, dtype=DT, generator=g)
+        t = torch.randn(3, 5, d, dtype=DT, generator=g)
     seen, kv = _spy_factored(monkeypatch)
     H = exact_hessian(model, x, t, tangent_block=tangent_block, chunk_bytes=chunk_bytes, **kw)
     assert any(seen) and not all(seen)
