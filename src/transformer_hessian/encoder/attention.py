@@ -56,7 +56,7 @@ class Attention:
     def backward(self, go, got, rows_only: bool = False):
         """(adjoint, adjoint tangent) of each input, from the output's; ``rows_only``: not the
         tangents of k's and v's adjoints, which sum over the query rows, nor g_o v'^T in g_A' (a
-        factored sweep seeded at q or v, :func:`add_mixed_columns`, which reads the kept g_S, g_S'
+        factored sweep seeded at q, k or v, :func:`add_mixed_columns`, which reads the kept g_S, g_S'
         and g_o').
 
         The row sums of the softmax's second-order term never form a (P, .., T, T) product:
@@ -218,8 +218,8 @@ class SelfAttention:
         go = g.reshape(B, T, h, d // h).transpose(1, 2)
         got = None if gt is None else gt.reshape(gt.shape[0], B, T, h, d // h).transpose(2, 3)
         factored = self.source.hess.factored
-        parts = self.core.backward(go, got, rows_only=factored)
-        if factored:  # a sweep seeded at q or v (graph.Tape.row_local_weights): the columns not row by row
+        parts = self.core.backward(go, got, rows_only=bool(factored))
+        if factored:  # a sweep seeded at q, k or v (graph.Tape.row_local_weights): the columns not row by row
             add_mixed_columns(self.core, self.source, self.source.hess)
         gx = g.new_empty(self.shape)
         P = next((t.shape[0] for _, t in parts if t is not None), None)
