@@ -120,18 +120,18 @@ def add_mixed_columns(core: Attention, in_proj, hess) -> None:
     # (P, U, h, j, c'): k from g_S', v from g_o' (and A' for q and k seeds)
     wk = _row_sums(outer, rows(core.q) * core.s, tan(core.gSt @ x1), P)
     wv = _row_sums(outer, rows(core.A @ x1), tan(core.got), P).transpose(-1, -2)
-    if a1 <= 2 * d:
+    part, h0, _ = seed_part(in_proj.w.seed, d, dh)
+    if part < 2:
         wv += _row_sums(outer, rows(core.go), tan(core.At @ x1), P)
     extra = []
-    if a1 <= d:  # seeded at q: g_k'[t'] += s sum_t g_S[t, t'] x[t, c] e_u
+    if part == 0:  # seeded at q: g_k'[t'] += s sum_t g_S[t, t'] x[t, c] e_u
         Z = (outer.T @ rows(core.gS @ x1).reshape(N, -1)).view(-1, h, m + 1) * core.s
         for u in range(P):
             hu, ju = divmod(a0 + u, dh)
             wk[u, :, hu, ju] += Z[:, hu]
-    elif a1 <= 2 * d:  # seeded at k: g_q'[t] += s (g_S x)[t, c] e_u, the same for every row u
-        h0, U = (a0 - d) // dh, a1 - a0
+    elif part == 1:  # seeded at k: g_q'[t] += s (g_S x)[t, c] e_u, the same for every row u
         E = (x1.view(N, m + 1).T @ (core.gS[:, h0] @ x.view(B, T, m)).view(N, m)) * core.s  # (c', c)
-        blk = x.new_zeros(P, U, U, m + 1)
+        blk = x.new_zeros(P, a1 - a0, a1 - a0, m + 1)
         blk.diagonal(0, 1, 2).copy_(E.T.unsqueeze(-1))
         extra = [(a0 - d, blk)]
     else:
@@ -143,6 +143,12 @@ def add_mixed_columns(core: Attention, in_proj, hess) -> None:
             hess.units(in_proj.w.cols).unflatten(-1, (3 * d, m))[:, :, r0:r1].add_(blk[..., :m])
         if in_proj.b is not None and in_proj.b.cols is not None:
             hess.units(in_proj.b.cols)[:, :, r0:r1].add_(blk[..., m])
+
+
+def seed_part(seed: tuple, d: int, dh: int) -> tuple[int, int, int]:
+    """(0, 1 or 2 for W_q, W_k or W_v, head, row in the head) of the first seeded row of an in_proj."""
+    part, row = divmod(seed[1], d)
+    return (part, *divmod(row, dh))
 
 
 def _row_sums(outer: torch.Tensor, left: torch.Tensor, right: torch.Tensor, P: int) -> torch.Tensor:
@@ -197,16 +203,15 @@ class SelfAttention:
             live = xt is not None and lo < sl.stop and hi > sl.start
             args.append(xt[..., sl].reshape(xt.shape[0], B, T, h, d // h).transpose(2, 3) if live else None)
         hess, seed, x2 = self.source.hess, self.source.w.seed, self.source.x2
+        part, h0, u0 = seed_part(seed, d, d // h) if hess.factored and seed is not None else (0, 0, 0)
         St = None
-        if hess.factored == "keys" and seed is not None:  # seeded at W_k rows a0..a1 of head h0:
-            h0, u0 = divmod(seed[1] - d, d // h)  # unit c's S'[t, t'] = s x[t', c], the scale q[t, a]
+        if part == 1:  # seeded at W_k rows of head h0: unit c's S'[t, t'] = s x[t', c], the scale q[t, a]
             St = x.new_zeros((hess.P, B, h, T, T))
             St[:, :, h0] = (x2.view(B, T, -1).permute(2, 0, 1) / math.sqrt(d // h)).unsqueeze(2)
         o, ot = self.core.forward(*args, St=St)
-        if St is not None:
+        if part == 1:
             hess.scale = args[0][:, h0, :, u0 : u0 + seed[2] - seed[1]].reshape(B * T, -1)
-        elif hess.factored and seed is not None and seed[1] >= 2 * d:  # seeded at v: the rows' scale is A_h0 x
-            h0 = (seed[1] - 2 * d) // (d // h)
+        elif part == 2:  # seeded at v: the rows' scale is A_h0 x
             hess.scale = (self.core.A[:, h0] @ x2.view(B, T, -1)).reshape(B * T, -1)
         out = o.transpose(1, 2).reshape(B, T, d)
         return out, None if ot is None else ot.transpose(2, 3).reshape(ot.shape[0], B, T, d)
