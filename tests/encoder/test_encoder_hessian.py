@@ -269,6 +269,17 @@ def test_factored_sweeps_equal_the_dense_sweep(monkeypatch, case, tangent_block,
     assert rel_err(H, reference_hessian(model, x, t, **kw)) <= TOL
 
 
+def test_factored_keys_with_heads_of_width_one():
+    """Heads of width 1 (d 3, 3 heads): a W_k block's scale q[:, h, :, u0:u1] is a strided slice,
+    whose products with a row's values once came out non-contiguous (found by the property test
+    at 200 examples: a view error instead of a Hessian)."""
+    model = build(0, 3, 3, 1, 1, False, "relu", False, 1e-5, False)
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(1, 2, 3, dtype=DT, generator=g)
+    t = torch.randn(1, 2, 3, dtype=DT, generator=g)
+    assert rel_err(exact_hessian(model, x, t), reference_hessian(model, x, t)) <= TOL
+
+
 def test_eval_mode_ignores_dropout():
     torch.manual_seed(1)
     layer = nn.TransformerEncoderLayer(4, 2, 6, dropout=0.3, batch_first=True, dtype=DT).eval()

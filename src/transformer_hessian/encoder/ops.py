@@ -119,7 +119,7 @@ class Hess:
             target.add_((S.T @ R).view(m, U, k).transpose(0, 1))
             return
         j = left.shape[-1]
-        L = (S.unsqueeze(2) * left.unsqueeze(1)).view(N, m * j)
+        L = (S.unsqueeze(2) * left.unsqueeze(1)).reshape(N, m * j)  # a copy only if the product is not contiguous
         if transposed:
             target.unflatten(-1, (k, j)).add_((R.T @ L).view(U, k, m, j).transpose(1, 2))
         else:
