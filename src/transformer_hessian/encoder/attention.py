@@ -208,10 +208,9 @@ class SelfAttention:
         if part == 1:  # seeded at W_k rows of head h0: unit c's S'[t, t'] = s x[t', c], the scale q[t, a]
             St = x.new_zeros((hess.P, B, h, T, T))
             St[:, :, h0] = (x2.view(B, T, -1).permute(2, 0, 1) / math.sqrt(d // h)).unsqueeze(2)
-        o, ot = self.core.forward(*args, St=St)
-        if part == 1:
             hess.scale = args[0][:, h0, :, u0 : u0 + seed[2] - seed[1]].reshape(B * T, -1).contiguous()
-        elif part == 2:  # seeded at v: the rows' scale is A_h0 x
+        o, ot = self.core.forward(*args, St=St)
+        if part == 2:  # seeded at v: the rows' scale is A_h0 x
             hess.scale = (self.core.A[:, h0] @ x2.view(B, T, -1)).reshape(B * T, -1)
         out = o.transpose(1, 2).reshape(B, T, d)
         return out, None if ot is None else ot.transpose(2, 3).reshape(ot.shape[0], B, T, d)
