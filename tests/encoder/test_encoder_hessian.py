@@ -234,17 +234,21 @@ def _spy_factored(monkeypatch) -> tuple[list[bool], list[int]]:
 
 
 @pytest.mark.parametrize("tangent_block, chunk_bytes", [(1, 1), (5, 1 << 30), (64, 1)])
-@pytest.mark.parametrize("case", ["stack", "gpt", "head", "onehead"])
+@pytest.mark.parametrize("case", ["stack", "gpt", "head", "onehead", "pooled"])
 def test_factored_sweeps_equal_the_dense_sweep(monkeypatch, case, tangent_block, chunk_bytes):
-    """Linear weights after the last row-mixing operation (the last attention for MSE; the head
-    after the token mean for cross-entropy) and, for MSE, the W_q, W_k and W_v rows of the last
-    attention's in_proj are swept factored (ops.Hess, attention.add_mixed_columns): the same
-    Hessian as the dense sweep, also with one sample per chunk (a new scale per chunk) and with a
-    weight's rows split over several blocks (for "onehead" at tangent_block 1, blocks of 3 of a
-    head's 10 rows of W_q, W_k and W_v)."""
+    """Linear weights after the last row-mixing operation (the last attention for MSE and for
+    cross-entropy without the head's parameters, whose loss curvature enters as pooled's
+    J^T Lambda J; the head after the token mean when its parameters are asked for) and the W_q,
+    W_k and W_v rows of the last attention's in_proj are swept factored (ops.Hess,
+    attention.add_mixed_columns): the same Hessian as the dense sweep, also with one sample per
+    chunk (a new scale per chunk, one sample per Jacobian) and with a weight's rows split over
+    several blocks (for "onehead" at tangent_block 1, blocks of 3 of a head's 10 rows of W_q,
+    W_k and W_v)."""
     d = 10 if case == "onehead" else 6
     if case == "gpt":  # pre-norm, gelu, biases, causal, one layer, 3 heads
         model = build(13, 6, 3, 7, 1, True, "gelu", True, 1e-5, False)
+    elif case == "pooled":  # pre-norm, gelu, biases, two layers, 3 heads, final norm
+        model = build(19, 6, 3, 5, 2, True, "gelu", True, 1e-4, True)
     elif case == "onehead":  # pre-norm, gelu, biases, one head of 10
         model = build(17, 10, 1, 5, 1, True, "gelu", True, 1e-5, False)
     else:  # post-norm, two layers, 2 heads, no biases
@@ -256,6 +260,9 @@ def test_factored_sweeps_equal_the_dense_sweep(monkeypatch, case, tangent_block,
         head = nn.Linear(6, 4, dtype=DT)
         t = torch.tensor([0, 3, 1])
         kw.update(loss="cross_entropy", head=head, params=["layers.1.linear2.weight", "head.weight", "head.bias"])
+    elif case == "pooled":
+        t = torch.tensor([2, 0, 2])
+        kw.update(loss="cross_entropy", head=nn.Linear(6, 3, dtype=DT))
     else:
         t = torch.randn(3, 5, d, dtype=DT, generator=g)
     seen, kv = _spy_factored(monkeypatch)

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from . import paper_kind, sweeps
+from . import paper_kind, pooled, sweeps
 from .graph import graph_ranks
 from .ops import Hess, Slot, symmetrize_
 
@@ -151,6 +151,10 @@ def _check_data(inputs, targets, loss, head, d: int) -> None:
         raise ValueError(f"loss: {loss!r} is not supported ('mse' or 'cross_entropy')")
 
 
+def _value(slots: dict, p) -> torch.Tensor | None:
+    return None if p is None else slots[id(p)].value
+
+
 def _per_sample_bytes(P: int, T: int, d: int, d_ff: int, nhead: int, n_layers: int, itemsize: int) -> int:
     """Tangent memory of one sample (P tangents), kept for the backward sweep, with a margin."""
     per_layer = T * (14 * d + 3 * d_ff) + 4 * nhead * T * T
@@ -224,6 +228,8 @@ def exact_hessian(
         loss=loss,
         mask=_additive_mask(mask, is_causal, T, dtype, device),
         count=inputs.numel() if loss == "mse" else B,
+        pooled_split=pooled.applies(loss, fast_path, names),
+        head_values=None if head is None else tuple(_value(slots, q) for q in (head.weight, head.bias)),
     )
     if fast_path and paper_kind.eligible(layers, kinds, final_norm, spec, names):
         prefix = "layers.0." if isinstance(model, nn.TransformerEncoder) else ""
@@ -244,6 +250,8 @@ def exact_hessian(
         sweeps.run_blocks(
             blocks, W, threads, lambda pcs: sweeps.sweep(spec, hess, slots, keys, pcs, inputs, targets, chunk, factored)
         )
+        done = SimpleNamespace(blocks=blocks, factored=factored, rank=rank, names=names, cols=cols, slots=slots)
+        pooled.add_to_factored_rows(hess.H, spec, done, inputs, chunk_bytes)
         sweeps.fill_transposes(hess.H, blocks, rank, cols)
     return symmetrize_(hess.H)
 

@@ -135,7 +135,8 @@ def _forward(spec, hess: Hess, slots: dict, x: torch.Tensor) -> tuple[Tape, int]
     if spec.loss != "mse":
         head = spec.head
         node = tape.apply(
-            Linear(hess, _slot(slots, head.weight), _slot(slots, head.bias)), tape.apply(MeanTokens(), node)
+            Linear(hess, _slot(slots, head.weight), _slot(slots, head.bias)),
+            tape.apply(MeanTokens(mixes_rows=not spec.pooled_split), node),
         )
     return tape, node
 
@@ -163,4 +164,7 @@ def chunk_hessian(spec, hess: Hess, slots: dict, x: torch.Tensor, targets: torch
         p = torch.softmax(out, -1)
         g = (p - F.one_hot(targets.long(), out.shape[-1]).to(p.dtype)) / spec.count
         gt = None if ot is None else (p * ot - p * (p * ot).sum(-1, keepdim=True)) / spec.count
+        # a factored sweep through the token mean (pooled_split): its logit tangents are not its rows'
+        # (the mean sums rows), and the loss's own curvature enters those rows as pooled's J^T Lambda J
+        gt = None if spec.pooled_split and hess.factored else gt
     tape.backward(node, g, gt)

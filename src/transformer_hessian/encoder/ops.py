@@ -339,10 +339,14 @@ class Add:
 
 
 class MeanTokens:
-    """(B, T, d) -> (B, d), the mean over tokens (the pooling before a classification head)."""
+    """(B, T, d) -> (B, d), the mean over tokens (the pooling before a classification head).
 
-    #: an output row reads several input rows (no factored sweep through it, :class:`Hess`)
-    mixes_rows = True
+    An output row reads several input rows, so no factored sweep (:class:`Hess`) runs through it,
+    unless ``mixes_rows=False``: the loss's curvature then enters the factored sweeps' rows as the
+    Gauss-Newton term of :mod:`.pooled`, and nothing of theirs flows back through the mean."""
+
+    def __init__(self, mixes_rows: bool = True):
+        self.mixes_rows = mixes_rows
 
     def forward(self, x, xt):
         """The output's value and tangent (P, *shape), None when zero."""

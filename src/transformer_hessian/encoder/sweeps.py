@@ -72,7 +72,7 @@ def tangent_blocks(names: list[str], named: dict, cols: dict, limit: int, factor
     return blocks
 
 
-def _factored(pieces: list, factored: dict) -> str | bool:
+def factored_kind(pieces: list, factored: dict) -> str | bool:
     """The kind of the range of rows swept factored that holds a block of one piece
     (:func:`tangent_blocks`); False for any other block."""
     name, _, a0, a1, _ = pieces[0]
@@ -93,7 +93,7 @@ def sweep(spec, hess: Hess, slots: dict, keys: dict, pieces: list, inputs, targe
     local = {k: Slot(s.value, s.cols) for k, s in slots.items()}
     for name, tangents, a0, a1, _ in pieces:
         local[keys[name]].seed = (tangents, a0, a1)
-    view = hess.rows([(tangents, rows) for _, tangents, _, _, rows in pieces], _factored(pieces, factored))
+    view = hess.rows([(tangents, rows) for _, tangents, _, _, rows in pieces], factored_kind(pieces, factored))
     with torch.no_grad():  # grad mode is per thread
         for b0 in range(0, inputs.shape[0], chunk):
             chunk_hessian(spec, view, local, inputs[b0 : b0 + chunk].detach(), targets[b0 : b0 + chunk])
