@@ -51,7 +51,7 @@ def test_logit_jacobian_equals_autograd(layers, norm_first, causal, bias):
         P = sum(named[n].numel() for n in names)
         z, J = pooled.logit_jacobian(_spec(model, head, layers, mask), slots, P, x)
 
-        def logits(*ps):
+        def logits(*ps, names=names):
             values = {n: p.detach() for n, p in named.items()} | dict(zip(names, ps, strict=True))
             with sdpa_kernel(SDPBackend.MATH), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
