@@ -13,6 +13,7 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from transformer_hessian import exact_hessian
 from transformer_hessian.encoder import api, pooled, sweeps
 from transformer_hessian.encoder.ops import Slot
 
@@ -73,3 +74,21 @@ def test_jacobian_chunks_fit_the_bytes():
     sizes = [pooled.samples_per_jacobian(spec, x, b) for b in (1, 1 << 20, 1 << 24, 1 << 40)]
     assert sizes[0] == 1 and sizes[-1] == 64
     assert sizes == sorted(sizes) and sizes[1] < sizes[2]
+
+
+@pytest.mark.parametrize("classes, factored", [(10, True), (11, False)])
+def test_many_classes_keep_the_dense_sweep(monkeypatch, classes, factored):
+    """The factored sweeps run through the token mean only for at most 2 T classes (T = 5 here):
+    beyond that J^T Lambda J would cost more than the sweep it replaces. Either way the Hessian
+    equals autograd's."""
+    from .test_encoder_hessian import TOL, _spy_factored, reference_hessian
+
+    model = build(29, 6, 2, 5, 1, True, "relu", True, 1e-5, False)
+    head = nn.Linear(6, classes, dtype=DT)
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(2, 5, 6, dtype=DT, generator=g)
+    t = torch.randint(0, classes, (2,), generator=g)
+    seen, _ = _spy_factored(monkeypatch)
+    H = exact_hessian(model, x, t, loss="cross_entropy", head=head)
+    assert any(seen) == factored
+    assert rel_err(H, reference_hessian(model, x, t, loss="cross_entropy", head=head)) <= TOL

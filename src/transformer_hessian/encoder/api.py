@@ -228,7 +228,7 @@ def exact_hessian(
         loss=loss,
         mask=_additive_mask(mask, is_causal, T, dtype, device),
         count=inputs.numel() if loss == "mse" else B,
-        pooled_split=pooled.applies(loss, fast_path, names),
+        pooled_split=head is not None and pooled.applies(loss, fast_path, names, head.out_features, T),
         head_values=None if head is None else tuple(_value(slots, q) for q in (head.weight, head.bias)),
     )
     if fast_path and paper_kind.eligible(layers, kinds, final_norm, spec, names):

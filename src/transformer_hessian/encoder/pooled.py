@@ -21,10 +21,14 @@ import torch
 from .ops import Hess, Slot
 
 
-def applies(loss: str, fast_path: bool, names: list[str]) -> bool:
+def applies(loss: str, fast_path: bool, names: list[str], classes: int, tokens: int) -> bool:
     """Whether the factored sweeps may run through the token mean: cross-entropy, the fast path,
-    and no head parameter among the rows (the head's columns read the mean's tangent)."""
-    return loss == "cross_entropy" and fast_path and not any(n.startswith("head.") for n in names)
+    no head parameter among the rows (the head's columns read the mean's tangent), and at most
+    ``2 T`` classes. J^T Lambda J costs 2 B C flops per entry of the factored rows, where the dense
+    sweep's Hessian-column products cost about 4 N = 4 B T (docs/theory.md, section 21): with more
+    classes than 2 T the split would cost more than the sweep it replaces (counted, not timed)."""
+    heads = any(n.startswith("head.") for n in names)
+    return loss == "cross_entropy" and fast_path and not heads and classes <= 2 * tokens
 
 
 def logit_jacobian(spec, slots: dict, P: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
