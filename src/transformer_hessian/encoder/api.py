@@ -151,8 +151,14 @@ def _check_data(inputs, targets, loss, head, d: int) -> None:
         raise ValueError(f"loss: {loss!r} is not supported ('mse' or 'cross_entropy')")
 
 
-def _value(slots: dict, p) -> torch.Tensor | None:
-    return None if p is None else slots[id(p)].value
+def _spec(layers, kinds, final_norm, head, loss, inputs, slots: dict) -> SimpleNamespace:
+    """What the graph (:mod:`.graph`) reads: the layers, their activations, the final norm, the
+    head (and its values in the inputs' dtype), the loss and its normaliser (the full batch's)."""
+    heads = None if head is None else tuple(None if q is None else slots[id(q)].value for q in (head.weight, head.bias))
+    count = inputs.numel() if loss == "mse" else inputs.shape[0]
+    return SimpleNamespace(
+        layers=layers, kinds=kinds, final_norm=final_norm, head=head, loss=loss, count=count, head_values=heads
+    )
 
 
 def _per_sample_bytes(P: int, T: int, d: int, d_ff: int, nhead: int, n_layers: int, itemsize: int) -> int:
@@ -220,17 +226,9 @@ def exact_hessian(
     P = sum(c.stop - c.start for c in cols.values())
     need = _check_memory(P, dtype, device)
     slots = {id(p): Slot(p.detach().to(device=device, dtype=dtype), cols.get(n)) for n, p in named.items()}
-    spec = SimpleNamespace(
-        layers=layers,
-        kinds=kinds,
-        final_norm=final_norm,
-        head=head,
-        loss=loss,
-        mask=_additive_mask(mask, is_causal, T, dtype, device),
-        count=inputs.numel() if loss == "mse" else B,
-        pooled_split=head is not None and pooled.applies(loss, fast_path, names, head.out_features, T),
-        head_values=None if head is None else tuple(_value(slots, q) for q in (head.weight, head.bias)),
-    )
+    spec = _spec(layers, kinds, final_norm, head, loss, inputs, slots)
+    spec.mask = _additive_mask(mask, is_causal, T, dtype, device)
+    spec.pooled_split = head is not None and pooled.applies(loss, fast_path, names, head.out_features, T)
     if fast_path and paper_kind.eligible(layers, kinds, final_norm, spec, names):
         prefix = "layers.0." if isinstance(model, nn.TransformerEncoder) else ""
         with torch.no_grad():
