@@ -66,14 +66,16 @@ def test_logit_jacobian_equals_autograd(layers, norm_first, causal, bias):
 
 
 def test_jacobian_chunks_fit_the_bytes():
-    """samples_per_jacobian: at least one sample, at most the batch, fewer for fewer bytes."""
+    """samples_per_jacobian: at least one sample, at most the batch, fewer for fewer bytes, and
+    J with Lambda J (2 b C P entries of 8 bytes) within the bytes."""
     model = build(3, 6, 2, 5, 2, False, "relu", True, 1e-5, False)
     head = nn.Linear(6, 4, dtype=DT)
     spec = _spec(model, head, 2, None)
     x = torch.zeros(64, 5, 6, dtype=DT)
-    sizes = [pooled.samples_per_jacobian(spec, x, b) for b in (1, 1 << 20, 1 << 24, 1 << 40)]
+    sizes = [pooled.samples_per_jacobian(spec, x, 100, b) for b in (1, 1 << 20, 1 << 24, 1 << 40)]
     assert sizes[0] == 1 and sizes[-1] == 64
     assert sizes == sorted(sizes) and sizes[1] < sizes[2]
+    assert pooled.samples_per_jacobian(spec, x, 10**6, 1 << 30) == (1 << 30) // (2 * 4 * 10**6 * 8) == 16
 
 
 @pytest.mark.parametrize("classes, factored", [(10, True), (11, False)])

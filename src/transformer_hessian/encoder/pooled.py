@@ -49,20 +49,21 @@ def logit_jacobian(spec, slots: dict, P: int, x: torch.Tensor) -> tuple[torch.Te
     return z, J.view(b, C, P)
 
 
-def samples_per_jacobian(spec, x: torch.Tensor, chunk_bytes: int) -> int:
+def samples_per_jacobian(spec, x: torch.Tensor, P: int, chunk_bytes: int) -> int:
     """Samples per :func:`logit_jacobian`: its b C tangents over b samples' activations take b^2 of
-    memory; at most ``chunk_bytes`` (estimated as for the sweeps, api._per_sample_bytes' terms)."""
-    T, d = x.shape[1], x.shape[2]
+    memory (estimated as for the sweeps, api._per_sample_bytes' terms), J and Lambda J 2 b C P
+    entries; each at most ``chunk_bytes``."""
+    T, d, item = x.shape[1], x.shape[2], x.element_size()
     C, layers = spec.head_values[0].shape[0], spec.layers
     per_token = sum(14 * d + 3 * m.linear1.out_features + 4 * m.self_attn.num_heads * T for m in layers) + 4 * d
-    b = int((chunk_bytes / max(1, 2 * C * T * per_token * x.element_size())) ** 0.5)
+    b = min(int((chunk_bytes / max(1, 2 * C * T * per_token * item)) ** 0.5), chunk_bytes // (2 * C * P * item))
     return max(1, min(x.shape[0], b))
 
 
 def add_gauss_newton(H: torch.Tensor, spec, slots: dict, rows: list[slice], wrt: list[slice], x, chunk_bytes: int):
     """H[r, c] += (J^T Lambda J)[r, c] over the samples ``x`` for every slice r of ``rows`` and c
     of ``wrt`` (columns of H)."""
-    step = samples_per_jacobian(spec, x, chunk_bytes)
+    step = samples_per_jacobian(spec, x, H.shape[1], chunk_bytes)
     for b0 in range(0, x.shape[0], step):
         z, J = logit_jacobian(spec, slots, H.shape[1], x[b0 : b0 + step].detach())
         p = torch.softmax(z, -1).unsqueeze(-1)
