@@ -123,7 +123,7 @@ def encoder_layer(tape: Tape, hess: Hess, slots: dict, layer, kind: str, x: int,
     return tape.apply(_norm(hess, slots, layer.norm2), tape.apply(Add(), x, _ffn(tape, hess, slots, layer, kind, x)))
 
 
-def _forward(spec, hess: Hess, slots: dict, x: torch.Tensor) -> tuple[Tape, int]:
+def forward_sweep(spec, hess: Hess, slots: dict, x: torch.Tensor) -> tuple[Tape, int]:
     """The forward sweep of the chunk ``x``: the tape and the node the loss reads (the encoder's
     output for MSE, the head's logits on the token mean for cross-entropy)."""
     tape = Tape()
@@ -145,7 +145,7 @@ def graph_ranks(spec, hess: Hess, slots: dict, x: torch.Tensor) -> tuple[dict[in
     """id(slot) -> position of its operation in the graph, and id(slot) -> the ranges of rows of a
     weight that can be swept factored (:meth:`Tape.row_local_weights`), from a values-only sweep of
     ``x`` (no seeds)."""
-    tape = _forward(spec, hess, slots, x)[0]
+    tape = forward_sweep(spec, hess, slots, x)[0]
     return tape.ranks(), tape.row_local_weights()
 
 
@@ -155,7 +155,7 @@ def chunk_hessian(spec, hess: Hess, slots: dict, x: torch.Tensor, targets: torch
     ``spec`` (see :mod:`.api`) names the layers, their activations, the final norm, the mask,
     the loss and its normaliser (the full batch's, so chunks add up).
     """
-    tape, node = _forward(spec, hess, slots, x)
+    tape, node = forward_sweep(spec, hess, slots, x)
     out, ot = tape.v[node], tape.t[node]
     if spec.loss == "mse":
         g = (out - targets) * (2.0 / spec.count)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from .graph import forward_sweep
 from .ops import Hess, Slot
 
 
@@ -36,13 +37,11 @@ def logit_jacobian(spec, slots: dict, P: int, x: torch.Tensor) -> tuple[torch.Te
     ``x``: one backward sweep of :mod:`.graph` with no forward tangents, whose adjoint tangents are
     the b C unit vectors at the logits (the Hessian rules then reduce to vector-Jacobian products:
     the column block an operation adds for a unit of sample s is that sample's Jacobian row)."""
-    from .graph import _forward
-
     b, C = x.shape[0], spec.head_values[0].shape[0]
     J = torch.zeros(b * C, P, dtype=x.dtype, device=x.device)
     hess = Hess(J, [(slice(0, b * C), slice(0, b * C))])
     local = {k: Slot(s.value, s.cols) for k, s in slots.items()}  # no seeds
-    tape, node = _forward(spec, hess, local, x)
+    tape, node = forward_sweep(spec, hess, local, x)
     z = tape.v[node]
     units = torch.eye(b * C, dtype=x.dtype, device=x.device).view(b * C, b, C)
     tape.backward(node, torch.zeros_like(z), units)
