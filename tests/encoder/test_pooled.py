@@ -21,17 +21,14 @@ from .test_encoder_hessian import DT, build, rel_err
 
 
 def _spec(model, head, layers: int, mask) -> SimpleNamespace:
-    return SimpleNamespace(
-        layers=[model] if layers == 1 else list(model.layers),
-        kinds=["gelu"] * layers,
-        final_norm=None,
-        head=head,
-        loss="cross_entropy",
-        mask=mask,
-        count=3,
-        pooled_split=True,
-        head_values=(head.weight.detach(), None if head.bias is None else head.bias.detach()),
+    """api's spec of a cross-entropy loss through ``head``, split at the token mean."""
+    values = {id(p): Slot(p.detach(), None) for p in head.parameters()}
+    x = torch.zeros(3, 1, 1, dtype=DT)  # only its number of samples is read (the loss's normaliser)
+    spec = api._spec(
+        [model] if layers == 1 else list(model.layers), ["gelu"] * layers, None, head, "cross_entropy", x, values
     )
+    spec.mask, spec.pooled_split = mask, True
+    return spec
 
 
 @pytest.mark.parametrize("layers, norm_first, causal, bias", [(1, False, True, True), (2, True, False, False)])

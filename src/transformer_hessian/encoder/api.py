@@ -161,12 +161,6 @@ def _spec(layers, kinds, final_norm, head, loss, inputs, slots: dict) -> SimpleN
     )
 
 
-def _per_sample_bytes(P: int, T: int, d: int, d_ff: int, nhead: int, n_layers: int, itemsize: int) -> int:
-    """Tangent memory of one sample (P tangents), kept for the backward sweep, with a margin."""
-    per_layer = T * (14 * d + 3 * d_ff) + 4 * nhead * T * T
-    return 2 * P * itemsize * (per_layer * n_layers + 4 * T * d)
-
-
 def _check_memory(P: int, dtype: torch.dtype, device: torch.device) -> int:
     """Bytes of the dense (P, P) result; MemoryError (with the numbers) when they are not available."""
     need = P * P * torch.finfo(dtype).bits // 8
@@ -241,7 +235,7 @@ def exact_hessian(
         rank, factored = sweeps.graph_order(graph_ranks(spec, hess, slots, inputs[:1].detach()), slots, keys, fast_path)
         blocks = sweeps.tangent_blocks(sorted(names, key=lambda n: rank[n]), named, cols, tangent_block, factored)
         Pb = max(sum(pc[1].stop - pc[1].start for pc in b) for b in blocks) if blocks else 0
-        per = _per_sample_bytes(Pb, T, d, d_ff, layers[0].self_attn.num_heads, len(layers), need // max(P * P, 1))
+        per = sweeps.per_sample_bytes(Pb, T, d, d_ff, layers[0].self_attn.num_heads, len(layers), need // max(P * P, 1))
         chunk = max(1, min(B, chunk_bytes // max(per, 1)))
         W, threads = sweeps.workers_and_threads(workers, device, len(blocks))
         targets = targets.to(device)

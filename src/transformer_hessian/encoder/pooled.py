@@ -19,7 +19,8 @@ from __future__ import annotations
 import torch
 
 from .graph import forward_sweep
-from .ops import Hess, Slot
+from .ops import Hess
+from .sweeps import factored_kind, per_sample_bytes
 
 
 def applies(loss: str, fast_path: bool, names: list[str], classes: int, tokens: int) -> bool:
@@ -40,8 +41,7 @@ def logit_jacobian(spec, slots: dict, P: int, x: torch.Tensor) -> tuple[torch.Te
     b, C = x.shape[0], spec.head_values[0].shape[0]
     J = torch.zeros(b * C, P, dtype=x.dtype, device=x.device)
     hess = Hess(J, [(slice(0, b * C), slice(0, b * C))])
-    local = {k: Slot(s.value, s.cols) for k, s in slots.items()}  # no seeds
-    tape, node = forward_sweep(spec, hess, local, x)
+    tape, node = forward_sweep(spec, hess, slots, x)  # exact_hessian's slots: never seeded (sweeps seed copies)
     z = tape.v[node]
     units = torch.eye(b * C, dtype=x.dtype, device=x.device).view(b * C, b, C)
     tape.backward(node, torch.zeros_like(z), units)
@@ -49,14 +49,14 @@ def logit_jacobian(spec, slots: dict, P: int, x: torch.Tensor) -> tuple[torch.Te
 
 
 def samples_per_jacobian(spec, x: torch.Tensor, P: int, chunk_bytes: int) -> int:
-    """Samples per :func:`logit_jacobian`: its b C tangents over b samples' activations take b^2 of
-    memory (estimated as for the sweeps, api._per_sample_bytes' terms), J and Lambda J 2 b C P
+    """Samples per :func:`logit_jacobian`: its b C tangents over b samples' activations take b^2
+    times one sample's C tangents (:func:`.sweeps.per_sample_bytes`), J and Lambda J 2 b C P
     entries; each at most ``chunk_bytes``."""
-    T, d, item = x.shape[1], x.shape[2], x.element_size()
-    C, layers = spec.head_values[0].shape[0], spec.layers
-    per_token = sum(14 * d + 3 * m.linear1.out_features + 4 * m.self_attn.num_heads * T for m in layers) + 4 * d
-    b = min(int((chunk_bytes / max(1, 2 * C * T * per_token * item)) ** 0.5), chunk_bytes // (2 * C * P * item))
-    return max(1, min(x.shape[0], b))
+    (B, T, d), item, C, layers = x.shape, x.element_size(), spec.head_values[0].shape[0], spec.layers
+    d_ff = max(m.linear1.out_features for m in layers)
+    one = per_sample_bytes(C, T, d, d_ff, layers[0].self_attn.num_heads, len(layers), item)
+    b = min(int((chunk_bytes / max(1, one)) ** 0.5), chunk_bytes // (2 * C * P * item))
+    return max(1, min(B, b))
 
 
 def add_gauss_newton(H: torch.Tensor, spec, slots: dict, rows: list[slice], wrt: list[slice], x, chunk_bytes: int):
@@ -77,8 +77,6 @@ def add_to_factored_rows(H: torch.Tensor, spec, sweep, x, chunk_bytes: int) -> N
     """:func:`add_gauss_newton` for the rows of the factored blocks of ``sweep`` (a namespace of the
     sweeps' blocks, factored ranges, graph ranks, selected names, columns and slots), against the
     columns from the first of them on in graph order (the earlier columns are filled by transposes)."""
-    from .sweeps import factored_kind
-
     rows = [pcs[0] for pcs in sweep.blocks if factored_kind(pcs, sweep.factored)]
     if not spec.pooled_split or not rows:
         return

@@ -80,6 +80,12 @@ def factored_kind(pieces: list, factored: dict) -> str | bool:
     return kinds[0] if len(pieces) == 1 and kinds else False
 
 
+def per_sample_bytes(P: int, T: int, d: int, d_ff: int, nhead: int, n_layers: int, itemsize: int) -> int:
+    """Tangent memory of one sample (P tangents), kept for the backward sweep, with a margin."""
+    per_layer = T * (14 * d + 3 * d_ff) + 4 * nhead * T * T
+    return 2 * P * itemsize * (per_layer * n_layers + 4 * T * d)
+
+
 def _row_size(p: torch.Tensor) -> int:
     return p[0].numel() if p.dim() else 1
 
