@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml requirements.lock
 # SNAKEMAKE_ARGS: extra arguments, e.g. SNAKEMAKE_ARGS="--configfile config/paper.yaml".
 SNAKEMAKE_ARGS ?=
 reproduce: setup
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m transformer_hessian.runguard $(BIN)/snakemake --cores all \
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m transformer_hessian.pipeline.runguard $(BIN)/snakemake --cores all \
 		--workflow-profile $(CURDIR)/workflow/profiles/default --rerun-incomplete $(SNAKEMAKE_ARGS)
 
 # The paper's MNIST half (config/paper_mnist.yaml) on MNIST files you already have, offline:
@@ -40,7 +40,7 @@ reproduce: setup
 DATA ?=
 reproduce-mnist: setup
 	@test -n "$(DATA)" || { echo "reproduce-mnist: set DATA to the folder with the four MNIST files, e.g. make reproduce-mnist DATA=~/data/mnist"; exit 2; }
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m transformer_hessian.runguard $(BIN)/snakemake --cores all \
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m transformer_hessian.pipeline.runguard $(BIN)/snakemake --cores all \
 		$(SNAKEMAKE_ARGS) --workflow-profile $(CURDIR)/workflow/profiles/default --rerun-incomplete \
 		--configfile config/paper_mnist.yaml --config "data={local: '$(DATA)'}"
 

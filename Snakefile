@@ -47,7 +47,7 @@ if not os.path.realpath(transformer_hessian.__file__).startswith(_SRC + os.sep):
         f"not from this checkout ({_SRC}); the jobs run that code",
         file=sys.stderr,
     )
-from transformer_hessian.config import SCHEMA_PATH, ConfigError, check_config_files, config_hash, unexpected_config_error, validate_config  # noqa: E402
+from transformer_hessian.config.validate import SCHEMA_PATH, ConfigError, check_config_files, config_hash, unexpected_config_error, validate_config  # noqa: E402
 
 # Schema check with messages that name the offending key, plus cross-key checks; then
 # snakemake's own validation against the same schema (fills in defaults). Every config file
@@ -69,7 +69,7 @@ LEXP = config["landscape"]["experiment"]
 STAGES = ["init", "trained"]
 
 from transformer_hessian.registry import figure_ids, notebook_tables  # noqa: E402
-from transformer_hessian.datanames import DATA_SETS  # noqa: E402
+from transformer_hessian.util.datanames import DATA_SETS  # noqa: E402
 
 FIGURES = figure_ids(config)  # the registry's figures (src/transformer_hessian/registry/figures.py) this config switches on
 TABLES = ["block_norms", "run_summary", "closed_form_check"]  # written by the `tables` rule
@@ -117,7 +117,7 @@ report: "workflow/report/workflow.rst"
 # A checkpoint damaged after its job finished (see docs/reliability.md) is set aside, so that
 # its train job runs again and resumes from the newest valid epoch checkpoint.
 if workflow.is_main_process:
-    from transformer_hessian.checkpoints import set_aside_damaged  # noqa: E402
+    from transformer_hessian.train.checkpoints import set_aside_damaged  # noqa: E402
 
     set_aside_damaged(
         [str(p) for e in config["experiments"] for p in expand([rules.train.output.init, rules.train.output.final], exp=e)],
@@ -140,7 +140,7 @@ rule all:
 # is paper/claims.md.
 onsuccess:
     if os.path.exists(rules.claims.output.json):
-        from transformer_hessian.recap import recap_lines  # noqa: E402
+        from transformer_hessian.pipeline.recap import recap_lines  # noqa: E402
 
         pngs = {fig: FIGURE_FILES[fig]["png"] for fig in FIGURES}
         print("\n" + "\n".join(recap_lines(rules.claims.output.json, pngs, time.time() - RUN_START)))

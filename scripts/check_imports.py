@@ -29,67 +29,25 @@ from pathlib import Path
 ERRORS, UTIL, CORE, DATA, CONFIG, TRAIN, STUDIES, REPORT, PIPELINE = range(9)
 LAYER_NAMES = ["errors", "util", "core", "data", "config", "train", "studies", "report", "pipeline"]
 
-# Module (or package: all its modules) -> layer, for the modules as they are today.
+# Package -> layer: one entry per subpackage (and per top-level module), no per-module exception.
 LAYERS: dict[str, int] = {
-    "errors": ERRORS,
-    # util: files, formats, progress, environment; no mathematics, no torch model
-    "tempfiles": UTIL,
-    "utils": UTIL,
-    "io": UTIL,
-    "numfmt": UTIL,
-    "tablefmt": UTIL,  # tables as CSV / LaTeX / Markdown files (the report and the studies' steps write them)
-    "progress": UTIL,
-    "resources": UTIL,
-    "datanames": UTIL,
-    "claim_schema": UTIL,  # the verdict words and row keys: the studies write rows, claims/ collects them
-    "bench.sandbox": UTIL,
-    "plotting": UTIL,  # the shared style, print check and publish; the study panels sit above
-    # core: the model, the closed forms, the one layout, the dense and matrix-free Hessians
-    "theory": CORE,
-    "model": CORE,
-    "hessian": CORE,
-    "hessian_groups": CORE,
-    "krylov": CORE,  # the flat model, Hessian-vector products, Lanczos (the studies share them)
-    "stats": CORE,  # log-log slope, bootstrap interval, binned median, thinning (landscape, probe, scaling)
-    "theorem7": CORE,  # D_k on random orderings and Theorem 7's right-hand side (landscape, probe)
-    "checks": CORE,
-    "encoder": CORE,
-    "encoder.bench": STUDIES,  # times the encoder in bench's sandbox
-    "encoder.growth": STUDIES,  # bench encoder --growth (bench's sandbox)
-    "encoder.problems": STUDIES,  # the benchmarks' problems
-    "config_architectures": CONFIG,  # the architecture study's config section and cross-key checks
-    # data: data sets, their files and readers
-    "data": DATA,
-    # config: validation, cross-key checks, the typed sections
-    "config": CONFIG,
-    "config_yaml": CONFIG,  # the strict YAML reader of a config file
-    "config_checks": CONFIG,  # the cross-key checks
-    "settings": CONFIG,
-    "settings_base": CONFIG,  # the Section base of the typed sections
-    "schema": CONFIG,
-    # train: training, checkpoints
-    "train": TRAIN,
-    "checkpoints": TRAIN,
-    "train_result": TRAIN,  # the train rule's result paths (templates; standard library only)
-    # the studies: each one's computation, plots, rule step and claim rows
-    "studies": STUDIES,
-    "architecture_diagram": STUDIES,
-    "diagrams": STUDIES,
-    "bench": STUDIES,
-    # report: tables, summary, claims, the figure registry, the rules' steps
-    "report": REPORT,
-    "report_pages": REPORT,
-    "recap": REPORT,
-    "claims": REPORT,
-    "registry": REPORT,
-    "steps": REPORT,
-    "report_steps": REPORT,  # the report rules' steps (tables, summary, claims, registry)
-    # pipeline: the command line and the run guard
-    "cli": PIPELINE,
-    "cli_commands": PIPELINE,  # the pipeline's own commands; cli.py builds the parser
+    "errors": ERRORS,  # the exception classes every layer raises
+    "_moved": ERRORS,  # the finder that names the new home of a module that moved (imports nothing)
+    "util": UTIL,  # files, result formats, tables, progress, environment, data-set names, claim-row schema
+    "plotting": UTIL,  # the shared style, print check, publish and diagrams; a study's panels sit above
+    "core": CORE,  # the model, dense and matrix-free Hessians, the saved Hessian's check, statistics, Theorem 7
+    "theory": CORE,  # the paper's closed forms
+    "encoder": CORE,  # exact_hessian by curvature propagation
+    "data": DATA,  # data sets, their files and readers
+    "config": CONFIG,  # validation, cross-key checks, the typed sections, the schema
+    "train": TRAIN,  # training, checkpoints, the train rule's result paths
+    "studies": STUDIES,  # each study's computation, plots, rule step, claim rows
+    "bench": STUDIES,  # benchmarks (they time the core in util's sandbox)
+    "claims": REPORT,  # verdicts collected and rendered
+    "registry": REPORT,  # the figure registry and result paths
+    "pipeline": PIPELINE,  # the command line, the rules' steps, report, recap and run guard
     "__main__": PIPELINE,
-    "runguard": PIPELINE,
-    "": PIPELINE,  # the package's own __init__
+    "": PIPELINE,  # the package's own __init__ (the public API)
 }
 
 

@@ -10,7 +10,7 @@ and the machine lacks (``make gpu-carry``).
   gpu_check.py reports where the tree has no ``.git`` (the device's copy).
 - ``.carry/wheels/*.whl``: wheels for CPython 3.12 on manylinux x86_64 (the device's python),
   without dependencies, at the versions of ``requirements.lock``: jsonschema and its dependencies
-  (``transformer_hessian.config`` imports it, so the training code needs it) and curvlinops with
+  (``transformer_hessian.config.validate`` imports it, so the training code needs it) and curvlinops with
   its dependencies (optional: the ``hessian5_curvlinops`` section). Fetched with ``pip download``
   from the package index. On the device they are unpacked (a wheel is a zip) into a folder on
   ``PYTHONPATH``; nothing is installed into the machine's python.
@@ -107,7 +107,7 @@ def main(argv=None) -> None:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(ROOT / "src"))
-    from transformer_hessian.utils import git_commit
+    from transformer_hessian.util.env import git_commit
 
     # the device's copy of the tree has no .git: gpu_check.py reports this commit there
     (out / "COMMIT").write_text(git_commit() + "\n")

@@ -251,7 +251,7 @@ class Check:
     """The run: arguments, device, sizes, budget, shared state between sections."""
 
     def __init__(self, args):
-        from transformer_hessian.utils import resolve_device
+        from transformer_hessian.util.env import resolve_device
 
         self.args = args
         self.dev = resolve_device(args.device)
@@ -272,7 +272,7 @@ class Check:
     def config(self):
         """config/paper.yaml, validated and typed (settings.load_settings), read once."""
         if self._cfg is None:
-            from transformer_hessian.settings import load_settings
+            from transformer_hessian.config.settings import load_settings
 
             self._cfg = load_settings(str(PAPER_CONFIG))
         return self._cfg
@@ -364,7 +364,7 @@ def _reverse_over_reverse(chk: Check, f, w: torch.Tensor, what: str) -> torch.Te
 
 def sec_hessian5(chk: Check) -> dict:
     """Five-group closed form on the device (after one warm-up) and on the CPU: times, agreement."""
-    from transformer_hessian.hessian import hessian_closed_form
+    from transformer_hessian.core.hessian import hessian_closed_form
 
     out = {"shape": chk.sizes.hessian_shape, "width": chk.sizes.hessian_width, "batch": chk.sizes.hessian_batch}
     model, x, y = _problem(chk, chk.dev)
@@ -381,14 +381,13 @@ def sec_hessian5(chk: Check) -> dict:
 
 
 def _hessian_ref(chk: Check, key: str, nine: bool) -> dict:
-    from transformer_hessian.hessian import hessian_closed_form, loss_of_groups
-    from transformer_hessian.hessian_groups import hessian_all_groups, loss_of
+    from transformer_hessian.core.hessian import ALL_GROUPS, hessian_all_groups, hessian_closed_form, loss_of_groups
 
     model, x, y = _problem(chk, chk.dev)
     H = chk.cache.get(key)
     if H is None:
         H = hessian_all_groups(model, 0, x, y)[0] if nine else hessian_closed_form(model, 0, x, y)
-    f, w = loss_of(model, 0, x, y) if nine else loss_of_groups(model, 0, x, y)
+    f, w = loss_of_groups(model, 0, x, y, ALL_GROUPS) if nine else loss_of_groups(model, 0, x, y)
     R, sec = timed(chk.dev, lambda: _reverse_over_reverse(chk, f, w, "the reverse-over-reverse reference"))
     return {
         "P": int(w.numel()),
@@ -413,7 +412,7 @@ def sec_hessian5_curvlinops(chk: Check) -> dict:
         return {"skipped": f"curvlinops is not importable ({err}); carry its wheel (docs/gpu.md)"}
     if not chk.cuda and not chk.args.tiny:
         return {"skipped": "curvlinops at the paper shape takes about 2 minutes on a CPU: run on CUDA only"}
-    from transformer_hessian.hessian import hessian_closed_form, hessian_curvlinops
+    from transformer_hessian.core.hessian import hessian_closed_form, hessian_curvlinops
 
     model, x, y = _problem(chk, chk.dev)
     H = chk.cache.get("H5")
@@ -429,7 +428,7 @@ def sec_hessian5_curvlinops(chk: Check) -> dict:
 
 def sec_hessian9(chk: Check) -> dict:
     """Nine-group Hessian (closed form + LayerNorm HVP columns) on the device and the CPU."""
-    from transformer_hessian.hessian_groups import hessian_all_groups
+    from transformer_hessian.core.hessian import hessian_all_groups
 
     model, x, y = _problem(chk, chk.dev)
     if chk.cuda:
@@ -453,7 +452,7 @@ def sec_hessian9_reference(chk: Check) -> dict:
 
 
 def _spectrum_model(chk: Check, dtype):
-    from transformer_hessian.model import ModelConfig, ViT
+    from transformer_hessian.core.model import ModelConfig, ViT
 
     cfg = ModelConfig(**chk.sizes.spec_model)
     torch.manual_seed(0)
@@ -466,8 +465,8 @@ def _spectrum_model(chk: Check, dtype):
 
 
 def _spectrum(chk: Check, whole: bool) -> dict:
-    from transformer_hessian.hessian import loss_of_groups
-    from transformer_hessian.krylov import FlatModel
+    from transformer_hessian.core.hessian import loss_of_groups
+    from transformer_hessian.core.krylov import FlatModel
     from transformer_hessian.studies.spectrum.compute import (
         batched_hvp,
         hutchinson_trace,
@@ -615,7 +614,7 @@ SECTIONS = {
 def environment(chk: Check) -> dict:
     """Versions, device, its bf16 peak (or "unknown") and the commit."""
     from transformer_hessian.bench.train import PEAK_TFLOPS
-    from transformer_hessian.utils import git_commit
+    from transformer_hessian.util.env import git_commit
 
     name = torch.cuda.get_device_name(chk.dev) if chk.cuda else platform.processor() or "cpu"
     commit = git_commit()

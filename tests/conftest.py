@@ -184,7 +184,7 @@ def env() -> dict:
 
 def tiny_spec(**train):
     """A tiny digits experiment as the typed section (settings.Experiment); ``train`` keys override."""
-    from transformer_hessian.settings import Experiment
+    from transformer_hessian.config.settings import Experiment
 
     spec = {
         "dataset": "digits",
@@ -207,7 +207,7 @@ def tiny_spec(**train):
 def train_section(**keys):
     """A typed ``train`` section (settings.Train): ``keys`` over epochs 1, batch_size 32, lr 3e-3;
     every other key from the schema's defaults."""
-    from transformer_hessian.settings import Train
+    from transformer_hessian.config.settings import Train
 
     return Train.with_defaults({"epochs": 1, "batch_size": 32, "lr": 3e-3, **keys})
 
@@ -216,7 +216,7 @@ def tiny_vit(width, d_k, d_ff, depth, bias, seed):
     """A seeded float64 ViT on 4x4 one-channel images (patch 2, 4 tokens, 3 classes)."""
     import torch
 
-    from transformer_hessian.model import ModelConfig, ViT
+    from transformer_hessian.core.model import ModelConfig, ViT
 
     torch.manual_seed(seed)
     cfg = ModelConfig(

@@ -8,8 +8,8 @@ import pytest
 import torch
 from conftest import tiny_spec
 
-from transformer_hessian.checks import closed_form_check, gauss_newton, saved_hessian_check
-from transformer_hessian.hessian import compute_hessian, fixed_batch, group_layout
+from transformer_hessian.core.checks import closed_form_check, gauss_newton, saved_hessian_check
+from transformer_hessian.core.hessian import compute_hessian, fixed_batch, group_layout
 from transformer_hessian.theory import model_loss_hessian_parts
 from transformer_hessian.train import load_experiment_data, load_model, train
 
@@ -111,7 +111,7 @@ def test_closed_form_check_passes_and_gate_fails_on_tiny_tolerance(tiny_run):
 def test_help_imports_no_heavy_library():
     # `--help` must answer instantly: the command line defers torch/numpy to the command that runs.
     code = (
-        "import sys; from transformer_hessian.cli import build_parser; build_parser(); "
+        "import sys; from transformer_hessian.pipeline.cli import build_parser; build_parser(); "
         "print(sorted(m for m in ('torch', 'numpy', 'pandas', 'matplotlib') if m in sys.modules))"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -122,7 +122,7 @@ def test_help_imports_no_heavy_library():
 def test_every_option_has_help_and_description_is_plain_text():
     import argparse
 
-    from transformer_hessian.cli import build_parser
+    from transformer_hessian.pipeline.cli import build_parser
 
     parser = build_parser()
     assert "``" not in parser.description

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from transformer_hessian import ALL_GROUPS, GROUPS
-from transformer_hessian.model import ModelConfig, ViT, count_parameters
+from transformer_hessian.core.model import ModelConfig, ViT, count_parameters
 
 
 def _random_model(rng):
@@ -27,7 +27,7 @@ def _random_model(rng):
 
 
 def test_parameter_count_counts_the_real_model():
-    from transformer_hessian.resources import hessian_group_size, parameter_count
+    from transformer_hessian.util.resources import hessian_group_size, parameter_count
 
     rng = random.Random(17)
     for _ in range(15):
@@ -43,8 +43,7 @@ def test_parameter_count_counts_the_real_model():
 
 
 def test_one_group_layout_for_every_hessian():
-    from transformer_hessian.hessian import group_layout
-    from transformer_hessian.hessian_groups import layout
+    from transformer_hessian.core.hessian import group_layout
     from transformer_hessian.theory.layout import group_offsets
 
     rng = random.Random(3)
@@ -52,11 +51,11 @@ def test_one_group_layout_for_every_hessian():
         _, _, model = _random_model(rng)
         for block in range(model.cfg.depth):
             names, shapes, off = group_layout(model, block)
-            names2, shapes2, off2 = layout(model, block, GROUPS)
+            names2, shapes2, off2 = group_layout(model, block, GROUPS)
             assert (names, shapes) == (names2, shapes2) and np.array_equal(off, off2) and off.dtype == np.int64
             # against the parameters themselves: each slice of a flat vector is its group
             flat = torch.cat([getattr(model.blocks[block], n).detach().reshape(-1) for n in ALL_GROUPS])
-            n9, s9, o9 = layout(model, block, ALL_GROUPS)
+            n9, s9, o9 = group_layout(model, block, ALL_GROUPS)
             for i, n in enumerate(n9):
                 got = flat[o9[i] : o9[i + 1]].reshape(s9[i])
                 assert torch.equal(got, getattr(model.blocks[block], n).detach())
@@ -66,10 +65,11 @@ def test_one_group_layout_for_every_hessian():
 
 
 def test_one_json_encoding(tmp_path):
-    from transformer_hessian import io, utils
+    from transformer_hessian.util import files as utils
+    from transformer_hessian.util import io
 
     obj = {"a": np.float32(0.5), "b": np.arange(3), "c": torch.tensor([1.5, 2.0]), "d": [1, "x", None]}
-    utils.write_json(obj, tmp_path / "plain.json")
+    io.write_json(obj, tmp_path / "plain.json", sealed=False)
     io.write_json(obj, tmp_path / "sealed.json")
     assert (tmp_path / "plain.json").read_bytes() == (tmp_path / "sealed.json").read_bytes()
     assert (tmp_path / "sealed.json.sha256").is_file() and not (tmp_path / "plain.json.sha256").exists()
@@ -79,12 +79,12 @@ def test_one_json_encoding(tmp_path):
         == json.loads('{"a": 0.5, "b": [0, 1, 2], "c": [1.5, 2.0], "d": [1, "x", null]}')
     )
     with pytest.raises(ValueError):
-        utils.write_json({"x": float("nan")}, tmp_path / "nan.json")
+        io.write_json({"x": float("nan")}, tmp_path / "nan.json", sealed=False)
 
 
 def test_one_theorem7_right_hand_side():
+    from transformer_hessian.core.theorem7 import landscape_bound, theorem7_rhs
     from transformer_hessian.studies.landscape.compute import analyse_landscape
-    from transformer_hessian.theorem7 import landscape_bound, theorem7_rhs
 
     rng = np.random.default_rng(7)
     k = np.arange(1, 40.0)
@@ -106,8 +106,7 @@ def test_one_table_of_data_sets(root):
 
     import yaml
 
-    from transformer_hessian import datanames
-    from transformer_hessian.config_checks import DATASET_SHAPES, DATASET_TRAIN
+    from transformer_hessian.config.checks import DATASET_SHAPES, DATASET_TRAIN
     from transformer_hessian.data.datasets import READERS
     from transformer_hessian.data.sources import DATASETS, NUM_CLASSES
     from transformer_hessian.plotting.style import CIFAR_RUN_NAMES as probe_names
@@ -118,10 +117,11 @@ def test_one_table_of_data_sets(root):
     from transformer_hessian.studies.probe.plot import run_label
     from transformer_hessian.studies.table1.compute import DATASET_NAMES as table1_names
     from transformer_hessian.studies.table1.compute import IMAGE_SIZES
+    from transformer_hessian.util import datanames
 
     names = list(datanames.DATA_SETS)
     assert names[:3] == ["digits", "mnist", "cifar100"] and list(DATASETS) == names and list(READERS) == names
-    schema = (root / "src/transformer_hessian/schema/config.schema.yaml").read_text()
+    schema = (root / "src/transformer_hessian/config/schema/config.schema.yaml").read_text()
     enums = [yaml.safe_load(m) for m in re.findall(r"dataset: (\{type: string, enum: \[[^\]]*\][^}]*\})", schema)]
     assert len(enums) == 2 and all(e["enum"] == names for e in enums)
     assert 'dataset="|".join(DATA_SETS)' in (root / "Snakefile").read_text()

@@ -43,9 +43,9 @@ import yaml
 from conftest import tiny_spec
 from test_workflow import TINY
 
-from transformer_hessian.config import ConfigError, load_schema, validate_config
+from transformer_hessian.config.validate import ConfigError, load_schema, validate_config
+from transformer_hessian.core.model import ModelConfig, ViT, count_parameters
 from transformer_hessian.data import DataError, download
-from transformer_hessian.model import ModelConfig, ViT, count_parameters
 from transformer_hessian.train import load_model, train
 
 # Modules added by the fix are imported inside the tests, so that this file also runs (and fails
@@ -359,7 +359,7 @@ def test_issue_config_fault_rejected(case, tmp_path):
 
 
 def test_yaml_loader_rejects_duplicates_and_names_lines(tmp_path):
-    from transformer_hessian.config_yaml import load_yaml
+    from transformer_hessian.config.yaml_file import load_yaml
 
     p = tmp_path / "c.yaml"
     p.write_text("a:\n  b: 1\n  c: 2\n  b: 3\n")
@@ -371,8 +371,8 @@ def test_yaml_loader_rejects_duplicates_and_names_lines(tmp_path):
 
 def test_training_memory_estimate_counts_parameters_exactly():
     """The parse-time estimate (no torch) against count_parameters of the real model."""
-    from transformer_hessian.config_checks import DATASET_SHAPES, training_bytes_estimate
-    from transformer_hessian.resources import hessian_group_size
+    from transformer_hessian.config.checks import DATASET_SHAPES, training_bytes_estimate
+    from transformer_hessian.util.resources import hessian_group_size
 
     rng = random.Random(8)
     for _ in range(12):
@@ -693,7 +693,7 @@ def test_download_faults_leave_nothing_and_end_in_bounded_time(server, tmp_path)
     # a stale 0-byte .part left by a killed run (dead pid on this host) goes; a live one stays
     folder = tmp_path / "stale" / "mnist"
     folder.mkdir(parents=True)
-    from transformer_hessian.tempfiles import _host_tag
+    from transformer_hessian.util.tempfiles import _host_tag
 
     dead = folder / f".blob.bin.{_host_tag()}.{_dead_pid()}.abcdefgh.part"
     live = folder / f".blob.bin.{_host_tag()}.{os.getpid()}.abcdefgh.part"
@@ -767,7 +767,7 @@ def test_damaged_checkpoint_is_recovered(reference_run, tmp_path, position, capl
     root, spec = reference_run
     ref_ck = root / "run" / "checkpoints"
     if position == "final":
-        from transformer_hessian.checkpoints import CheckpointError, set_aside_damaged
+        from transformer_hessian.train.checkpoints import CheckpointError, set_aside_damaged
 
         # A finished run whose final.pt was damaged afterwards: the workflow sets it aside at start-up
         # (so the train rule runs again) and training rebuilds it from the last epoch checkpoint.
@@ -784,7 +784,7 @@ def test_damaged_checkpoint_is_recovered(reference_run, tmp_path, position, capl
         _truncate(ck / victim)
     with caplog.at_level("INFO", logger="transformer_hessian"):
         train("tiny", spec, root / "data", tmp_path / "run", device="cpu")
-    from transformer_hessian.checkpoints import load_checkpoint
+    from transformer_hessian.train.checkpoints import load_checkpoint
 
     log = caplog.text
     if position == "latest":
@@ -805,7 +805,7 @@ def test_every_epoch_checkpoint_damaged_starts_afresh(reference_run, tmp_path, c
         train("tiny", spec, root / "data", tmp_path / "run", device="cpu")
     assert "skipping epoch_002.pt" in caplog.text and "skipping epoch_001.pt" in caplog.text
     assert _same_weights(root / "run/checkpoints/final.pt", ck / "final.pt")
-    from transformer_hessian.checkpoints import load_checkpoint
+    from transformer_hessian.train.checkpoints import load_checkpoint
 
     assert load_checkpoint(ck / "final.pt")
 
@@ -1049,7 +1049,7 @@ def test_kill_at_random_moment_of_each_rule_then_make_reproduce(tmp_path, env):
         started |= set(_started(text)) & set(rules)
         # a 0-byte temp file as a kill inside save_figure would leave it (made by a dead process)
         if target.startswith("fig"):
-            from transformer_hessian.tempfiles import _host_tag
+            from transformer_hessian.util.tempfiles import _host_tag
 
             (work / "paper/figures").mkdir(parents=True, exist_ok=True)
             (work / f"paper/figures/.fig3.pdf.{_host_tag()}.{_dead_pid()}.abcdefgh.pdf.tmp").touch()

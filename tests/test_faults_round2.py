@@ -73,12 +73,12 @@ def test_damaged_epoch_checkpoint_is_set_aside_not_a_block(short_run, tmp_path, 
     for p in ck.glob("epoch_002.pt*"):
         p.unlink()
     train("tiny", spec, root / "data", run, device="cpu")
-    from transformer_hessian.checkpoints import load_checkpoint
+    from transformer_hessian.train.checkpoints import load_checkpoint
 
     assert load_checkpoint(ck / "epoch_001.pt") and load_checkpoint(ck / "epoch_002.pt")
     # a damaged init checkpoint is refused naming the file (not a bare torch.load traceback)
     _truncate(ck / "init.pt")
-    from transformer_hessian.checkpoints import CheckpointError
+    from transformer_hessian.train.checkpoints import CheckpointError
 
     with pytest.raises(CheckpointError, match=r"init\.pt is damaged"):
         replay(spec, root / "data", ck / "init.pt", 10, lambda *a: None, every=5, checkpoint_dir=ck)
@@ -101,7 +101,7 @@ def _bomb(kind: str, levels: int = 9) -> str:
 @pytest.mark.parametrize("kind", ["list", "mapping"])
 def test_yaml_alias_bomb_refused_in_under_a_second(kind, tmp_path):
     """Item 2: the project's loader counts aliases instead of expanding them (linear in the file)."""
-    from transformer_hessian.config_yaml import load_yaml
+    from transformer_hessian.config.yaml_file import load_yaml
     from transformer_hessian.errors import ConfigError
 
     path = tmp_path / "bomb.yaml"
@@ -141,7 +141,7 @@ def test_yaml_alias_bomb_through_snakemake_and_make_reproduce(tmp_path, env):
     mapbomb = tmp_path / "map.yaml"
     mapbomb.write_text(_bomb("mapping"))
     t0 = time.perf_counter()
-    guard = [sys.executable, "-m", "transformer_hessian.runguard", sys.executable, "-m", "snakemake", "-n"]
+    guard = [sys.executable, "-m", "transformer_hessian.pipeline.runguard", sys.executable, "-m", "snakemake", "-n"]
     proc = subprocess.run(
         [*guard, "--snakefile", str(ROOT / "Snakefile"), "-d", str(tmp_path), "--configfile", str(mapbomb)],
         capture_output=True,
@@ -210,7 +210,7 @@ def test_bad_value_refused_at_parse_time_naming_the_key(case, tmp_path):
 
 def test_every_numeric_key_has_a_range():
     """Item 5: each integer / number of the schema has an upper bound (a maximum, or a cross-key check)."""
-    from transformer_hessian.config import load_schema
+    from transformer_hessian.config.validate import load_schema
 
     schema = load_schema()
     unbounded = []
@@ -265,7 +265,7 @@ def _config_file_faults(tmp_path: Path) -> list[tuple[str, Path, str]]:
 
 def test_config_file_faults_one_line_each(tmp_path):
     """Item 7: each bad --configfile is refused by the project's loader with one message naming it."""
-    from transformer_hessian.config_yaml import load_yaml
+    from transformer_hessian.config.yaml_file import load_yaml
     from transformer_hessian.errors import ConfigError
 
     for cid, path, reason in _config_file_faults(tmp_path):
@@ -281,7 +281,7 @@ def test_config_file_faults_one_line_each(tmp_path):
 def test_config_file_faults_through_make_reproduce_and_snakemake(tmp_path, env):
     """Item 7: through the run guard of ``make reproduce`` (every fault) and through a plain
     ``snakemake -n`` for those that snakemake's own loader lets through (non-text keys)."""
-    guard = [sys.executable, "-m", "transformer_hessian.runguard", sys.executable, "-m", "snakemake", "-n"]
+    guard = [sys.executable, "-m", "transformer_hessian.pipeline.runguard", sys.executable, "-m", "snakemake", "-n"]
     for cid, path, reason in _config_file_faults(tmp_path):
         proc = subprocess.run(
             [*guard, "--snakefile", str(ROOT / "Snakefile"), "-d", str(tmp_path), "--configfile", str(path)],
@@ -303,7 +303,7 @@ def test_config_file_faults_through_make_reproduce_and_snakemake(tmp_path, env):
     finally:
         os.chdir(cwd)
     # a non-text key given on the command line (not through a file) is named too
-    from transformer_hessian.config import ConfigError, validate_config
+    from transformer_hessian.config.validate import ConfigError, validate_config
 
     cfg = tiny_config()
     cfg["data"][1] = 2
@@ -483,7 +483,7 @@ def test_cifar_pickle_verified_by_md5_and_never_runs_code(tmp_path, monkeypatch)
 
 def test_edited_result_is_named_not_believed(tmp_path):
     """Item 4: result files carry a digest recorded by the writer; a hand-edited metrics.json is refused."""
-    from transformer_hessian.io import ResultError, load_metrics, save_metrics
+    from transformer_hessian.util.io import ResultError, load_metrics, save_metrics
 
     path = tmp_path / "metrics.json"
     save_metrics(path, {"experiment": "x", "final": {"val_acc": 0.31}})
@@ -497,7 +497,7 @@ def test_edited_result_is_named_not_believed(tmp_path):
 def test_damaged_npz_result_is_named(damage, tmp_path):
     """Item 7: a truncated or garbage .npz is one message naming the file and the rule (no BadZipFile,
     no hint about allow_pickle), with or without its digest file."""
-    from transformer_hessian.io import ResultError, digest_path, load_hessian, save_hessian
+    from transformer_hessian.util.io import ResultError, digest_path, load_hessian, save_hessian
 
     path = tmp_path / "init.npz"
     save_hessian(path, np.eye(3), ["a"], np.array([0, 3]), np.array([[3, 1]]))
@@ -516,7 +516,8 @@ def test_damaged_npz_result_is_named(damage, tmp_path):
 def test_full_disk_is_one_line_and_the_next_run_recovers(tmp_path, monkeypatch, capsys):
     """Item 7: ENOSPC (simulated: the rename of every write raises OSError 28) ends in one line; with space
     back, the same command succeeds."""
-    from transformer_hessian import cli, utils
+    from transformer_hessian.pipeline import cli
+    from transformer_hessian.util import files as utils
 
     manifest = tmp_path / "data" / "digits" / "manifest.json"
     argv = ["download", "--dataset", "digits", "--manifest", str(manifest)]

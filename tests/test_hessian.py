@@ -8,7 +8,7 @@ from conftest import tiny_vit
 from torch.func import functional_call
 
 from transformer_hessian import GROUPS
-from transformer_hessian.hessian import (
+from transformer_hessian.core.hessian import (
     block_norms,
     compute_hessian,
     fixed_batch,

@@ -17,13 +17,13 @@ from hypothesis import strategies as st
 from torch.func import functional_call
 
 from transformer_hessian import GROUPS
-from transformer_hessian.hessian import block_norms
-from transformer_hessian.hessian_groups import (
+from transformer_hessian.core.hessian import (
     ALL_GROUPS,
     LN_GROUPS,
+    block_norms,
+    group_layout,
     hessian_all_groups,
     hessian_columns,
-    layout,
     symmetric_block_norms,
     weight_norms_all,
 )
@@ -90,7 +90,7 @@ def test_all_group_hessian_matches_torch_func(width, d_k, d_ff, depth, bias, bat
         assert (H - ref).abs().max() <= 1e-10 * scale, (method, float((H - ref).abs().max() / scale))
         assert torch.equal(H, H.T)
     # The LayerNorm blocks are not all zero (the test would be vacuous otherwise).
-    _, _, off = layout(model, block)
+    _, _, off = group_layout(model, block, ALL_GROUPS)
     assert ref[off[5] :, :].abs().max() > 1e-6 * scale
     # Central finite differences of the gradient along two LayerNorm coordinates.
     loss, w = _flat_loss(model, block, x, y, ALL_GROUPS)
@@ -127,7 +127,7 @@ def test_columns_of_a_subset_of_groups():
 
 def test_layout_keeps_the_five_group_order_first():
     model, _, _ = _setup(5, 3, 7, 1, False, 2, 0)
-    names, shapes, off = layout(model, 0)
+    names, shapes, off = group_layout(model, 0, ALL_GROUPS)
     assert tuple(names[:5]) == tuple(GROUPS) and tuple(names[5:]) == LN_GROUPS
     assert shapes == [(5, 3), (5, 3), (5, 5), (5, 7), (7, 5), (5,), (5,), (5,), (5,)]
     assert off.tolist() == [0, 15, 30, 55, 90, 125, 130, 135, 140, 145]

@@ -1,4 +1,4 @@
-"""Tests of transformer_hessian.io: every result format survives a write/read round trip on fresh
+"""Tests of transformer_hessian.util.io: every result format survives a write/read round trip on fresh
 random contents, the writers are atomic, and the readers name the file (and rule) on failure."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer_hessian import io, plotting
+from transformer_hessian import plotting
 from transformer_hessian.studies.bounds.result import load_bounds, save_bounds
 from transformer_hessian.studies.landscape.result import load_landscape, save_landscape
+from transformer_hessian.util import io
 
 
 def _norms(stage="init"):

@@ -31,7 +31,7 @@ def _setup(seed, d_model, nhead, tokens, norm_first):
     model = TinyEncoder(3, d_model, nhead, 2 * d_model, 3, norm_first).double()
     x = torch.randn(4, tokens, 3, dtype=torch.float64)
     y = torch.randint(0, 3, (4,))
-    from transformer_hessian.krylov import FlatModel
+    from transformer_hessian.core.krylov import FlatModel
 
     fm = FlatModel.of(model)
     loss = lambda w: fm.mean_loss(w, x, y)  # noqa: E731
@@ -48,7 +48,7 @@ def _setup(seed, d_model, nhead, tokens, norm_first):
     norm_first=st.booleans(),
 )
 def test_hvp_and_lanczos_on_torch_transformer_layer_match_the_dense_hessian(seed, d_model, tokens, norm_first):
-    from transformer_hessian.krylov import hvp_operator, top_eigenpair
+    from transformer_hessian.core.krylov import hvp_operator, top_eigenpair
     from transformer_hessian.studies.spectrum.compute import batched_hvp, top_eigenvalues
 
     fm, loss, H, x, y = _setup(seed, d_model, 2, tokens, norm_first)
@@ -70,7 +70,7 @@ def test_hvp_and_lanczos_on_torch_transformer_layer_match_the_dense_hessian(seed
 def test_operation_without_forward_ad_gets_a_clear_error():
     """A fused attention kernel called directly (not through scaled_dot_product_attention, so no
     backend choice applies) has no forward-mode derivative: the error names it and says what to do."""
-    from transformer_hessian.krylov import forward_over_reverse
+    from transformer_hessian.core.krylov import forward_over_reverse
 
     q = torch.randn(1, 1, 3, 2)
 

@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer_hessian.model import ModelConfig, PostNormBlock, ViT, patchify
+from transformer_hessian.core.model import ModelConfig, PostNormBlock, ViT, patchify
 
 
 def _ln(U, g, b, eps):

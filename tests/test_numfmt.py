@@ -1,4 +1,4 @@
-"""Tests of transformer_hessian.numfmt: three significant digits, and no value printed as a
+"""Tests of transformer_hessian.util.numfmt: three significant digits, and no value printed as a
 reference it is not equal to."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from transformer_hessian.numfmt import fmt, fmt_interval, fmt_pct
+from transformer_hessian.util.numfmt import fmt, fmt_interval, fmt_pct
 
 
 @pytest.mark.parametrize(

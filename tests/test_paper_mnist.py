@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 from studies.test_table1 import _metrics, _table1
 
-from transformer_hessian.config import load_config
-from transformer_hessian.datanames import described, stands_in
+from transformer_hessian.config.validate import load_config
 from transformer_hessian.plotting import dataset_model_label
 from transformer_hessian.registry import FIGURES
 from transformer_hessian.registry.rules import caption
 from transformer_hessian.studies.probe.plot import run_label
+from transformer_hessian.util.datanames import described, stands_in
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from transformer_hessian.progress import Progress, format_seconds
+from transformer_hessian.util.progress import Progress, format_seconds
 
 
 def test_format_seconds():
@@ -54,8 +54,8 @@ def test_failure_is_reported_and_thread_stops():
 def test_reaches_stdout_when_stderr_goes_to_a_log(tmp_path):
     code = (
         "import time\n"
-        "from transformer_hessian.utils import setup_logging\n"
-        "from transformer_hessian.progress import Progress\n"
+        "from transformer_hessian.util.env import setup_logging\n"
+        "from transformer_hessian.util.progress import Progress\n"
         "setup_logging()\n"
         "with Progress('job', total=2, every=0.05) as p:\n"
         "    time.sleep(0.2); p.advance(); time.sleep(0.2); p.advance()\n"

@@ -31,7 +31,7 @@ def _claims(tmp_path, verdicts):
 
 @pytest.mark.parametrize("n_failed", [0, 1, 5, 200])
 def test_recap_counts_names_the_failures_and_stays_short(tmp_path, n_failed):
-    from transformer_hessian.recap import MAX_LINES, recap_lines
+    from transformer_hessian.pipeline.recap import MAX_LINES, recap_lines
 
     verdicts = [REPRODUCED] * 7 + [NOT_REPRODUCED] * n_failed + [NOT_TESTABLE] * 2
     path, rows = _claims(tmp_path, verdicts)
@@ -52,8 +52,8 @@ def test_recap_counts_names_the_failures_and_stays_short(tmp_path, n_failed):
 
 
 def test_recap_without_fig3_opens_the_first_figure(tmp_path):
-    from transformer_hessian.progress import format_seconds
-    from transformer_hessian.recap import recap_lines
+    from transformer_hessian.pipeline.recap import recap_lines
+    from transformer_hessian.util.progress import format_seconds
 
     path, _ = _claims(tmp_path, [REPRODUCED])
     assert "Open first: paper/figures/fig2.png" in "\n".join(recap_lines(path, {"fig2": "paper/figures/fig2.png"}, 5))
@@ -61,7 +61,7 @@ def test_recap_without_fig3_opens_the_first_figure(tmp_path):
 
 
 def test_report_pages_hold_every_claim_table_row_config_and_provenance(tmp_path):
-    from transformer_hessian.report_pages import write_report_pages
+    from transformer_hessian.pipeline.report_pages import write_report_pages
 
     claims, rows = _claims(tmp_path, [REPRODUCED, NOT_REPRODUCED, NOT_TESTABLE])
     summary = tmp_path / "summary.json"
@@ -106,7 +106,7 @@ def test_report_pages_hold_every_claim_table_row_config_and_provenance(tmp_path)
 def test_settings_argument_reads_inline_json_or_a_file(tmp_path):
     import argparse
 
-    from transformer_hessian.cli import _json_arg, build_parser
+    from transformer_hessian.pipeline.cli import _json_arg, build_parser
 
     path = tmp_path / "spec.json"
     path.write_text('{"a": [1, 2], "b": {"c": null}}')
@@ -121,7 +121,7 @@ def test_settings_argument_reads_inline_json_or_a_file(tmp_path):
 
 
 def test_runguard_names_a_target_taken_for_a_config_file(tmp_path, capsys):
-    from transformer_hessian.runguard import main, missing_configfiles
+    from transformer_hessian.pipeline.runguard import main, missing_configfiles
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("{}")

@@ -12,7 +12,7 @@ from conftest import snakemake_dry_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer_hessian.config import ConfigError, coerce_cli_strings, load_schema, validate_config
+from transformer_hessian.config.validate import ConfigError, coerce_cli_strings, load_schema, validate_config
 
 GPU_RULES = {"train", "hessian", "theory", "landscape"}
 

@@ -1,4 +1,4 @@
-"""Tests of transformer_hessian.stats: the log-log slope against exact power laws, its bootstrap
+"""Tests of transformer_hessian.core.stats: the log-log slope against exact power laws, its bootstrap
 interval (degenerate, noisy, coverage, seeded), the log-binned median against a loop, thinning."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from transformer_hessian.stats import bootstrap_slope_ci, fit_loglog_slope, log_binned_median, thin_indices
+from transformer_hessian.core.stats import bootstrap_slope_ci, fit_loglog_slope, log_binned_median, thin_indices
 
 
 @pytest.mark.parametrize("exponent", [-1.0, -0.5, -2.0, 0.3])

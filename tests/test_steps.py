@@ -1,4 +1,4 @@
-"""Tests of transformer_hessian.report_steps: the registry step's check. The other rules' steps are
+"""Tests of transformer_hessian.pipeline.report_steps: the registry step's check. The other rules' steps are
 tested with their studies (tests/studies/: the Hessian study's checkpoint-size gate in
 test_hessian.py, the landscape study's in test_landscape.py; Table 1 in test_table1.py)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from transformer_hessian import report_steps
+from transformer_hessian.pipeline import report_steps
 
 
 def test_registry_step_check_detects_a_stale_readme(tmp_path):

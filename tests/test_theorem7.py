@@ -1,4 +1,4 @@
-"""Tests of transformer_hessian.theorem7: the loss differences D_k and D^b_j on random orderings
+"""Tests of transformer_hessian.core.theorem7: the loss differences D_k and D^b_j on random orderings
 and Theorem 7's right-hand sides (arXiv 2510.16927, Sec. 4.3), against brute force.
 
 Every check enumerates the running means of random losses by explicit loops; the off-w*
@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from transformer_hessian.theorem7 import (
+from transformer_hessian.core.theorem7 import (
     batch_loss_differences,
     landscape_bound,
     landscape_bound_tight,

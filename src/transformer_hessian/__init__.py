@@ -1,4 +1,17 @@
-"""Reproduction pipeline for "Closing the Curvature Gap: Full Transformer Hessians"."""
+"""Exact Hessians of Transformers, and the reproduction pipeline of "Closing the Curvature Gap: Full
+Transformer Hessians and Their Implications for Scaling Laws" (arXiv 2510.16927).
+
+The names in ``__all__`` are the library's stable face, grouped below and documented with an
+example each in docs/api.md; everything else in the package may move between releases (an old
+module path that moved keeps importing, with a ``DeprecationWarning`` naming its new home).
+They are loaded on first use, so ``import transformer_hessian`` does not import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from . import _moved
 
 __version__ = "0.1.0"
 
@@ -11,13 +24,64 @@ LN_GROUPS = ("gamma1", "beta1", "gamma2", "beta2")
 #: The nine groups of one block, matrix groups first (same order as GROUPS), then LN_GROUPS.
 ALL_GROUPS = GROUPS + LN_GROUPS
 
-# The names live here, free of torch, so that plotting code can use them without importing it.
+#: The public API by group: group -> {name: the module (relative to this package) that defines it}.
+API: dict[str, dict[str, str]] = {
+    "exact Hessians of torch Transformers": {
+        "exact_hessian": "encoder",
+        "hessian_blocks": "encoder",
+        "split_heads": "encoder",
+    },
+    "the paper's model": {
+        "ViT": "core.model",
+        "ModelConfig": "core.model",
+        "count_parameters": "core.model",
+    },
+    "dense Hessians of one block's parameter groups": {
+        "compute_hessian": "core.hessian",
+        "hessian_all_groups": "core.hessian",
+        "block_norms": "core.hessian",
+    },
+    "closed forms of the paper's block (Theorems 1-5, Lemma 1)": {
+        "model_loss_hessian": "theory",
+        "block_loss_hessian": "theory",
+        "block_output_hessian": "theory",
+        "attention_loss_hessian": "theory",
+        "layernorm_hessian": "theory",
+        "ffn_second_derivatives": "theory",
+        "softmax_row_hessian": "theory",
+    },
+    "matrix-free curvature (Krylov)": {
+        "FlatModel": "core.krylov",
+        "hvp_operator": "core.krylov",
+        "lanczos": "core.krylov",
+        "top_eigenpair": "core.krylov",
+        "hutchinson_trace": "studies.spectrum.compute",
+        "slq_density": "studies.spectrum.compute",
+    },
+    "bounds (Theorems 1 and 6, Lemma 4, and the project's own)": {
+        "attention_bound": "studies.bounds.attention",
+        "attention_bound_paper": "studies.bounds.attention",
+        "block_bound": "studies.bounds.block",
+        "block_bound_ce": "studies.bounds.block",
+        "block_bound_paper": "studies.bounds.block",
+        "lemma4_bounds": "studies.bounds.block",
+    },
+}
+_OWNER = {name: module for names in API.values() for name, module in names.items()}
+
+__all__ = ["ALL_GROUPS", "ATTENTION_GROUPS", "GROUPS", "LN_GROUPS", *_OWNER]
+
+_moved.install()
 
 
 def __getattr__(name: str):
-    """``from transformer_hessian import exact_hessian`` without importing torch for the names above."""
-    if name in ("exact_hessian", "hessian_blocks", "split_heads"):
-        from . import encoder
-
-        return getattr(encoder, name)
+    """A public name, imported from the module that defines it on first use (no torch import before)."""
+    if name in _OWNER:
+        value = getattr(importlib.import_module(f".{_OWNER[name]}", __name__), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_OWNER))

@@ -3,7 +3,7 @@
 Each is re-exported by the module that raised it first (``config.ConfigError``, ``data.DataError``,
 ``train.TrainingError``, ``checkpoints.CheckpointError``, ``io.ResultError``,
 ``claims.compare.VerdictMismatch``, ``bench.hessian.BenchError``), so either import works.
-:func:`transformer_hessian.cli.main` turns :data:`EXPECTED` into one line on stderr and exit status 1.
+:func:`transformer_hessian.pipeline.cli.main` turns :data:`EXPECTED` into one line on stderr and exit status 1.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import pytest
 
 from transformer_hessian.bench import hessian as bench
 from transformer_hessian.bench.hessian import OK, OOM, TIMEOUT, BenchSettings, n_group_params, run_case
-from transformer_hessian.cli import main
+from transformer_hessian.pipeline.cli import main
 
 WIDTH, BATCH = 4, 8
 
@@ -106,7 +106,7 @@ def test_cli_prints_table(cli_run):
 def test_memory_cap_tells_when_the_address_space_is_at_its_limit():
     """Near the RLIMIT_AS cap a failed allocation can surface as any exception (seen: an OSError
     from inspect.getsource); the worker then asks the cap whether it was at its limit."""
-    from transformer_hessian.bench.sandbox import _MemoryCap, _rss_bytes
+    from transformer_hessian.util.sandbox import _MemoryCap, _rss_bytes
 
     cap = _MemoryCap(1 << 30, _rss_bytes(), lambda rss: None)
     assert not cap.at_limit()  # not armed
@@ -215,7 +215,7 @@ def test_fallback_reference_matches_a():
     """(a'), the fallback reference, gives the same matrix as (a) (hessian_curvlinops)."""
     import torch
 
-    from transformer_hessian.hessian import hessian_curvlinops
+    from transformer_hessian.core.hessian import hessian_curvlinops
 
     model, images, labels = bench.build_problem(WIDTH, BATCH, seed=0)
     H = hessian_curvlinops(model, 0, images, labels)

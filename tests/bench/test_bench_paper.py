@@ -15,7 +15,7 @@ from transformer_hessian.bench.hessian import (
     run_bench,
     settings_from_args,
 )
-from transformer_hessian.cli import build_parser
+from transformer_hessian.pipeline.cli import build_parser
 
 
 def _args(*argv):

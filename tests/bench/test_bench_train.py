@@ -12,8 +12,8 @@ import torch
 import yaml
 
 from transformer_hessian.bench.train import DATASET_SHAPES, device_peak_tflops, flops_per_image
-from transformer_hessian.cli import main
-from transformer_hessian.model import ModelConfig, ViT
+from transformer_hessian.core.model import ModelConfig, ViT
+from transformer_hessian.pipeline.cli import main
 
 
 def analytic_train_flops(cfg: ModelConfig) -> int:

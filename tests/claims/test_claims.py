@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_hessian import GROUPS, claims
-from transformer_hessian.numfmt import fmt, fmt_interval
 from transformer_hessian.studies.hessian.claims import block_sizes, entry_spread, hessian_claim_rows
 from transformer_hessian.studies.landscape.claims import landscape_claim_rows
 from transformer_hessian.studies.landscape.compute import analyse_landscape
+from transformer_hessian.util.numfmt import fmt, fmt_interval
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = {"width": 3, "d_k": 2, "d_ff": 5}

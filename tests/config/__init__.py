@@ -1,1 +1,1 @@
-"""Tests of transformer_hessian.config, config_yaml, config_checks, settings and settings_base."""
+"""Tests of transformer_hessian.config.validate, config_yaml, config_checks, settings and settings_base."""

@@ -6,7 +6,7 @@ import pytest
 import yaml
 from conftest import snakemake_dry_run
 
-from transformer_hessian.config import ConfigError, config_hash, load_config, validate_config
+from transformer_hessian.config.validate import ConfigError, config_hash, load_config, validate_config
 
 
 @pytest.fixture()

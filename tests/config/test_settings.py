@@ -1,4 +1,4 @@
-"""The typed, frozen config (transformer_hessian.settings): built once from the validated dict,
+"""The typed, frozen config (transformer_hessian.config.settings): built once from the validated dict,
 no defaults outside the schema, exact keys, and an exact round trip through JSON."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer_hessian import settings as S
-from transformer_hessian.config import ConfigError, load_config, load_schema, validate_config
-from transformer_hessian.settings_base import Section
+from transformer_hessian.config import settings as S
+from transformer_hessian.config.section import Section
+from transformer_hessian.config.validate import ConfigError, load_config, load_schema, validate_config
 from transformer_hessian.studies.landscape.compute import analyse_landscape
 
 # AdamWTrain is the keys the three training sections share (a base, not a section of the schema)
@@ -169,9 +169,7 @@ def test_landscape_function_defaults_agree_with_the_schema():
 
 def test_import_is_light():
     """settings imports no torch, numpy or pandas (``--help`` and the Snakefile stay fast)."""
-    code = (
-        "import sys, transformer_hessian.settings; print([m for m in ('torch', 'numpy', 'pandas') if m in sys.modules])"
-    )
+    code = "import sys, transformer_hessian.config.settings; print([m for m in ('torch', 'numpy', 'pandas') if m in sys.modules])"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"

@@ -453,7 +453,7 @@ def test_one_reader_per_data_set_registered_by_name(tmp_path):
     naming it; the digits reader returns the table's shape and classes."""
     from transformer_hessian.data.datasets import READERS, reader_of
     from transformer_hessian.data.fetch import OFFLINE_MANIFESTS
-    from transformer_hessian.datanames import DATA_SETS
+    from transformer_hessian.util.datanames import DATA_SETS
 
     assert set(READERS) == set(DATA_SETS)
     # a data set a library ships has no files: its "download" is a registered manifest

@@ -2,8 +2,8 @@
 
 import json
 
-from transformer_hessian.cli import build_parser
-from transformer_hessian.encoder.bench import bench_encoder
+from transformer_hessian.bench.encoder import bench_encoder
+from transformer_hessian.pipeline.cli import build_parser
 
 
 def test_bench_encoder_tiny(tmp_path):

@@ -8,16 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from transformer_hessian.cli import build_parser
-from transformer_hessian.encoder.bench import build_problem
-from transformer_hessian.encoder.growth import (
-    QUICK_BASE,
-    case_shape,
-    fit_exponent,
-    fits,
-    growth_markdown,
-    run_growth,
-)
+from transformer_hessian.bench.encoder import build_problem
+from transformer_hessian.bench.growth import QUICK_BASE, case_shape, fit_exponent, fits, growth_markdown, run_growth
+from transformer_hessian.pipeline.cli import build_parser
 
 
 def test_fit_exponent_recovers_known_exponents():

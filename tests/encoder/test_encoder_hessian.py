@@ -376,7 +376,7 @@ def encoder_layer_from_block(block) -> nn.TransformerEncoderLayer:
 def test_paper_block_is_the_special_case(seed, d, d_ff, B):
     """The paper's block (Theorems 4-5; the project's closed form model_loss_hessian) is the
     1-head, bias-free, post-norm, ReLU encoder layer with W_O = I: equal on the common groups."""
-    from transformer_hessian.model import ModelConfig, ViT
+    from transformer_hessian.core.model import ModelConfig, ViT
     from transformer_hessian.theory import model_loss_hessian
 
     torch.manual_seed(seed)

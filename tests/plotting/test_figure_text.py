@@ -85,7 +85,7 @@ def _norms(h, stage, seed):
 
 
 def build_fig2():
-    from transformer_hessian.architecture_diagram import architecture_figure
+    from transformer_hessian.plotting.architecture_diagram import architecture_figure
 
     hess, land = _metrics(), _metrics(depth=2, width=8, d_k=8, d_ff=32)
     out = []
@@ -140,8 +140,8 @@ def build_fig6():
 
 @pytest.fixture(scope="module")
 def probe_result():
-    from transformer_hessian.model import ModelConfig, ViT
-    from transformer_hessian.settings import Probe
+    from transformer_hessian.config.settings import Probe
+    from transformer_hessian.core.model import ModelConfig, ViT
     from transformer_hessian.studies.probe import compute
 
     def tiny(seed, n):
@@ -184,7 +184,7 @@ def _probe(fn):
 
 def _dynamics(fig_id):
     def build():
-        from transformer_hessian.hessian_groups import ALL_GROUPS
+        from transformer_hessian.core.hessian import ALL_GROUPS
         from transformer_hessian.studies.dynamics.plot import dynamics_figure
 
         d, dk, dff = 8, 8, 16
@@ -219,8 +219,8 @@ def _dynamics(fig_id):
 
 
 def _bounds_result(seed):
-    from transformer_hessian.hessian import block_norms, group_layout, hessian_vmap
-    from transformer_hessian.model import ModelConfig, ViT
+    from transformer_hessian.core.hessian import block_norms, group_layout, hessian_vmap
+    from transformer_hessian.core.model import ModelConfig, ViT
     from transformer_hessian.studies.bounds.pipeline import evaluate_bounds, spectral_norm
 
     torch.manual_seed(seed)
@@ -242,8 +242,8 @@ def build_bounds():
 
 
 def build_scaling():
-    from transformer_hessian.config import validate_config
-    from transformer_hessian.settings import Scaling
+    from transformer_hessian.config.settings import Scaling
+    from transformer_hessian.config.validate import validate_config
 
     base = {
         "enabled": True,
@@ -296,8 +296,8 @@ def build_scaling():
 
 
 def build_spectrum():
-    from transformer_hessian.model import ModelConfig, ViT
-    from transformer_hessian.settings import Spectrum
+    from transformer_hessian.config.settings import Spectrum
+    from transformer_hessian.core.model import ModelConfig, ViT
     from transformer_hessian.studies.spectrum.compute import run_spectrum
 
     out = []
@@ -320,8 +320,8 @@ def build_architectures():
     import copy
     from pathlib import Path
 
-    from transformer_hessian.config import load_config
-    from transformer_hessian.config_architectures import architectures
+    from transformer_hessian.config.architectures import architectures
+    from transformer_hessian.config.validate import load_config
     from transformer_hessian.studies.architectures.compute import run_architecture
     from transformer_hessian.studies.architectures.plot import architectures_figure
 

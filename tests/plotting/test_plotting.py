@@ -291,7 +291,7 @@ def test_landscape_figure_legend_smoother_and_bound(tmp_path):
     assert any("2L/(k+1)" in t for t in legend) and any("1/k" in t for t in legend)
     assert not any("EMA" in t for t in legend)  # the EMA over k is not drawn
     # the smoother is the median of D_mean in log-spaced bins of k, on the data
-    from transformer_hessian.theorem7 import loss_differences
+    from transformer_hessian.core.theorem7 import loss_differences
 
     binned = next(line for line in ax.lines if "median" in line.get_label())
     losses = np.random.default_rng(0).exponential(size=3000)  # as in landscape_result()
@@ -459,7 +459,7 @@ def test_notebook_executes_with_papermill(rule, tmp_path, monkeypatch):
 
 
 def test_architecture_diagram_shows_the_model_sizes(tmp_path):
-    from transformer_hessian.architecture_diagram import architecture_figure, draw_architecture
+    from transformer_hessian.plotting.architecture_diagram import architecture_figure, draw_architecture
 
     rng = np.random.default_rng(8)
     for _ in range(3):

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from transformer_hessian import registry, train_result
+from transformer_hessian import registry
 from transformer_hessian.registry import outputs
 from transformer_hessian.studies import study_parts
 from transformer_hessian.studies.entry import HESSIAN_CHECKED, Output
+from transformer_hessian.train import result as train_result
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = yaml.safe_load((REPO / "config" / "config.yaml").read_text())

@@ -12,9 +12,9 @@ import pytest
 import torch
 from scipy.spatial.distance import jensenshannon
 
-from transformer_hessian.config import ConfigError, load_config, validate_config
-from transformer_hessian.config_architectures import architectures, config_errors, encoder_params
-from transformer_hessian.config_checks import DATASET_SHAPES
+from transformer_hessian.config.architectures import architectures, config_errors, encoder_params
+from transformer_hessian.config.checks import DATASET_SHAPES
+from transformer_hessian.config.validate import ConfigError, load_config, validate_config
 from transformer_hessian.studies.architectures import metrics
 
 CONFIG = Path(__file__).resolve().parents[2] / "config"
@@ -196,7 +196,7 @@ def test_steps_end_to_end_on_a_tiny_config(tmp_path):
     numbers in the result, the table and the summary section exist, and the figure draws."""
     import json
 
-    from transformer_hessian.settings import Experiment
+    from transformer_hessian.config.settings import Experiment
     from transformer_hessian.studies.architectures.plot import architectures_figure
     from transformer_hessian.studies.architectures.report import kv_verdict, vv_verdict
     from transformer_hessian.studies.architectures.step import report_step, run_step

@@ -108,8 +108,8 @@ def test_project_block_bound_holds_at_a_minimiser():
 def test_project_ce_bound_holds_on_the_pipeline_loss(seed, exact):
     """block_bound_ce against the batch cross-entropy Hessian of a tiny single-block ViT from
     torch.func HVPs (hessian_vmap, no closed form involved)."""
-    from transformer_hessian.hessian import group_layout, hessian_vmap
-    from transformer_hessian.model import ModelConfig, ViT
+    from transformer_hessian.core.hessian import group_layout, hessian_vmap
+    from transformer_hessian.core.model import ModelConfig, ViT
 
     torch.manual_seed(seed)
     cfg = ModelConfig(image_size=8, channels=1, num_classes=5, patch_size=4, width=4, depth=1, d_k=3, d_ff=6)
@@ -210,8 +210,8 @@ def test_theorem6_paper_bound_keys_and_total():
 def test_evaluate_bounds_table_and_claims_on_a_tiny_model():
     """evaluate_bounds end to end on a tiny single-block ViT, with the measured CE block norms
     from torch.func HVPs: every record present, project bounds hold, claim rows well formed."""
-    from transformer_hessian.hessian import block_norms, group_layout, hessian_vmap
-    from transformer_hessian.model import ModelConfig, ViT
+    from transformer_hessian.core.hessian import block_norms, group_layout, hessian_vmap
+    from transformer_hessian.core.model import ModelConfig, ViT
     from transformer_hessian.studies.bounds.pipeline import evaluate_bounds, spectral_norm
     from transformer_hessian.studies.bounds.table import bounds_table, claim_rows
 
@@ -250,8 +250,8 @@ def test_evaluate_bounds_uses_the_whole_batch_by_default():
     """bounds.n_samples defaults to null: the theory setting (Theorems 1 and 6, Lemma 4) runs on
     every sample of the fixed batch, and the claim rows say how many; the delta scan holds exact
     powers of ten (printed as 1.00e-06, not 1.0000000000000002e-06)."""
-    from transformer_hessian.model import ModelConfig, ViT
-    from transformer_hessian.settings import Bounds
+    from transformer_hessian.config.settings import Bounds
+    from transformer_hessian.core.model import ModelConfig, ViT
     from transformer_hessian.studies.bounds.pipeline import evaluate_bounds
     from transformer_hessian.studies.bounds.table import claim_rows
 

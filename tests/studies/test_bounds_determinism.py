@@ -53,7 +53,7 @@ def test_evaluate_bounds_same_bits_for_any_thread_count():
     W_1 has 8 * 40 = 320 entries, so its norms take the ARPACK path."""
     import json
 
-    from transformer_hessian.model import ModelConfig, ViT
+    from transformer_hessian.core.model import ModelConfig, ViT
     from transformer_hessian.studies.bounds.pipeline import evaluate_bounds
 
     torch.manual_seed(7)

@@ -6,9 +6,8 @@ import torch
 from conftest import tiny_spec
 
 from transformer_hessian import GROUPS
-from transformer_hessian.hessian import compute_hessian, fixed_batch
-from transformer_hessian.hessian_groups import ALL_GROUPS, hessian_all_groups, layout
-from transformer_hessian.settings import Dynamics, Hessian
+from transformer_hessian.config.settings import Dynamics, Hessian
+from transformer_hessian.core.hessian import ALL_GROUPS, compute_hessian, fixed_batch, group_layout, hessian_all_groups
 from transformer_hessian.studies.dynamics.compute import (
     check_against_saved,
     heatmap_indices,
@@ -100,7 +99,7 @@ def test_record_dynamics_contents(run):
     x, y = fixed_batch(data["train_x"], data["train_y"], 8, 0)
     model = load_model(ck / "epoch_001.pt", dtype=torch.float64)
     H, _ = hessian_all_groups(model, 0, x.double(), y)
-    _, _, off = layout(model, 0)
+    _, _, off = group_layout(model, 0, ALL_GROUPS)
     for i in range(9):
         for j in range(9):
             blk = H[off[i] : off[i + 1], off[j] : off[j + 1]].numpy()

@@ -7,7 +7,7 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from transformer_hessian.hessian_groups import ALL_GROUPS  # noqa: E402
+from transformer_hessian.core.hessian import ALL_GROUPS  # noqa: E402
 from transformer_hessian.studies.dynamics.plot import (  # noqa: E402
     FAMILIES,  # noqa: E402
     dynamics_figure,

@@ -11,12 +11,12 @@ import pytest
 import torch
 from conftest import tiny_spec
 
-from transformer_hessian import io
-from transformer_hessian.config import ConfigError
-from transformer_hessian.hessian import block_norms
-from transformer_hessian.settings import Hessian
+from transformer_hessian.config.settings import Hessian
+from transformer_hessian.config.validate import ConfigError
+from transformer_hessian.core.hessian import block_norms
 from transformer_hessian.studies.hessian.step import hessian_step, theory_step
 from transformer_hessian.train import check_hessian_memory, train
+from transformer_hessian.util import io
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,7 @@ def test_theory_step_passes_and_its_gate_fails_on_a_corrupted_hessian(tiny_run):
 
 
 def test_memory_check_names_the_config_keys(monkeypatch):
-    import transformer_hessian.resources as res
+    import transformer_hessian.util.resources as res
 
     monkeypatch.setattr(res, "available_bytes", lambda dev: 1024)
     spec = dataclasses.replace(tiny_spec(), model=dataclasses.replace(tiny_spec().model, width=8, d_k=8, d_ff=16))

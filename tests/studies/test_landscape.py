@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 from conftest import tiny_spec
 
-from transformer_hessian.config import ConfigError
-from transformer_hessian.settings import Experiment, Landscape
-from transformer_hessian.stats import MAX_JSON_POINTS, fit_loglog_slope
+from transformer_hessian.config.settings import Experiment, Landscape
+from transformer_hessian.config.validate import ConfigError
+from transformer_hessian.core.stats import MAX_JSON_POINTS, fit_loglog_slope
+from transformer_hessian.core.theorem7 import loss_differences, orderings
 from transformer_hessian.studies.landscape import step
 from transformer_hessian.studies.landscape.compute import analyse_landscape, ema
-from transformer_hessian.theorem7 import loss_differences, orderings
 
 # ----------------------------------------------------------------------------- Theorem 7 at w*
 

@@ -5,7 +5,7 @@ import ast
 from pathlib import Path
 
 from transformer_hessian import registry, studies
-from transformer_hessian.cli import build_parser
+from transformer_hessian.pipeline.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDIES = ROOT / "src" / "transformer_hessian" / "studies"

@@ -17,13 +17,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.autograd.functional import hessian as _ag_hessian
 
-from transformer_hessian import krylov
-from transformer_hessian.krylov import FlatModel
-from transformer_hessian.model import ModelConfig, ViT
-from transformer_hessian.numfmt import fmt
-from transformer_hessian.settings import Probe
+from transformer_hessian.config.settings import Probe
+from transformer_hessian.core import krylov
+from transformer_hessian.core.krylov import FlatModel
+from transformer_hessian.core.model import ModelConfig, ViT
+from transformer_hessian.core.theorem7 import orderings
 from transformer_hessian.studies.probe import assumption1, compute, theorem7, verdicts
-from transformer_hessian.theorem7 import orderings
+from transformer_hessian.util.numfmt import fmt
 
 
 def tiny(seed=0, depth=1, width=3, d_k=2, d_ff=4, n=6, classes=3, scale=1.0):
@@ -438,7 +438,7 @@ def test_block_stack_diagram_and_probe_figures(small_run):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from transformer_hessian.diagrams import BLOCK_STACK, draw_block_stack
+    from transformer_hessian.plotting.diagrams import BLOCK_STACK, draw_block_stack
     from transformer_hessian.studies.probe import plot as probe_plots
 
     fig, ax = plt.subplots()

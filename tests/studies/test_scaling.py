@@ -16,9 +16,9 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from transformer_hessian import registry
-from transformer_hessian.config import ConfigError, validate_config
-from transformer_hessian.settings import Scaling
-from transformer_hessian.stats import fit_loglog_slope
+from transformer_hessian.config.settings import Scaling
+from transformer_hessian.config.validate import ConfigError, validate_config
+from transformer_hessian.core.stats import fit_loglog_slope
 from transformer_hessian.studies.scaling import compute as scaling
 
 REPO = Path(__file__).resolve().parents[2]
@@ -151,7 +151,7 @@ def test_top_eigenvalue_matches_dense_hessian(width, depth, n, seed):
     import torch
     from torch.autograd.functional import hessian
 
-    from transformer_hessian.krylov import FlatModel
+    from transformer_hessian.core.krylov import FlatModel
 
     model = tiny_vit(width, width + 1, 2 * width + 1, depth, False, seed)
     gen = torch.Generator().manual_seed(seed)
@@ -171,7 +171,7 @@ def test_block_norms_dense_or_skipped_with_reason(depth):
     is a vmapped Hessian-vector product (and, for one block, block 0's)."""
     import torch
 
-    from transformer_hessian.hessian_groups import hessian_all_groups, layout, symmetric_block_norms
+    from transformer_hessian.core.hessian import ALL_GROUPS, group_layout, hessian_all_groups, symmetric_block_norms
 
     model = tiny_vit(3, 2, 5, depth, False, 3)
     with torch.no_grad():  # LayerNorm away from gamma = 1, beta = 0
@@ -180,7 +180,7 @@ def test_block_norms_dense_or_skipped_with_reason(depth):
                 getattr(blk, n).add_(0.3 * torch.randn_like(getattr(blk, n)))
     x = torch.randn(5, 1, 4, 4, dtype=torch.float64)
     y = torch.randint(0, 3, (5,))
-    names, _, off = layout(model, depth - 1)
+    names, _, off = group_layout(model, depth - 1, ALL_GROUPS)
     got, reason = scaling.block_norms(model, x, y, max_params=10_000)
     assert reason is None and got["groups"] == names and got["n_params"] == int(off[-1])
     assert got["block"] == depth - 1 and got["method"] == "closed_form"
@@ -394,7 +394,6 @@ def test_dry_run_without_scaling_has_no_scaling_job(root, env, tmp_path):
 
 
 def test_scaling_part_roundtrip_and_missing_keys(tmp_path):
-    from transformer_hessian.io import save_json
     from transformer_hessian.studies.scaling.result import (
         load_scaling,
         load_scaling_part,
@@ -404,10 +403,11 @@ def test_scaling_part_roundtrip_and_missing_keys(tmp_path):
         save_summary,
         summary_section,
     )
+    from transformer_hessian.util.io import write_json
 
     save_scaling_part(tmp_path / "p.json", 1, 3, [{"id": "w4_d1_nall"}])
     assert load_scaling_part(tmp_path / "p.json") == {"part": 1, "jobs": 3, "models": [{"id": "w4_d1_nall"}]}
-    save_json({"rows": []}, tmp_path / "bad.json")  # no "fits": not a scaling result
+    write_json({"rows": []}, tmp_path / "bad.json")  # no "fits": not a scaling result
     with pytest.raises(Exception, match="bad.json"):
         load_scaling(tmp_path / "bad.json")
     agg = {"rows": [{"n_params": 10}], "fits": {"all": {}}, "models": [{"id": "m"}], "dataset": "digits"}

@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from transformer_hessian import GROUPS
-from transformer_hessian.hessian import group_layout, hessian_curvlinops, loss_of_groups
-from transformer_hessian.krylov import FlatModel
-from transformer_hessian.settings import Spectrum
+from transformer_hessian.config.settings import Spectrum
+from transformer_hessian.core.hessian import group_layout, hessian_curvlinops, loss_of_groups
+from transformer_hessian.core.krylov import FlatModel
 from transformer_hessian.studies.spectrum.compute import (
     batched_hvp,
     broadened_density,

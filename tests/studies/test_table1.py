@@ -4,13 +4,13 @@ the paper's Table 1; the rule's step writes what it builds."""
 import pandas as pd
 import pytest
 
-from transformer_hessian import io
-from transformer_hessian.config import load_config
-from transformer_hessian.model import ModelConfig, ViT, count_parameters
-from transformer_hessian.report import write_table
-from transformer_hessian.settings import Config
+from transformer_hessian.config.settings import Config
+from transformer_hessian.config.validate import load_config
+from transformer_hessian.core.model import ModelConfig, ViT, count_parameters
+from transformer_hessian.pipeline.report import write_table
 from transformer_hessian.studies.table1.compute import table1
 from transformer_hessian.studies.table1.step import run_step
+from transformer_hessian.util import io
 
 
 def _table1(cfg, metrics):

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from torch.func import hessian, jacfwd, jacrev
 
 from transformer_hessian import GROUPS
-from transformer_hessian.model import PostNormBlock
+from transformer_hessian.core.model import PostNormBlock
 from transformer_hessian.theory import (
     attention_hessian_from_loss_derivatives,
     attention_jacobians,
@@ -339,7 +339,7 @@ def test_block_loss_agnostic_form(L, d, k, dff, eps, bias, seed):
 
 def test_everything_runs_under_no_grad():
     """Same numbers with grad-requiring inputs and with plain tensors under torch.no_grad()."""
-    from transformer_hessian.model import ModelConfig, ViT
+    from transformer_hessian.core.model import ModelConfig, ViT
     from transformer_hessian.theory import model_loss_hessian, model_loss_hessian_parts
 
     L, d, k, dff, eps = 3, 4, 2, 5, 1e-5

@@ -11,7 +11,7 @@ from conftest import func_hessian
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer_hessian.model import ModelConfig, ViT
+from transformer_hessian.core.model import ModelConfig, ViT
 from transformer_hessian.theory import model_loss_hessian
 from transformer_hessian.theory.factored import _psi_sandwich
 from transformer_hessian.theory.packed import (

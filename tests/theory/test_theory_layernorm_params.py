@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from torch.func import functional_call
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from transformer_hessian.hessian_groups import ALL_GROUPS, LN_GROUPS, hessian_all_groups, layout
-from transformer_hessian.model import ModelConfig, ViT
+from transformer_hessian.core.hessian import ALL_GROUPS, LN_GROUPS, group_layout, hessian_all_groups
+from transformer_hessian.core.model import ModelConfig, ViT
 from transformer_hessian.theory import model_loss_hessian, model_loss_hessian_all_groups
 
 TOL = 1e-10
@@ -91,7 +91,7 @@ def test_nine_group_closed_form_matches_double_backward(width, d_k, d_ff, depth,
     assert float((H - ref).abs().max() / scale) < TOL
     assert torch.equal(H, H.T)
     # the LayerNorm rows are not all zero, and each LayerNorm group is checked on its own scale
-    _, _, off = layout(model, block)
+    _, _, off = group_layout(model, block, ALL_GROUPS)
     for k, name in enumerate(LN_GROUPS, start=5):
         rows = slice(int(off[k]), int(off[k + 1]))
         s = ref[rows].abs().max()
@@ -112,7 +112,7 @@ def test_zero_blocks_of_the_closed_form_are_exact_zeros():
     y = torch.tensor([0, 3, 1])
     ref = _reference(model, 0, x, y)
     H = model_loss_hessian_all_groups(model, x, y)
-    _, _, off = layout(model, 0)
+    _, _, off = group_layout(model, 0, ALL_GROUPS)
     b2 = slice(int(off[8]), int(off[9]))
     # beta2 moves every token of Z by the same vector: logits move by W_h beta2, so
     # H[beta2, beta2] = W_h^T mean_b(diag p_b - p_b p_b^T) W_h

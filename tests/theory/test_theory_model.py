@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_hessian import GROUPS
-from transformer_hessian.model import ModelConfig, PostNormBlock, ViT
+from transformer_hessian.core.model import ModelConfig, PostNormBlock, ViT
 from transformer_hessian.theory import (
     block_loss_hessian_parts,
     blocks_to_dense,

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from conftest import tiny_spec, train_section
 
-from transformer_hessian.model import ModelConfig, ViT
+from transformer_hessian.core.model import ModelConfig, ViT
 from transformer_hessian.train import (
     crop_flip,
     epoch_augmentation,

@@ -70,7 +70,7 @@ SETTINGS_DIR = "results/settings"
 
 def settings_file(name, section):
     """Write a config section as JSON to results/settings/<name>-<sha256[:12]>.json; returns
-    "@<path>", the form in which the commands take a settings file (transformer_hessian.cli), so
+    "@<path>", the form in which the commands take a settings file (transformer_hessian.pipeline.cli), so
     that no command line carries a whole config section. The name holds the content's hash: a
     changed section is a new file name, so snakemake's params trigger reruns the jobs that use it,
     and an unchanged one keeps its name, so nothing reruns. Written once, atomically."""

@@ -1,6 +1,6 @@
 # Pages of the review report (`snakemake --report paper/report.html`): the claims verdicts (full
 # table; a compact one on the report's first page, workflow/report/workflow.rst), every table of
-# paper/tables/ as HTML, the config and the provenance. Computation: transformer_hessian.report_pages.
+# paper/tables/ as HTML, the config and the provenance. Computation: transformer_hessian.pipeline.report_pages.
 
 
 rule report_pages:

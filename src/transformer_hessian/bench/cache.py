@@ -7,9 +7,10 @@ import json
 import shutil
 from pathlib import Path
 
-from ..utils import log, write_json
+from ..util.files import log
+from ..util.io import write_json
+from ..util.sandbox import OK
 from .methods import LABELS
-from .sandbox import OK
 from .settings import BenchSettings
 
 
@@ -64,10 +65,10 @@ def _store_reference(s: BenchSettings, label: str, width: int, row: dict) -> Non
     """Save a finished reference row and its Hessian in ``s.reference_cache`` (if set)."""
     if not s.reference_cache or row["status"] != OK or not row.get("_hessian_path"):
         return
-    from ..utils import atomic_path
+    from ..util.files import atomic_path
 
     stem = Path(s.reference_cache) / _reference_key(s, label, width)
     stem.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(stem.with_suffix(".npy")) as tmp:
         shutil.copyfile(row["_hessian_path"], tmp)
-    write_json({k: v for k, v in row.items() if not k.startswith("_")}, stem.with_suffix(".json"))
+    write_json({k: v for k, v in row.items() if not k.startswith("_")}, stem.with_suffix(".json"), sealed=False)

@@ -12,9 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from ..utils import write_json
+from ..util.io import write_json
+from ..util.sandbox import _MIB, _WATCHDOG_EXIT, ERROR, OK, OOM, TIMEOUT, _tail
 from .methods import DESCRIPTIONS, FALLBACK, LABELS
-from .sandbox import _MIB, _WATCHDOG_EXIT, ERROR, OK, OOM, TIMEOUT, _tail
 from .settings import BenchSettings, n_group_params
 
 
@@ -39,7 +39,7 @@ def run_case(label: str, width: int, s: BenchSettings, workdir: Path) -> dict:
         "hessian_out": str(workdir / f"{tag}.npy"),
     }
     spec_path = workdir / f"{tag}.spec.json"
-    write_json(spec, spec_path)
+    write_json(spec, spec_path, sealed=False)
     log_path = workdir / f"{tag}.log"
     rc, timed_out, wall = _launch(spec_path, log_path, s.timeout)
     try:

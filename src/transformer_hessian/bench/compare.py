@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from .sandbox import ERROR, OK
+from ..util.sandbox import ERROR, OK
 
 
 def relative_error(path_h: str, path_ref: str, chunk_rows: int = 512) -> tuple[float, float]:

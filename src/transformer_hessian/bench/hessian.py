@@ -49,13 +49,15 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import BenchError  # noqa: F401  (re-exported: the class lives in errors.py)
-from ..utils import log, run_environment, write_json, write_text
+from ..util.env import run_environment
+from ..util.files import log, write_text
+from ..util.io import write_json
+from ..util.sandbox import ERROR, OK, OOM, TIMEOUT  # noqa: F401  (OOM, TIMEOUT: imported from here by the tests)
 from .cache import _cached_reference, _store_reference
 from .case import run_case
 from .compare import _finalise_rows, relative_error  # noqa: F401  (relative_error: tests)
 from .methods import FALLBACK, LABELS
 from .problem import build_problem, hessian_curvlinops_chunked  # noqa: F401  (used by the tests through this module)
-from .sandbox import ERROR, OK, OOM, TIMEOUT  # noqa: F401  (OOM, TIMEOUT: imported from here by the tests)
 from .settings import BenchSettings, n_group_params, settings_from_args  # noqa: F401  (n_group_params: tests)
 from .tables import fmt, markdown_table
 from .worker import _worker_main
@@ -83,7 +85,7 @@ def benchmark(s: BenchSettings) -> dict:
     def write() -> None:
         public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in result["rows"]]
         snapshot = {**result, "rows": public}
-        write_json(snapshot, out / "hessian_bench.json")
+        write_json(snapshot, out / "hessian_bench.json", sealed=False)
         write_text(markdown_table(snapshot), out / "hessian_bench.md")
 
     def run(label: str, width: int, ref: dict | None, workdir: Path) -> dict:

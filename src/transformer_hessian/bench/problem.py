@@ -12,7 +12,7 @@ def build_problem(width: int, batch_size: int, seed: int, shape: str = "default"
     float64 batch, drawn on the CPU (the same numbers on every device) and moved to ``device``."""
     import torch
 
-    from ..model import ModelConfig, ViT
+    from ..core.model import ModelConfig, ViT
 
     sh = SHAPES[shape]
     cfg = ModelConfig(**sh, width=width, depth=1, d_k=width, d_ff=4 * width)
@@ -36,7 +36,7 @@ def _synchronize(device: str) -> None:
 
 def hessian_curvlinops_chunked(model, block: int, images, labels, chunk: int = CHUNK_COLUMNS):
     """``HessianLinearOperator @ I`` applied to blocks of ``chunk`` columns of I at a time."""
-    from ..hessian import hessian_curvlinops
+    from ..core.hessian import hessian_curvlinops
 
     return hessian_curvlinops(model, block, images, labels, chunk_size=chunk)
 
@@ -46,7 +46,7 @@ def _method_fn(method: str, model, images, labels):
     so that the imports count towards the baseline, not the method."""
     import torch
 
-    from .. import hessian as hs
+    from ..core import hessian as hs
 
     if method == "curvlinops":
         import curvlinops  # noqa: F401

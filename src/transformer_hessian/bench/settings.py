@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..util.sandbox import _MIB
 from .methods import LABELS, METHODS, TOLERANCE
-from .sandbox import _MIB
 
 
 @dataclass

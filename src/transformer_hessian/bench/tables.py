@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from ..util.sandbox import OK
 from .methods import CHUNK_COLUMNS
-from .sandbox import OK
 from .shapes import shape_description
 
 

@@ -29,10 +29,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..utils import log, write_json, write_text
+from ..util.files import log, write_text
+from ..util.io import write_json
 
 if TYPE_CHECKING:
-    from ..settings import Experiment
+    from ..config.settings import Experiment
 
 #: (image side, channels, classes, training images) of each data set, for --synthetic runs.
 DATASET_SHAPES = {
@@ -125,7 +126,7 @@ def bench_experiment(
     """Time ``warmup`` + ``steps`` training steps of one experiment; one result row (see module doc).
     ``data``: an already loaded data set (``load_dataset``'s dict) used instead of reading it
     (scripts/gpu_check.py, where torchvision is missing); ``synthetic`` must then be False."""
-    from ..model import ViT, count_parameters
+    from ..core.model import ViT, count_parameters
     from ..train import epoch_augmentation, lr_factor, make_batch, make_optimizer, model_config_for, train_step
 
     t = spec.train
@@ -218,8 +219,8 @@ def markdown(result: dict) -> str:
 
 def run_train_bench(a) -> dict:
     """``transformer-hessian bench train``: run every (chosen) experiment, write JSON and Markdown."""
-    from ..settings import load_settings
-    from ..utils import resolve_device, run_environment
+    from ..config.settings import load_settings
+    from ..util.env import resolve_device, run_environment
 
     if a.steps < 1 or a.warmup < 0:
         raise ValueError("bench train: --steps must be >= 1 and --warmup >= 0")
@@ -266,7 +267,7 @@ def run_train_bench(a) -> dict:
         "rows": rows,
     }
     out = Path(a.out_dir)
-    write_json(result, out / "train_bench.json")
+    write_json(result, out / "train_bench.json", sealed=False)
     write_text(markdown(result), out / "train_bench.md")
     print(markdown(result), end="", flush=True)
     return result

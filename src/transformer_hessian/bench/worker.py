@@ -16,9 +16,9 @@ import time
 
 import numpy as np
 
-from ..utils import write_json
+from ..util.io import write_json
+from ..util.sandbox import _MIB, ERROR, OK, OOM, _is_oom, _MemoryCap, _proc_status, _reset_peak_rss, _rss_bytes
 from .problem import _method_fn, _synchronize, build_problem
-from .sandbox import _MIB, ERROR, OK, OOM, _is_oom, _MemoryCap, _proc_status, _reset_peak_rss, _rss_bytes
 
 
 def run_worker(spec: dict) -> dict:
@@ -36,7 +36,7 @@ def run_worker(spec: dict) -> dict:
     }
 
     def save():
-        write_json(res, result_path)
+        write_json(res, result_path, sealed=False)
 
     save()
     import torch
@@ -50,7 +50,7 @@ def run_worker(spec: dict) -> dict:
         return res
     model, fn = problem
     device = spec.get("device", "cpu")
-    from ..hessian import group_layout
+    from ..core.hessian import group_layout
 
     res["n_params"] = int(group_layout(model, 0)[2][-1])
     gc.collect()
@@ -118,7 +118,7 @@ def _run_under_cap(spec: dict, res: dict, fn, baseline: int, save):
             message=f"RSS {rss / _MIB:.0f} MiB exceeded baseline + cap "
             f"({(baseline + spec['cap_bytes']) / _MIB:.0f} MiB)",
         )
-        write_json(snapshot, spec["result"])
+        write_json(snapshot, spec["result"], sealed=False)
 
     cap = _MemoryCap(spec["cap_bytes"], baseline, fire)
     res["memory_mechanisms"] = cap.mechanisms  # filled in by arm()

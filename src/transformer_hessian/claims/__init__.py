@@ -6,7 +6,7 @@ One row per claim (the shared schema)::
      decided), "measured" (the numbers), "verdict", "evidence" (result files)}
 
 ``verdict`` is one of :data:`VERDICTS` and is always computed here from the numbers, never
-typed. The rows, collected by the ``claims`` rule (:func:`transformer_hessian.report_steps.claims_step`)
+typed. The rows, collected by the ``claims`` rule (:func:`transformer_hessian.pipeline.report_steps.claims_step`)
 in this order:
 
 * the Hessian study's (:func:`transformer_hessian.studies.hessian.claims.hessian_claim_rows`,

@@ -31,7 +31,7 @@ def compare_verdicts(run: Iterable[Mapping[str, Any]], snapshot: Iterable[Mappin
 
 def compare_step(claims_path: str, snapshot_path: str) -> None:
     """Compare the verdicts of ``claims_path`` with ``snapshot_path``; :class:`VerdictMismatch` if any differ."""
-    from ..io import load_claims
+    from ..util.io import load_claims
 
     run, snap = load_claims(claims_path), load_claims(snapshot_path)
     diffs = compare_verdicts(run, snap)

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..datanames import described
-from ..numfmt import fmt
+from ..util.datanames import described
+from ..util.numfmt import fmt
 from .schema import verdict
 
 __all__ = ["training_claim_rows"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..datanames import DATA_SETS
+from ..util.datanames import DATA_SETS
 from . import sources
 from .idx import check_pair, read_idx_images, read_idx_labels
 from .prepare import prepare
@@ -185,7 +185,7 @@ def _load_cifar100(folder: Path, val_fraction: float, seed: int):
     return (*out, 255.0)
 
 
-#: One reader per data set, registered by its name (:data:`transformer_hessian.datanames.DATA_SETS`): ``reader(folder,
+#: One reader per data set, registered by its name (:data:`transformer_hessian.util.datanames.DATA_SETS`): ``reader(folder,
 #: val_fraction, seed) -> (train_x, train_y, val_x, val_y, pixel scale)`` on the raw pixels, from
 #: ``folder`` = ``<root>/<name>/``, never downloading. A data set with an official split ignores
 #: ``val_fraction`` and ``seed``.

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from ..utils import atomic_path, remove_stale_temp_files
+from ..util.files import atomic_path
+from ..util.tempfiles import remove_stale_temp_files
 from . import sources, transfer
 from .local import MNIST_RAW, Rejected, md5_of, mnist_search_dirs, mnist_targets, place_mnist_file, rejected_error
 from .prepare import prepare, remove_stale_extract_dirs
@@ -326,6 +327,6 @@ OFFLINE_MANIFESTS = {"digits": _digits_manifest}
 
 def write_manifest(manifest: dict, path: str | Path) -> None:
     """Write ``manifest`` as JSON to ``path`` atomically (:func:`..io.save_manifest`)."""
-    from ..io import save_manifest
+    from ..util.io import save_manifest
 
     save_manifest(path, manifest)

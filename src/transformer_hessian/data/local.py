@@ -25,7 +25,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..utils import atomic_path
+from ..util.files import atomic_path
 from .sources import MNIST_FILES, DataError
 
 __all__ = [

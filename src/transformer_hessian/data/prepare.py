@@ -57,14 +57,14 @@ def _check_tar_members(name: str, archive: Path) -> None:
 
 
 def _extract_prefix() -> str:
-    from ..tempfiles import _host_tag
+    from ..util.tempfiles import _host_tag
 
     return f".extract-{_host_tag()}-{os.getpid()}-"
 
 
 def remove_stale_extract_dirs(folder: Path) -> None:
     """Remove ``.extract-<host>-<pid>-*`` folders of dead processes on this host (killed extractions)."""
-    from ..tempfiles import _host_tag, _pid_alive
+    from ..util.tempfiles import _host_tag, _pid_alive
 
     prefix = f".extract-{_host_tag()}-"
     for d in folder.glob(".extract-*"):

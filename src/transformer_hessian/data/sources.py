@@ -1,4 +1,4 @@
-"""Where each data set comes from: names, class counts, file layouts (from :data:`transformer_hessian.datanames.DATA_SETS`) and torchvision's tables.
+"""Where each data set comes from: names, class counts, file layouts (from :data:`transformer_hessian.util.datanames.DATA_SETS`) and torchvision's tables.
 
 torchvision (about 2 s to import) is imported only when a table of a downloadable data set is
 first needed (:func:`torchvision_datasets`), so loading or "downloading" the offline ``digits``
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import functools
 
-from ..datanames import DATA_SETS
 from ..errors import DataError  # noqa: F401  (re-exported: the class lives in errors.py)
+from ..util.datanames import DATA_SETS
 
 __all__ = [
     "DATASETS",
@@ -27,7 +27,7 @@ __all__ = [
     "resources",
 ]
 
-#: Names accepted by :func:`.fetch.download` and :func:`.datasets.load_dataset` (:data:`transformer_hessian.datanames.DATA_SETS`).
+#: Names accepted by :func:`.fetch.download` and :func:`.datasets.load_dataset` (:data:`transformer_hessian.util.datanames.DATA_SETS`).
 DATASETS = tuple(DATA_SETS)
 
 #: Number of classes of each data set.

@@ -21,7 +21,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from ..utils import atomic_path
+from ..util.files import atomic_path
 
 __all__ = [
     "DEFAULT_TIMEOUT",

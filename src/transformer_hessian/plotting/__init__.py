@@ -10,7 +10,7 @@ of the project shares one look and the drawing code is tested here (``tests/plot
   :func:`shared_log_range` / :func:`robust_log_range` - Figures 3, 4.
 * :mod:`.norms` - :func:`norms_figure` - Figure 5.
 * :mod:`.landscape` - :func:`landscape_figure`, :func:`landscape_curve`, :func:`slope_label` - Figure 6.
-* :func:`load_hessian`, :func:`load_json` - re-exported from :mod:`transformer_hessian.io`, which
+* :func:`load_hessian`, :func:`load_json` - re-exported from :mod:`transformer_hessian.util.io`, which
   owns every result format (kept here so that ``plotting.load_json`` in notebooks keeps working).
 
 Everything is re-exported here, so ``from transformer_hessian import plotting`` and
@@ -22,7 +22,7 @@ shows them; the caller closes them (``plt.close(fig)``) when drawing many in one
 
 from __future__ import annotations
 
-from ..io import load_hessian, load_json
+from ..util.io import load_hessian, load_json
 from .hessian_maps import hessian_figure, hessian_heatmap, robust_log_range, shared_log_range, zero_fraction
 from .inputs import as_mapping
 from .landscape import landscape_curve, landscape_figure, slope_label

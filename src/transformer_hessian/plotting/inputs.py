@@ -1,5 +1,5 @@
 """Result inputs of the figure helpers: a loaded document or a path to it; the readers are
-:mod:`transformer_hessian.io`'s (which owns every result format)."""
+:mod:`transformer_hessian.util.io`'s (which owns every result format)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..io import load_json
+from ..util.io import load_json
 
 __all__ = ["as_mapping"]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from ..utils import atomic_path
+from ..util.files import atomic_path
 
 __all__ = ["publish", "save_figure"]
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import seaborn as sns
 
-from ..datanames import DATA_SETS, named
+from ..util.datanames import DATA_SETS, named
 
 __all__ = [
     "DATASET_NAMES",

@@ -2,7 +2,7 @@
 producers, and the resolution of a registry :class:`~transformer_hessian.studies.entry.Output`.
 
 Every path template is typed once, by whoever produces it: the ``OUTPUTS`` mapping of
-:mod:`transformer_hessian.train_result` (the ``train`` rule) and of every study's
+:mod:`transformer_hessian.train.result` (the ``train`` rule) and of every study's
 ``studies/<name>/result.py`` (found by :func:`transformer_hessian.studies.study_parts`). A template
 holds Snakemake wildcards (``results/{exp}/theory/{stage}.json``). The rule files take their
 ``output:`` from :func:`produced` (``workflow/rules/common.smk``); the registry's inputs and gates
@@ -18,9 +18,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .. import train_result
 from ..studies import study_parts
 from ..studies.entry import Output
+from ..train import result as train_result
 
 __all__ = ["fill", "placeholder_path", "produced", "resolve", "template", "templates", "wildcard_names"]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..datanames import DATA_SETS, library_name
 from ..studies.entry import Figure
+from ..util.datanames import DATA_SETS, library_name
 from .figures import enabled, groups
 from .outputs import resolve
 
@@ -33,7 +33,7 @@ def resolve_inputs(fig: Figure, config: dict) -> dict[str, str]:
 def _data_name(config: dict, exp: str, stands_in_for: str) -> str:
     dataset = config["experiments"][exp]["dataset"]
     name = _DATASET.get(dataset, dataset)
-    from ..datanames import stands_in
+    from ..util.datanames import stands_in
 
     return f"{name}, stand-in for {stands_in_for}" if stands_in(dataset, stands_in_for) else name
 

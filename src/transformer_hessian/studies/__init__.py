@@ -1,7 +1,7 @@
 """The studies, one folder each (a vertical slice: computation, result files, rule step, claim
 rows, table, figure, registry entries and command). See docs/architecture.md.
 
-A study is found by its folder alone: the command line (:func:`transformer_hessian.cli.build_parser`)
+A study is found by its folder alone: the command line (:func:`transformer_hessian.pipeline.cli.build_parser`)
 adds the parser of every ``studies/<name>/cli.py`` (its ``add_parser``), the figure registry
 (:mod:`transformer_hessian.registry`) collects every ``studies/<name>/registry.py`` (its
 ``FIGURES`` and ``ARTEFACTS``), and the Snakefile includes every ``workflow/rules/studies/*.smk``.

@@ -16,7 +16,7 @@ class Output:
 
     The path itself is typed once, by its producer: the ``OUTPUTS`` mapping (rule -> output key ->
     path template with Snakemake wildcards) of the study's ``result`` module, or of
-    :mod:`transformer_hessian.train_result` for the ``train`` rule; the rule files take their
+    :mod:`transformer_hessian.train.result` for the ``train`` rule; the rule files take their
     ``output:`` from it too. A wildcard value is a literal (``stage="init"``) or one of the
     registry's placeholders ``{hexp}``, ``{lexp}``, ``{sexp}`` (the experiments of the config),
     ``{cfg[section][key]}``. :func:`transformer_hessian.registry.outputs.resolve` turns it into a

@@ -1,6 +1,6 @@
 """Exact Hessian of the pipeline's own loss: cross-entropy on the mean-pooled ViT head.
 
-The ViT of :mod:`transformer_hessian.model` feeds its last block's output Z through a mean over
+The ViT of :mod:`transformer_hessian.core.model` feeds its last block's output Z through a mean over
 tokens and a linear head; the loss is the batch mean of cross-entropy on those logits. This
 module turns that loss into the gradient and Hessian w.r.t. Z and assembles the dense Hessian
 over the block's five groups from the factored closed forms.

@@ -6,56 +6,49 @@
 - :mod:`.recipe`: epoch order, learning-rate schedule, augmentation, batches, autocast, AdamW;
 - :mod:`.resume`: discovery of the newest valid epoch checkpoint to resume from;
 - :mod:`.memory`: the memory estimate checked before training allocates anything;
-- :mod:`.loop`: the optimiser step, the epoch and :func:`train` (checkpoint layout, metrics).
+- :mod:`.loop`: the optimiser step, the epoch and :func:`train` (checkpoint layout, metrics);
+- :mod:`.checkpoints`: atomic, verified checkpoint files; :mod:`.result`: the train rule's result paths
+  (standard library only: the Snakefile reads it without torch).
 
-Every public name is re-exported here, so ``from transformer_hessian.train import X`` keeps
-working; a test that monkeypatches a name must patch the module that uses it.
+Every public name is re-exported here, lazily (importing :mod:`.result` must not import torch), so
+``from transformer_hessian.train import X`` keeps working; a test that monkeypatches a name must patch the module that uses it.
 """
 
-from .loading import (
-    check_hessian_memory,
-    check_model_matches,
-    evaluate,
-    hessian_inputs,
-    load_experiment_data,
-    load_model,
-    model_config_for,
-    per_sample_losses,
-)
-from .loop import KILL_ENV, TrainingError, train, train_epoch, train_step
-from .memory import estimate_training_bytes
-from .recipe import (
-    AUGMENTATIONS,
-    autocast_context,
-    crop_flip,
-    epoch_augmentation,
-    epoch_permutation,
-    lr_factor,
-    make_batch,
-    make_optimizer,
-)
+from __future__ import annotations
 
-__all__ = [
-    "AUGMENTATIONS",
-    "KILL_ENV",
-    "TrainingError",
-    "autocast_context",
-    "check_hessian_memory",
-    "check_model_matches",
-    "crop_flip",
-    "epoch_augmentation",
-    "epoch_permutation",
-    "estimate_training_bytes",
-    "evaluate",
-    "hessian_inputs",
-    "load_experiment_data",
-    "load_model",
-    "lr_factor",
-    "make_batch",
-    "make_optimizer",
-    "model_config_for",
-    "per_sample_losses",
-    "train",
-    "train_epoch",
-    "train_step",
-]
+import importlib
+
+# Public name -> the module of this package that defines it.
+_OWNER = {
+    "AUGMENTATIONS": "recipe",
+    "KILL_ENV": "loop",
+    "TrainingError": "loop",
+    "autocast_context": "recipe",
+    "check_hessian_memory": "loading",
+    "check_model_matches": "loading",
+    "crop_flip": "recipe",
+    "epoch_augmentation": "recipe",
+    "epoch_permutation": "recipe",
+    "estimate_training_bytes": "memory",
+    "evaluate": "loading",
+    "hessian_inputs": "loading",
+    "load_experiment_data": "loading",
+    "load_model": "loading",
+    "lr_factor": "recipe",
+    "make_batch": "recipe",
+    "make_optimizer": "recipe",
+    "model_config_for": "loading",
+    "per_sample_losses": "loading",
+    "train": "loop",
+    "train_epoch": "loop",
+    "train_step": "loop",
+}
+
+__all__ = sorted(_OWNER)
+
+
+def __getattr__(name: str):
+    """Import the defining module on first use of one of its names."""
+    if name in _OWNER:
+        return getattr(importlib.import_module(f".{_OWNER[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from ..checkpoints import CheckpointError, load_checkpoint
+from ..core.model import ModelConfig, ViT
 from ..data import load_dataset
 from ..errors import ConfigError
-from ..model import ModelConfig, ViT
+from .checkpoints import CheckpointError, load_checkpoint
 
 if TYPE_CHECKING:
-    from ..settings import Experiment, Hessian
+    from ..config.settings import Experiment, Hessian
 
 
 def model_config_for(spec: Experiment, data: dict) -> ModelConfig:
@@ -63,7 +63,7 @@ def load_model(
 ) -> ViT:
     """Rebuild a ViT from any checkpoint written by :func:`train` (verified first).
 
-    Raises :class:`~transformer_hessian.checkpoints.CheckpointError` naming the file when the
+    Raises :class:`~transformer_hessian.train.checkpoints.CheckpointError` naming the file when the
     checkpoint is damaged, unreadable, holds pickled code, or does not match its model config.
     With ``spec`` (the experiment ``experiment`` the caller believes it holds), the checkpoint's
     model sizes must equal ``spec.model`` (:func:`check_model_matches`).
@@ -108,7 +108,7 @@ def per_sample_losses(model: ViT, x: torch.Tensor, y: torch.Tensor, batch_size: 
 
 def check_hessian_memory(spec: Experiment, hessian: Hessian, dev) -> None:
     """Stop before the dense P x P float64 Hessian is allocated when it cannot fit; name the keys."""
-    from ..resources import available_bytes, dense_hessian_bytes, format_bytes, hessian_group_size
+    from ..util.resources import available_bytes, dense_hessian_bytes, format_bytes, hessian_group_size
 
     m = spec.model
     need = dense_hessian_bytes(m.width, m.d_k, m.d_ff)
@@ -130,8 +130,8 @@ def hessian_inputs(checkpoint: str, spec: Experiment, hessian: Hessian, data_roo
     ``hessian.batch_size`` samples drawn with ``hessian.seed``, the same for every stage. The
     checkpoint's model sizes must equal ``spec.model`` (:class:`transformer_hessian.errors.ConfigError` naming
     ``experiments.<hessian.experiment>.model.<key>`` otherwise)."""
-    from ..hessian import fixed_batch
-    from ..utils import resolve_device
+    from ..core.hessian import fixed_batch
+    from ..util.env import resolve_device
 
     dev = resolve_device(device)
     check_hessian_memory(spec, hessian, dev)

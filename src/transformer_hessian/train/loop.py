@@ -25,21 +25,22 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from ..checkpoints import CheckpointError, load_checkpoint, save_checkpoint
-from ..config import config_hash
+from ..config.validate import config_hash
+from ..core.model import ViT, count_parameters
 from ..errors import TrainingError  # noqa: F401  (re-exported: the class lives in errors.py)
-from ..io import save_metrics
-from ..model import ViT, count_parameters
-from ..progress import Progress
-from ..train_result import CHECKPOINT_DIR, FINAL, INIT, METRICS
-from ..utils import log, resolve_device
+from ..util.env import resolve_device
+from ..util.files import log
+from ..util.io import save_metrics
+from ..util.progress import Progress
+from .checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from .loading import evaluate, load_experiment_data, model_config_for
 from .memory import _check_training_memory
 from .recipe import autocast_context, epoch_augmentation, epoch_permutation, lr_factor, make_batch, make_optimizer
+from .result import CHECKPOINT_DIR, FINAL, INIT, METRICS
 from .resume import _newest_valid_checkpoint
 
 if TYPE_CHECKING:
-    from ..settings import Experiment, Train
+    from ..config.settings import Experiment, Train
 
 #: Test hook: kill the process (SIGKILL) right after saving this epoch's checkpoint.
 KILL_ENV = "TRANSFORMER_HESSIAN_KILL_AFTER_EPOCH"

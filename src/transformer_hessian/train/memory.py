@@ -1,13 +1,13 @@
 """Memory estimate of training, checked before anything is allocated: parameters counted on the
 ``meta`` device, bytes of weights, gradients, AdamW moments and kept activations, compared with
-what the device has (:mod:`transformer_hessian.resources`)."""
+what the device has (:mod:`transformer_hessian.util.resources`)."""
 
 from __future__ import annotations
 
 import torch
 
+from ..core.model import ModelConfig, ViT, count_parameters
 from ..errors import ConfigError
-from ..model import ModelConfig, ViT, count_parameters
 
 
 def estimate_training_bytes(model_cfg: ModelConfig, batch_size: int) -> tuple[int, int]:
@@ -25,7 +25,7 @@ def estimate_training_bytes(model_cfg: ModelConfig, batch_size: int) -> tuple[in
 
 
 def _check_training_memory(name: str, model_cfg: ModelConfig, batch_size: int, dev) -> None:
-    from ..resources import available_bytes, format_bytes
+    from ..util.resources import available_bytes, format_bytes
 
     n, need = estimate_training_bytes(model_cfg, batch_size)
     have = available_bytes(dev)

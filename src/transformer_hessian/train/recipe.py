@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
+from ..core.model import ViT
 from ..errors import ConfigError
-from ..model import ViT
 
 if TYPE_CHECKING:
-    from ..settings import Experiment, Train
+    from ..config.settings import Experiment, Train
 
 
 def epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..checkpoints import CheckpointError, load_checkpoint
-from ..utils import log
+from ..util.files import log
+from .checkpoints import CheckpointError, load_checkpoint
 
 
 def _epoch_checkpoints(ckdir: Path) -> list[tuple[int, Path]]:

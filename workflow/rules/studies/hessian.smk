@@ -1,8 +1,8 @@
 # The Hessian study (Figures 3-5): the exact dense Hessian of the loss on one fixed training batch
 # w.r.t. [W_Q, W_K, W_V, W_1, W_2] for the model of experiment {exp} at {stage} (init or trained),
 # and its check against curvlinops Hessian-vector products (rule theory), which gates the Hessian
-# figures. Computation: transformer_hessian.studies.hessian (steps) on transformer_hessian.hessian
-# and transformer_hessian.checks; the figure rules come from the registry (studies/hessian/registry.py).
+# figures. Computation: transformer_hessian.studies.hessian (steps) on transformer_hessian.core.hessian
+# and transformer_hessian.core.checks; the figure rules come from the registry (studies/hessian/registry.py).
 # The Snakefile includes this file before the other rule files of the studies: bounds, dynamics,
 # the tables, the claims and the summary read its outputs (rules.hessian, rules.theory).
 

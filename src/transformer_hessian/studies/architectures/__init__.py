@@ -4,7 +4,7 @@ trained on the Hessian experiment's data, with the exact Hessian of
 :func:`transformer_hessian.encoder.exact_hessian`.
 
 One module per part (the config section and its checks sit in the config layer,
-:mod:`transformer_hessian.config_architectures`): :mod:`.compute` (model,
+:mod:`transformer_hessian.config.architectures`): :mod:`.compute` (model,
 training, Hessian), :mod:`.metrics` (block norms, JS0, off-layer share), :mod:`.result` (the
 result file), :mod:`.report` (table, claim rows, summary section), :mod:`.plot` (the figure),
 :mod:`.step` (the rules' steps), :mod:`.cli` (the ``architectures`` command)."""

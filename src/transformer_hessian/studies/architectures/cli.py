@@ -7,7 +7,7 @@ __all__ = ["add_parser"]
 
 
 def _run(a) -> None:
-    from ...settings import Architectures, Experiment
+    from ...config.settings import Architectures, Experiment
     from .step import run_step
 
     run_step(

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...config_architectures import Arch
+from ...config.architectures import Arch
 from . import metrics
 
 __all__ = ["PatchEncoder", "hessian_stage", "run_architecture", "train_model"]

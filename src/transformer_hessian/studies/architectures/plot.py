@@ -13,8 +13,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from ...datanames import described
 from ...plotting import COMPACT_RC, GROUP_COLOURS, STAGE_COLOURS
+from ...util.datanames import described
 from .metrics import KINDS
 
 __all__ = ["architectures_figure"]

@@ -9,9 +9,9 @@ from typing import Any
 
 import pandas as pd
 
-from ...claim_schema import verdict
-from ...datanames import described
-from ...numfmt import fmt
+from ...util.claim_schema import verdict
+from ...util.datanames import described
+from ...util.numfmt import fmt
 
 __all__ = ["TABLE_CAPTION", "claim_rows", "kv_verdict", "summary_section", "table", "vv_verdict"]
 

@@ -37,16 +37,16 @@ def _finite(obj: Any) -> Any:
 
 def save_result(result: dict[str, Any], path: str | os.PathLike[str]) -> None:
     """Write ``result`` (non-finite numbers as null) atomically with its digest."""
-    from ...io import save_json
+    from ...util.io import write_json
 
     missing = [k for k in RESULT_KEYS if k not in result]
     if missing:
         raise ValueError(f"architectures result lacks {missing}")
-    save_json(_finite(result), path)
+    write_json(_finite(result), path)
 
 
 def load_result(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a result file; ``KeyError`` names missing keys and the rule that writes the file."""
-    from ...io import _load_keyed
+    from ...util.io import _load_keyed
 
     return _load_keyed(path, RULE, RESULT_KEYS)

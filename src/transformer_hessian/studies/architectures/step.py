@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ...utils import log
+from ...util.files import log
 
 __all__ = ["report_step", "run_step"]
 
@@ -24,11 +24,11 @@ def run_step(
 ) -> dict[str, Any]:
     """Rule ``architectures``: every architecture of ``section`` (the validated
     ``architectures`` config section) trained on the data of ``spec`` (the Hessian experiment's
-    :class:`~transformer_hessian.settings.Experiment`: data set, split, caps), with its Hessian on
+    :class:`~transformer_hessian.config.settings.Experiment`: data set, split, caps), with its Hessian on
     the fixed batch (``section.hessian_batch_size``, ``section.seed``) at init and after training;
     the result written to ``out`` and returned."""
-    from ...config_architectures import architectures
-    from ...hessian import fixed_batch
+    from ...config.architectures import architectures
+    from ...core.hessian import fixed_batch
     from ...train import load_experiment_data
     from .compute import run_architecture
     from .result import save_result
@@ -76,12 +76,12 @@ def report_step(
     """Rule ``architectures_report``: ``<out_dir>/architectures.{csv,tex,md}``, the claim rows
     (a JSON list, for the claims rule's ``--rows``) and the summary section (JSON, for the summary
     rule's ``--section``) from the result file."""
-    from ...io import save_json
-    from ...tablefmt import write_table
+    from ...util.io import write_json
+    from ...util.tablefmt import write_table
     from .report import TABLE_CAPTION, claim_rows, summary_section, table
     from .result import load_result
 
     result = load_result(result_path)
-    save_json(claim_rows(result, evidence=str(result_path)), claims_out)
-    save_json(summary_section(result), summary_out)
+    write_json(claim_rows(result, evidence=str(result_path)), claims_out)
+    write_json(summary_section(result), summary_out)
     write_table(table(result), Path(out_dir) / "architectures", TABLE_CAPTION)

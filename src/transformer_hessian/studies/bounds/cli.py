@@ -8,7 +8,7 @@ __all__ = ["add_parser"]
 
 def _evaluate(a) -> None:
     """Rule bounds: measured norms against the project's and the paper's bounds, one stage."""
-    from ...settings import Bounds, Experiment, Hessian
+    from ...config.settings import Bounds, Experiment, Hessian
     from .step import evaluate_step
 
     hessian = Hessian.from_dict(a.hessian)

@@ -34,10 +34,10 @@ import numpy as np
 import torch
 
 from ... import GROUPS
-from ...progress import Progress
 from ...theory import attention_forward, attention_loss_hessian, block_forward, block_loss_hessian
 from ...theory.layernorm import layernorm_hessian_rows, layernorm_jacobian_rows
-from ...utils import log
+from ...util.files import log
+from ...util.progress import Progress
 from .attention import ATTENTION_GROUPS, attention_bound, attention_bound_paper
 from .block import block_bound, block_bound_ce, block_bound_paper, lemma4_bounds
 

@@ -12,8 +12,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ... import ATTENTION_GROUPS, GROUPS
-from ...datanames import DATA_SETS, library_name, stands_in
 from ...plotting import COMPACT_RC, GROUP_LABELS
+from ...util.datanames import DATA_SETS, library_name, stands_in
 
 __all__ = ["DATASET_NAMES", "bounds_figure"]
 

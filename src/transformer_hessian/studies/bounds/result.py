@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ...io import _load_keyed, write_json
+from ...util.io import _load_keyed, write_json
 
 __all__ = ["OUTPUTS", "RESULT_KEYS", "load_bounds", "save_bounds"]
 

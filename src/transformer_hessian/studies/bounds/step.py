@@ -9,8 +9,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ...settings import Bounds, Experiment, Hessian
-from ...utils import log
+from ...config.settings import Bounds, Experiment, Hessian
+from ...util.files import log
 
 __all__ = ["evaluate_step", "table_step"]
 
@@ -46,8 +46,8 @@ def evaluate_step(
     also names ``experiment``, ``stage``, ``dataset`` and its wall time ``seconds``."""
     import torch
 
-    from ...io import load_hessian, load_norms
     from ...train import hessian_inputs
+    from ...util.io import load_hessian, load_norms
     from .pipeline import evaluate_bounds, single_threaded, spectral_norm
     from .result import save_bounds
 
@@ -86,12 +86,12 @@ def table_step(
     """Rule ``bounds_table``: ``<out_dir>/bounds.{csv,tex,md}`` (:func:`.table.bounds_table`) from
     the stages' result JSONs and, with ``claims_out``, their claim rows (:func:`.table.claim_rows`)
     as a JSON list."""
-    from ...io import save_json
-    from ...tablefmt import write_table
+    from ...util.io import write_json
+    from ...util.tablefmt import write_table
     from .result import load_bounds
     from .table import bounds_table, claim_rows
 
     loaded = {r["stage"]: r for r in map(load_bounds, results)}
     if claims_out:
-        save_json(claim_rows(loaded), claims_out)
+        write_json(claim_rows(loaded), claims_out)
     write_table(bounds_table(loaded), Path(out_dir) / "bounds", TABLE_CAPTION)

@@ -8,7 +8,7 @@ import statistics
 
 import pandas as pd
 
-from ...numfmt import fmt, fmt_pct
+from ...util.numfmt import fmt, fmt_pct
 from .pipeline import PAPER_FORMS, lemma4_counterexample
 
 __all__ = ["COMPARISON", "bounds_table", "claim_rows"]

@@ -7,7 +7,7 @@ __all__ = ["add_parser"]
 
 def _run(a) -> None:
     """Rule dynamics: replay the first training steps and record the snapshots of Figures 7-11."""
-    from ...settings import Dynamics, Experiment, Hessian
+    from ...config.settings import Dynamics, Experiment, Hessian
     from .step import run_step
 
     hessian = Hessian.from_dict(a.hessian)

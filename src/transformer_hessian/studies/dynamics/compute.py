@@ -31,17 +31,24 @@ import numpy as np
 import torch
 
 from ... import GROUPS
-from ...checkpoints import CheckpointError, load_checkpoint, set_aside
-from ...hessian import fixed_batch
-from ...hessian_groups import ALL_GROUPS, hessian_all_groups, layout, symmetric_block_norms, weight_norms_all
-from ...model import ModelConfig, ViT
-from ...progress import Progress
+from ...core.hessian import (
+    ALL_GROUPS,
+    fixed_batch,
+    group_layout,
+    hessian_all_groups,
+    symmetric_block_norms,
+    weight_norms_all,
+)
+from ...core.model import ModelConfig, ViT
 from ...train import load_experiment_data, make_optimizer
+from ...train.checkpoints import CheckpointError, load_checkpoint, set_aside
 from ...train.loop import recipe_epoch
-from ...utils import log, resolve_device
+from ...util.env import resolve_device
+from ...util.files import log
+from ...util.progress import Progress
 
 if TYPE_CHECKING:
-    from ...settings import Dynamics, Experiment, Hessian
+    from ...config.settings import Dynamics, Experiment, Hessian
 
 
 def snapshot_steps(steps: int, every: int) -> list[int]:
@@ -216,7 +223,7 @@ def _record_snapshot(
     H, method = hessian_all_groups(m64, block, images, labels)
     meta["hessian_seconds"] += time.perf_counter() - t0
     meta["method"] = method
-    names, _, off = layout(m64, block)
+    names, _, off = group_layout(m64, block, ALL_GROUPS)
     with torch.no_grad():
         hloss = float(torch.nn.functional.cross_entropy(m64(images), labels))
     rec["steps"].append(step)

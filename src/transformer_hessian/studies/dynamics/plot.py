@@ -26,8 +26,8 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from ... import ALL_GROUPS, LN_GROUPS
-from ...datanames import DATA_SETS, named
 from ...plotting.style import COMPACT_RC, GROUP_COLOURS
+from ...util.datanames import DATA_SETS, named
 
 #: The five figure families of Appendix A.1: figure number -> (title word, groups).
 FAMILIES = {

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ...io import _load_keyed, _open_npz, save_npz, write_json
+from ...util.io import _load_keyed, _open_npz, save_npz, write_json
 
 __all__ = ["OUTPUTS", "load_dynamics", "load_dynamics_summary", "save_dynamics"]
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...utils import log
+from ...util.files import log
 
 if TYPE_CHECKING:
-    from ...settings import Dynamics, Experiment, Hessian
+    from ...config.settings import Dynamics, Experiment, Hessian
 
 __all__ = ["run_step"]
 
@@ -30,9 +30,9 @@ def run_step(
     snapshots of Figures 7-11 (:func:`.result.save_dynamics`). With ``saved_init_hessian`` the replay's
     step-0 Hessian must equal the hessian rule's to relative error ``tolerance`` (else
     :class:`ValueError`, after writing)."""
-    from ...checkpoints import load_checkpoint
-    from ...io import load_hessian
     from ...train import check_model_matches
+    from ...train.checkpoints import load_checkpoint
+    from ...util.io import load_hessian
     from .compute import check_against_saved, record_dynamics
     from .result import save_dynamics
 

@@ -1,6 +1,6 @@
 """The Hessian study's claim rows (Figures 3-5): :func:`hessian_claim_rows` from the norms JSON of
 the ``hessian`` rule and the model sizes of the ``train`` rule's metrics. The claims rule
-(:func:`transformer_hessian.report_steps.claims_step`) collects them with the other studies' rows.
+(:func:`transformer_hessian.pipeline.report_steps.claims_step`) collects them with the other studies' rows.
 
 "Entry magnitude" of a Hessian block H_ij (n_i x n_j entries) is its RMS entry,
 ``||H_ij||_F / sqrt(n_i n_j)``; of a block row i, ``||H_i,:||_F / sqrt(n_i P)``, with the
@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ... import GROUPS
-from ...claim_schema import verdict
-from ...datanames import described
-from ...numfmt import fmt, fmt_pct
+from ...util.claim_schema import verdict
+from ...util.datanames import described
+from ...util.numfmt import fmt, fmt_pct
 
 __all__ = ["block_sizes", "entry_spread", "hessian_claim_rows"]
 

@@ -8,7 +8,7 @@ __all__ = ["add_parser"]
 
 def _run_hessian(a) -> None:
     """Rule hessian: dense Hessian of one block's five groups and its block norms."""
-    from ...settings import Experiment, Hessian
+    from ...config.settings import Experiment, Hessian
     from .step import hessian_step
 
     hessian = Hessian.from_dict(a.hessian)
@@ -18,7 +18,7 @@ def _run_hessian(a) -> None:
 
 def _run_theory(a) -> None:
     """Rule theory: check the saved Hessian against curvlinops products; fail above the tolerance."""
-    from ...settings import Experiment, Hessian
+    from ...config.settings import Experiment, Hessian
     from .step import theory_step
 
     hessian = Hessian.from_dict(a.hessian)

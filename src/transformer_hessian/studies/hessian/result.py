@@ -1,6 +1,6 @@
 """The Hessian study's result files, as path templates (:data:`OUTPUTS`): the dense Hessian and its
 block norms of the ``hessian`` rule and the check of the ``theory`` rule, per experiment ``{exp}``
-and stage ``{stage}`` (``init``, ``trained``). Their formats are :mod:`transformer_hessian.io`'s
+and stage ``{stage}`` (``init``, ``trained``). Their formats are :mod:`transformer_hessian.util.io`'s
 (``save_hessian`` / ``load_hessian``, ``save_norms`` / ``load_norms``, ``save_theory_check`` /
 ``load_theory_check``), because the bounds and dynamics studies and the report read them too."""
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...utils import log
+from ...util.files import log
 
 if TYPE_CHECKING:
-    from ...settings import Experiment, Hessian
+    from ...config.settings import Experiment, Hessian
 
 __all__ = ["hessian_step", "theory_step"]
 
@@ -26,11 +26,11 @@ def hessian_step(
     device: str = "auto",
 ) -> dict[str, Any]:
     """Rule hessian: the dense Hessian of one block's five groups (``out_npz``,
-    :func:`transformer_hessian.io.save_hessian`) and its block and weight norms (``out_norms``,
-    :func:`transformer_hessian.io.save_norms`); returns the norms."""
-    from ...hessian import block_norms, compute_hessian, group_layout, weight_norms
-    from ...io import save_hessian, save_norms
+    :func:`transformer_hessian.util.io.save_hessian`) and its block and weight norms (``out_norms``,
+    :func:`transformer_hessian.util.io.save_norms`); returns the norms."""
+    from ...core.hessian import block_norms, compute_hessian, group_layout, weight_norms
     from ...train import hessian_inputs
+    from ...util.io import save_hessian, save_norms
 
     model, images, labels = hessian_inputs(checkpoint, spec, hessian, data_root, device)
     block = hessian.block
@@ -68,12 +68,12 @@ def theory_step(
     device: str = "auto",
 ) -> dict[str, Any]:
     """Rule theory: check the saved Hessian against curvlinops products on ``probes`` random vectors
-    per group; write the errors (:func:`transformer_hessian.io.save_theory_check`) and raise
+    per group; write the errors (:func:`transformer_hessian.util.io.save_theory_check`) and raise
     :class:`ValueError` when the largest relative error exceeds ``tolerance`` (the gate of the Hessian
     figures)."""
-    from ...checks import saved_hessian_check
-    from ...io import load_hessian, load_norms, save_theory_check
+    from ...core.checks import saved_hessian_check
     from ...train import hessian_inputs
+    from ...util.io import load_hessian, load_norms, save_theory_check
 
     model, images, labels = hessian_inputs(checkpoint, spec, hessian, data_root, device)
     H = load_hessian(hessian_npz)["H"]

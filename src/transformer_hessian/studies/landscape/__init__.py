@@ -23,7 +23,7 @@ and the quantity the paper plots is ``D_k = |L_{k+1} - L_k|`` for ``k = 1 .. n-1
   an EMA over the index ``k`` lags a steeply falling curve: for ``k`` below roughly
   ``1/(1-f)`` (100 for ``f = 0.99``) it is dominated by the first values and sits above the
   raw mean. The EMA is stored (``D_ema``) but Figure 6 no longer draws it (see
-  :func:`transformer_hessian.stats.log_binned_median`); the fit uses the raw mean.
+  :func:`transformer_hessian.core.stats.log_binned_median`); the fit uses the raw mean.
 * The rate is a least-squares fit of ``log D_mean`` against ``log k`` (natural logarithms)
   over ``k_min <= k <= k_max`` (default ``k >= 10``: the first few points are dominated by the
   first samples' individual losses). Points where ``D_mean`` is 0 are left out of the fit.
@@ -43,24 +43,24 @@ and the quantity the paper plots is ``D_k = |L_{k+1} - L_k|`` for ``k = 1 .. n-1
   dropped); after ``j`` batches the empirical loss is the mean over the first ``j b`` samples,
   ``L_(jb)``, and the batch-wise curve is ``D^b_j = |L_((j+1)b) - L_(jb)|`` for
   ``j = 1 .. m-1``, drawn against the number of samples ``k = j b``.
-  :func:`transformer_hessian.theorem7.batch_loss_differences` computes it; :func:`.compute.analyse_landscape` stores it under
+  :func:`transformer_hessian.core.theorem7.batch_loss_differences` computes it; :func:`.compute.analyse_landscape` stores it under
   ``"batch"`` next to the per-sample curve, with its own fit and bootstrap interval (fit
   over ``j b >= k_min``). The identity above becomes
   ``L_((j+1)b) - L_(jb) = (mean of batch j+1 - L_(jb)) / (j + 1)``, so at ``w*`` the
   Theorem 7 bound reads ``D^b_j <= 2L/(j+1)`` in the number of batches ``j``.
-* Display smoother: :func:`transformer_hessian.stats.log_binned_median`, the median of ``D_mean`` in log-spaced bins of
+* Display smoother: :func:`transformer_hessian.core.stats.log_binned_median`, the median of ``D_mean`` in log-spaced bins of
   ``k``. It is honest on log axes (every decade gets the same number of bins, and a median
   inside a bin cannot lag the curve), unlike the EMA over the index ``k``.
 
 The computation is pure NumPy/SciPy; only the step (the model's losses) needs PyTorch.
 
-One module per part (the config section is :class:`transformer_hessian.settings.Landscape`):
+One module per part (the config section is :class:`transformer_hessian.config.settings.Landscape`):
 :mod:`.compute` (:func:`~.compute.analyse_landscape`, the EMA), :mod:`.result` (the result file,
 the curve the ``fig6_slope`` verdict uses), :mod:`.step` (the rule's step), :mod:`.cli` (the
 ``landscape`` command), :mod:`.registry` (Figure 6; its drawing helpers are
 :mod:`transformer_hessian.plotting.landscape`); its rule is in
 ``workflow/rules/studies/landscape.smk``. ``D_k`` and ``D^b_j`` on random orderings and Theorem
-7's right-hand side are in :mod:`transformer_hessian.theorem7`, the log-log slope, its bootstrap
+7's right-hand side are in :mod:`transformer_hessian.core.theorem7`, the log-log slope, its bootstrap
 interval, the log-binned median and the thinning for the JSON result in
-:mod:`transformer_hessian.stats` (the probe and scaling studies share them). Imports nothing.
+:mod:`transformer_hessian.core.stats` (the probe and scaling studies share them). Imports nothing.
 """

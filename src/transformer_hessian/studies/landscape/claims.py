@@ -1,15 +1,15 @@
 """The landscape study's claim rows (Figure 6 and Theorem 7 at w*): :func:`landscape_claim_rows`
 from the ``landscape`` rule's result. The claims rule
-(:func:`transformer_hessian.report_steps.claims_step`) collects them with the other studies' rows."""
+(:func:`transformer_hessian.pipeline.report_steps.claims_step`) collects them with the other studies' rows."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from ...claim_schema import verdict
-from ...datanames import described
-from ...numfmt import fmt, fmt_interval
+from ...util.claim_schema import verdict
+from ...util.datanames import described
+from ...util.numfmt import fmt, fmt_interval
 from .result import PAPER_GRANULARITY, verdict_curve
 
 __all__ = ["landscape_claim_rows"]

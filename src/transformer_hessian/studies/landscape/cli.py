@@ -7,7 +7,7 @@ __all__ = ["add_parser"]
 
 def _run(a) -> None:
     """Rule landscape: per-sample losses at w*, D_k over orderings and the fitted slope."""
-    from ...settings import Experiment, Landscape
+    from ...config.settings import Experiment, Landscape
     from .step import run_step
 
     landscape = Landscape.from_dict(a.landscape)

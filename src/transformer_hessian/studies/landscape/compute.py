@@ -1,15 +1,15 @@
 """Figure 6's analysis of per-sample losses at ``w*`` (the ``landscape`` rule's result).
 
 :func:`analyse_landscape` computes ``D_k = |L_{k+1} - L_k|`` on ``R`` orderings
-(:mod:`transformer_hessian.theorem7`), their mean ``D_mean`` over orderings, its EMA
+(:mod:`transformer_hessian.core.theorem7`), their mean ``D_mean`` over orderings, its EMA
 (:func:`ema`) and log-binned median, the log-log least-squares slope of ``D_mean`` against ``k``
 over ``k >= k_min`` with its percentile bootstrap interval over orderings
-(:mod:`transformer_hessian.stats`), and the check of Theorem 7 at ``w = w*`` (arXiv
+(:mod:`transformer_hessian.core.stats`), and the check of Theorem 7 at ``w = w*`` (arXiv
 2510.16927): with ``0 <= l_i <= L``, ``L = max_i l_i``,
 
     D_k <= 2L / (k + 1)    on every ordering and every k
 
-(the identity of :mod:`transformer_hessian.theorem7` even gives ``L/(k+1)``, so
+(the identity of :mod:`transformer_hessian.core.theorem7` even gives ``L/(k+1)``, so
 ``bound_max_ratio`` is at most 1/2). With a batch size ``b`` the same is done for the batch-wise
 curve ``D^b_j``, whose bound is ``2L/(j+1)`` in the number of batches ``j``.
 
@@ -25,8 +25,15 @@ from typing import Any
 import numpy as np
 from scipy import signal
 
-from ...stats import bootstrap_slope_ci, check_positive_int, fit_loglog_slope, fit_mask, log_binned_median, thin_indices
-from ...theorem7 import as_losses, batch_loss_differences, loss_differences, theorem7_rhs
+from ...core.stats import (
+    bootstrap_slope_ci,
+    check_positive_int,
+    fit_loglog_slope,
+    fit_mask,
+    log_binned_median,
+    thin_indices,
+)
+from ...core.theorem7 import as_losses, batch_loss_differences, loss_differences, theorem7_rhs
 
 __all__ = ["analyse_landscape", "ema"]
 

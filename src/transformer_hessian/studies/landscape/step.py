@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...utils import log
+from ...util.files import log
 
 if TYPE_CHECKING:
-    from ...settings import Experiment, Landscape
+    from ...config.settings import Experiment, Landscape
 
 __all__ = ["log_landscape", "run_step"]
 
@@ -25,7 +25,7 @@ def run_step(
     (all when unset), D_k over orderings and the fitted slope (:func:`.compute.analyse_landscape`);
     written with :func:`.result.save_landscape`. Warns when the slope's 95% interval excludes -1."""
     from ...train import load_experiment_data, load_model, per_sample_losses
-    from ...utils import resolve_device
+    from ...util.env import resolve_device
     from .compute import analyse_landscape
     from .result import save_landscape
 
@@ -55,7 +55,7 @@ def run_step(
 def log_landscape(result: dict[str, Any]) -> None:
     """Log both Figure 6 curves (slope, 95% interval) and name the one behind the ``fig6_slope``
     verdict (``landscape.granularity``); warn when that curve's interval excludes -1."""
-    from ...numfmt import fmt, fmt_interval
+    from ...util.numfmt import fmt, fmt_interval
     from .result import PAPER_GRANULARITY, verdict_curve
 
     granularity, cur = verdict_curve(result)

@@ -5,7 +5,7 @@ Everything here concerns the empirical loss of the paper (arXiv 2510.16927, Sec.
 ``l_i`` the cross-entropy of sample ``i`` and ``w`` **all** parameters of the model (flattened
 in ``model.named_parameters()`` order). All curvature runs in float64 with ``torch.func``.
 
-Pieces (modules :mod:`transformer_hessian.krylov` (core: the flat model, HVPs, Lanczos),
+Pieces (modules :mod:`transformer_hessian.core.krylov` (core: the flat model, HVPs, Lanczos),
 :mod:`.theorem7`, :mod:`.assumption1`, :mod:`.compute`, :mod:`.verdicts`; ``docs/theory.md``
 explains the choices), plus :mod:`.result` (the result file and the claim rows file), :mod:`.step`,
 :mod:`.plot` (Figures 1, 12 and Theorem 7's), :mod:`.cli` (the ``probe`` command) and

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 from torch.func import grad, vmap
 
-from ...krylov import FlatModel
-from ...stats import bootstrap_slope_ci, fit_loglog_slope
+from ...core.krylov import FlatModel
+from ...core.stats import bootstrap_slope_ci, fit_loglog_slope
 
 # ----------------------------------------------------------------------------- Assumption 1
 
@@ -122,7 +122,7 @@ def assumption1_analysis(
     ``||grad L_k||`` and ``||grad L_{k-1}||``, the sampling reference
     ``sqrt(E ||grad L_k||^2)`` (:func:`expected_sq_grad_norm`), the least-squares log-log
     slope of the mean ``||grad L_k||`` over ``k_grid`` and its percentile-bootstrap 95%
-    interval over orderings (:func:`transformer_hessian.stats.bootstrap_slope_ci`) and
+    interval over orderings (:func:`transformer_hessian.core.stats.bootstrap_slope_ci`) and
     ``zero_gradient_test`` (:func:`zero_gradient_test`: is the floor ``||grad L_n(w*)||``
     distinguishable from 0 against sampling noise).
     """

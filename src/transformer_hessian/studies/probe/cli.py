@@ -7,7 +7,7 @@ __all__ = ["add_parser"]
 
 def _run(a) -> None:
     """Rule probe: Theorem 7 off w*, the Taylor model and Assumption 1 around w*."""
-    from ...settings import Experiment, Probe
+    from ...config.settings import Experiment, Probe
     from .step import run_step
 
     run_step(

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ...krylov import FlatModel, per_sample_spectral_norms, top_eigenpair
-from ...theorem7 import landscape_bound, landscape_bound_tight, loss_differences, orderings
+from ...core.krylov import FlatModel, per_sample_spectral_norms, top_eigenpair
+from ...core.theorem7 import landscape_bound, landscape_bound_tight, loss_differences, orderings
 from .assumption1 import assumption1_analysis, gradient_norms, minimiser_shift, per_sample_gradients
 from .theorem7 import (
     BOUND_RTOL,
@@ -47,7 +47,7 @@ from .theorem7 import (
 )
 
 if TYPE_CHECKING:
-    from ...settings import Probe
+    from ...config.settings import Probe
 
 # ----------------------------------------------------------------------------- protocol
 

@@ -1,7 +1,7 @@
 """Figures of the landscape probes (:mod:`transformer_hessian.studies.probe`).
 
 * :func:`fig1_figure` - the paper's Figure 1 from data: (a) measured ``L_k`` and ``L_{k+1}``
-  along ``w* + t d``, (b) the block diagram (:func:`transformer_hessian.diagrams.draw_block_stack`).
+  along ``w* + t d``, (b) the block diagram (:func:`transformer_hessian.plotting.diagrams.draw_block_stack`).
 * :func:`theorem7_figure` - Theorem 7 off ``w*`` and the Taylor model.
 * :func:`fig12_figure` - Figure 12 (Assumption 1) and the minimiser shift.
 * :func:`run_label` - "data set, model" text for titles, from the probe result and metrics
@@ -21,7 +21,7 @@ import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
-from ...diagrams import draw_block_stack
+from ...plotting.diagrams import draw_block_stack
 from ...plotting.style import COMPACT_RC, run_label, wrap_lines
 
 __all__ = ["fig1_figure", "fig12_figure", "run_label", "theorem7_figure"]

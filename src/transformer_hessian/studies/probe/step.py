@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...utils import log
+from ...util.files import log
 
 if TYPE_CHECKING:
-    from ...settings import Experiment, Probe
+    from ...config.settings import Experiment, Probe
 
 __all__ = ["run_step"]
 
@@ -30,9 +30,9 @@ def run_step(
     workflow)."""
     import torch
 
-    from ...io import save_json
     from ...train import load_experiment_data, load_model
-    from ...utils import resolve_device
+    from ...util.env import resolve_device
+    from ...util.io import write_json
     from .compute import run_probe
     from .result import load_probe, save_probe
     from .verdicts import claim_rows
@@ -51,7 +51,7 @@ def run_step(
     result["dataset"] = spec.dataset
     save_probe(out, result)
     if claims_out is not None:
-        save_json(claim_rows(load_probe(out)), claims_out)
+        write_json(claim_rows(load_probe(out)), claims_out)
     s = result["theorem7_summary"]
     log.info(
         "probe: Theorem 7 off w* held in %.4f%% of %d comparisons (M = %.3g); Assumption 1: "

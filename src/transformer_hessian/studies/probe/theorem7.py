@@ -11,8 +11,8 @@ import numpy as np
 import torch
 from torch.func import grad, jvp, vmap
 
-from ...krylov import FlatModel
-from ...theorem7 import landscape_bound, landscape_bound_tight, loss_differences
+from ...core.krylov import FlatModel
+from ...core.theorem7 import landscape_bound, landscape_bound_tight, loss_differences
 
 #: Relative slack when comparing a measured value against a bound (rounding only).
 BOUND_RTOL = 1e-12
@@ -95,7 +95,7 @@ def theorem7_check(
 
     ``losses`` is ``(T, n)``: per-sample losses at each ``t`` of ``ts`` (the distance
     ``||w - w*||_2 = |t|``, ``d`` being a unit vector). For every ``t``, every ordering (the
-    ``n_orderings`` of :func:`transformer_hessian.theorem7.orderings` with ``seed``) and every
+    ``n_orderings`` of :func:`transformer_hessian.core.theorem7.orderings` with ``seed``) and every
     ``k = 1 .. n-1`` the left-hand side is compared with
 
     * ``bound``: the printed right-hand side :func:`landscape_bound` ``(k, L, M, t^2)``;
@@ -250,7 +250,7 @@ def describe_break(b: dict[str, Any]) -> str:
     """Text for a :func:`taylor_break` result: ``"|t| = 0.00880"``, ``"below the probed range
     (|t| < 0.0350)"`` or ``"not within the probed range (|t| <= 17.5)"``, followed by
     ``"(for good from |t| = 0.300)"`` when the final break is elsewhere."""
-    from ...numfmt import fmt
+    from ...util.numfmt import fmt
 
     def one(status: str, t: float | None) -> str:
         if status == "crossing":

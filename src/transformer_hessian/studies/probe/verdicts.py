@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...claim_schema import verdict
-from ...numfmt import fmt, fmt_interval, fmt_pct
+from ...util.claim_schema import verdict
+from ...util.numfmt import fmt, fmt_interval, fmt_pct
 from .theorem7 import describe_break
 
 # ----------------------------------------------------------------------------- reporting

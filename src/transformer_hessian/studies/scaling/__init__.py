@@ -4,7 +4,7 @@ model the D_k curve, its slope and prefactor, the sample size k*, the top Hessia
 and block norms; across models, power laws in the parameter count. On only with
 ``scaling.enabled``.
 
-One module per part (the config section is :class:`transformer_hessian.settings.Scaling`):
+One module per part (the config section is :class:`transformer_hessian.config.settings.Scaling`):
 :mod:`.compute` (the sweep, one model, the aggregate and fits), :mod:`.result` (the result files
 and the summary section), :mod:`.step` (the two rules' steps), :mod:`.plot` (the figure),
 :mod:`.cli` (the ``scaling`` command), :mod:`.registry` (its figure); its rules are in

@@ -8,7 +8,7 @@ __all__ = ["add_parser"]
 
 def _models(a) -> None:
     """Rule scaling_models: train and measure part ``--part`` of ``--jobs`` of the sweep's models."""
-    from ...settings import Scaling
+    from ...config.settings import Scaling
     from .step import models_step
 
     models_step(Scaling.from_dict(a.scaling), a.part, a.jobs, a.data_root, a.cache_dir, a.out, device=a.device)
@@ -16,7 +16,7 @@ def _models(a) -> None:
 
 def _aggregate(a) -> None:
     """Rule scaling: power laws across the sweep's models -> results/scaling/scaling.json."""
-    from ...settings import Scaling
+    from ...config.settings import Scaling
     from .step import aggregate_step
 
     aggregate_step(Scaling.from_dict(a.scaling), a.parts, a.out, summary_out=a.summary_out)

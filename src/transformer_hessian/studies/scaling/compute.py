@@ -12,19 +12,19 @@ size in ``train_sizes`` (a seeded random subset of the training split, ``null`` 
 Per model (:func:`analyse_model`; training by :func:`transformer_hessian.train.train`):
 
 * ``D_k = |L_{k+1}(w*) - L_k(w*)|`` over the model's own training samples, mean over
-  ``n_orderings`` random orderings (:func:`transformer_hessian.theorem7.loss_differences`);
+  ``n_orderings`` random orderings (:func:`transformer_hessian.core.theorem7.loss_differences`);
   the fit ``D_k ~ prefactor * k^slope`` by least squares on log-log over ``k >= k_min``
-  (:func:`~transformer_hessian.stats.fit_loglog_slope`), the slope's bootstrap 95%
-  interval over orderings (:func:`~transformer_hessian.stats.bootstrap_slope_ci`).
+  (:func:`~transformer_hessian.core.stats.fit_loglog_slope`), the slope's bootstrap 95%
+  interval over orderings (:func:`~transformer_hessian.core.stats.bootstrap_slope_ci`).
 * ``k*`` for ``tolerance``: **measured** = the smallest ``k`` from which on the mean curve
   stays at or below the tolerance (:func:`k_star_measured`; None when the last ``k`` is above
   it), **fitted** = the smallest integer ``k`` with ``prefactor * k^slope <= tolerance``
   (:func:`k_star_fitted`, may extrapolate past the data set).
 * ``lambda_max``: top eigenvalue of the Hessian of the mean loss over all parameters at ``w*``
   on the first ``hessian_samples`` training samples, float64, Lanczos on Hessian-vector products
-  (:func:`transformer_hessian.krylov.top_eigenpair`).
+  (:func:`transformer_hessian.core.krylov.top_eigenpair`).
 * Block norms of the dense nine-group Hessian of the model's **last** block at ``w*`` on the
-  same samples, in closed form (:func:`transformer_hessian.hessian_groups.hessian_all_groups`,
+  same samples, in closed form (:func:`transformer_hessian.core.hessian_groups.hessian_all_groups`,
   method ``closed_form``: the block that feeds the mean-pool and head; block 0 of a one-block
   model). Its cost is one forward pass through the blocks before it plus the closed form, so it
   grows gently with depth; block 0 of a deeper model would need every column as a Hessian-vector
@@ -45,11 +45,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...stats import bootstrap_slope_ci, fit_loglog_slope, log_binned_median, thin_indices
-from ...theorem7 import loss_differences
+from ...core.stats import bootstrap_slope_ci, fit_loglog_slope, log_binned_median, thin_indices
+from ...core.theorem7 import loss_differences
 
 if TYPE_CHECKING:
-    from ...settings import Scaling
+    from ...config.settings import Scaling
 
 #: Relative slack when comparing D_k with the tolerance (rounding only).
 RTOL = 1e-12
@@ -98,7 +98,7 @@ def experiment_spec(point: dict, scaling: Scaling) -> dict:
 
 def model_key(point: dict, scaling: Scaling) -> str:
     """Hash of everything that determines one model's result (its cache key)."""
-    from ...config import config_hash
+    from ...config.validate import config_hash
 
     rest = {k: v for k, v in scaling.to_dict().items() if k not in _SWEEP_ONLY}
     return config_hash({"spec": experiment_spec(point, scaling), "analysis": rest})
@@ -173,7 +173,7 @@ def top_hessian_eigenvalue(model, x, y, n_iter: int, seed: int = 0) -> tuple[flo
     all parameters of ``model`` at its weights (float64 Lanczos, ``krylov.top_eigenpair``)."""
     import torch
 
-    from ...krylov import FlatModel, top_eigenpair
+    from ...core.krylov import FlatModel, top_eigenpair
 
     model = model.to(torch.float64).eval()
     fm = FlatModel.of(model)
@@ -187,10 +187,10 @@ def block_norms(model, x, y, max_params: int) -> tuple[dict | None, str | None]:
     in closed form; ``(None, reason)`` when the block exceeds ``max_params``."""
     import torch
 
-    from ...hessian_groups import ALL_GROUPS, hessian_all_groups, layout, symmetric_block_norms
+    from ...core.hessian import ALL_GROUPS, group_layout, hessian_all_groups, symmetric_block_norms
 
     block = model.cfg.depth - 1
-    names, _, off = layout(model, block)
+    names, _, off = group_layout(model, block, ALL_GROUPS)
     if int(off[-1]) > max_params:
         return None, (
             f"block {block} has {int(off[-1]):,} parameters over the nine groups, more than "
@@ -212,9 +212,9 @@ def analyse_model(point: dict, scaling: Scaling, data_root: str | Path, model_di
     """Train sweep model ``point`` (resumable, in ``model_dir``) and measure it at ``w*``."""
     import torch
 
-    from ...settings import Experiment
+    from ...config.settings import Experiment
     from ...train import load_experiment_data, load_model, per_sample_losses, train
-    from ...utils import resolve_device
+    from ...util.env import resolve_device
 
     spec = Experiment.with_defaults(experiment_spec(point, scaling))  # the schema fills the train keys
     times = {}
@@ -260,7 +260,8 @@ def analyse_model(point: dict, scaling: Scaling, data_root: str | Path, model_di
 def run_models(points: list[dict], scaling: Scaling, data_root, cache_dir, device: str = "auto") -> list[dict]:
     """:func:`analyse_model` for each point, cached in ``cache_dir/<id>.json``: a model whose
     file holds the same :func:`model_key` is read back instead of being trained again."""
-    from ...utils import log, read_json, write_json
+    from ...util.files import log, read_json
+    from ...util.io import write_json
 
     cache_dir = Path(cache_dir)
     out = []
@@ -278,7 +279,7 @@ def run_models(points: list[dict], scaling: Scaling, data_root, cache_dir, devic
         t0 = time.perf_counter()
         result = analyse_model(point, scaling, data_root, cache_dir / point["id"], device=device)
         result["settings_key"] = key
-        write_json(result, path)
+        write_json(result, path, sealed=False)
         c = result["curve"]
         log.info(
             "scaling: %s (P = %d): slope %.3f, prefactor %.3g, k* %s / %s (fitted), lambda_max %.4g; %.1f s",

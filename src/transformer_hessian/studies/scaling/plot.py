@@ -16,8 +16,8 @@ import numpy as np
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from ...datanames import named
 from ...plotting import COMPACT_RC, GROUP_COLOURS, as_mapping
+from ...util.datanames import named
 
 #: Marker, fit line style and legend text of the two sweep directions.
 _MARKER = {"width": "o", "depth": "s"}

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ...utils import log
+from ...util.files import log
 
 if TYPE_CHECKING:
-    from ...settings import Scaling
+    from ...config.settings import Scaling
 
 __all__ = ["aggregate_step", "models_step"]
 

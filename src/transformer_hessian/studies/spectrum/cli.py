@@ -7,7 +7,7 @@ __all__ = ["add_parser"]
 
 def _run(a) -> None:
     """Rule spectrum_compute: matrix-free top eigenvalues, traces, densities and block-pair norms."""
-    from ...settings import Experiment, Spectrum
+    from ...config.settings import Experiment, Spectrum
     from .step import run_step
 
     spectrum = Spectrum.from_dict(a.spectrum)

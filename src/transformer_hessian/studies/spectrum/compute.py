@@ -39,12 +39,12 @@ import torch
 from torch.func import vmap
 
 from ... import GROUPS
-from ...hessian import group_layout, loss_of_groups
-from ...krylov import FlatModel, hvp_operator
-from ...progress import Progress
+from ...core.hessian import group_layout, loss_of_groups
+from ...core.krylov import FlatModel, hvp_operator
+from ...util.progress import Progress
 
 if TYPE_CHECKING:
-    from ...settings import Spectrum
+    from ...config.settings import Spectrum
 
 Matvec = Callable[[torch.Tensor], torch.Tensor]
 

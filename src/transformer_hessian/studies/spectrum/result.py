@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ...io import _load_keyed, load_json, write_json
+from ...util.io import _load_keyed, load_json, write_json
 
 __all__ = ["OUTPUTS", "RESULT_KEYS", "load_result", "load_summary", "save_result", "save_summary"]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...utils import log
+from ...util.files import log
 
 if TYPE_CHECKING:
-    from ...settings import Experiment, Spectrum
+    from ...config.settings import Experiment, Spectrum
 
 __all__ = ["run_step"]
 
@@ -29,9 +29,9 @@ def run_step(
     (Lanczos not converged)."""
     import torch
 
-    from ...hessian import fixed_batch
+    from ...core.hessian import fixed_batch
     from ...train import load_experiment_data, load_model
-    from ...utils import resolve_device
+    from ...util.env import resolve_device
     from .compute import run_spectrum, summary_section
     from .result import save_result, save_summary
 

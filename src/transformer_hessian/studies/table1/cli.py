@@ -7,7 +7,7 @@ __all__ = ["add_parser"]
 
 def _run(a) -> None:
     """Rule table1: Table 1 from the config and the runs' metrics."""
-    from ...settings import Experiment, Hessian, Landscape
+    from ...config.settings import Experiment, Hessian, Landscape
     from .step import run_step
 
     experiments = {n: Experiment.from_dict(e, f"experiments.{n}") for n, e in a.config["experiments"].items()}

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from ...datanames import DATA_SETS, table_name
-from ...settings import Experiment
+from ...config.settings import Experiment
+from ...util.datanames import DATA_SETS, table_name
 
 NOT_STATED = "not stated"
 
@@ -55,7 +55,7 @@ COMPARED = ("dataset", "patch size", "hidden dim", "ff dim", "blocks")
 def _dataset_name(dataset: str, paper_data: str) -> str:
     """The run's data set; MNIST in a CIFAR-100 experiment is "MNIST (stand-in for CIFAR-100)" (a data
     set the paper never used already says "(stand-in)" in its :func:`.datanames.table_name`)."""
-    from ...datanames import stands_in
+    from ...util.datanames import stands_in
 
     name = DATASET_NAMES[dataset]
     return (

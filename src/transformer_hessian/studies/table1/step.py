@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ...settings import Experiment
+    from ...config.settings import Experiment
 
 __all__ = ["run_step"]
 
@@ -18,8 +18,8 @@ def run_step(
 ) -> None:
     """Rule table1: ``out_dir/table1.{csv,tex,md}`` from the experiments' sections, the experiment
     of each role (``{"hessian": ..., "landscape": ...}``) and the runs' metrics."""
-    from ...io import load_metrics_by_experiment
-    from ...tablefmt import write_table
+    from ...util.io import load_metrics_by_experiment
+    from ...util.tablefmt import write_table
     from .compute import table1
 
     df = table1(experiments, roles, load_metrics_by_experiment(metrics))

@@ -1,0 +1,118 @@
+"""The commands of :mod:`.cli` that belong to the pipeline's own rules (download, train,
+tables, summary, report-pages, claims, registry, bench): each
+parses its JSON sections into their frozen settings once and calls one function of ``steps`` or
+the owning module, imported inside the command so that ``--help`` stays fast. A study's commands
+are in its ``studies/<name>/cli.py``."""
+
+from __future__ import annotations
+
+from ..util.files import log
+
+
+def cmd_download(a) -> None:
+    """Rule download: fetch and verify a data set, then write its manifest."""
+    from .steps import download_dataset
+
+    download_dataset(a.dataset, a.manifest, root=a.root, mirror=a.mirror, deadline=a.deadline, local=a.local)
+
+
+def cmd_train(a) -> None:
+    """Rule train: train (or resume) one experiment."""
+    from ..config.settings import Experiment
+    from ..train import train
+
+    m = train(
+        a.experiment, Experiment.from_dict(a.spec, f"experiments.{a.experiment}"), a.data_root, a.out, device=a.device
+    )
+    log.info("%s: final val_acc %.4f after %d epochs", a.experiment, m["final"]["val_acc"], m["epochs"])
+
+
+def cmd_tables(a) -> None:
+    """Rule tables: block norms, run summary and closed-form check tables."""
+    from .report_steps import tables_step
+
+    tables_step(a.norms_init, a.norms_trained, a.metrics, a.theory, a.out_dir)
+
+
+def cmd_report_pages(a) -> None:
+    """Rule report_pages: the HTML pages of the review report (claims, tables, config, provenance)."""
+    from .report_pages import write_report_pages
+
+    write_report_pages(a.claims, a.summary, a.tables, a.config, a.out_dir)
+
+
+def cmd_summary(a) -> None:
+    """Rule summary: paper/summary.json with provenance, claims and bounds."""
+    from .report_steps import summary_step
+
+    summary_step(
+        a.config_hash,
+        a.norms,
+        a.metrics,
+        a.landscape,
+        a.theory,
+        a.out,
+        figures=a.figures,
+        tables=a.tables,
+        bounds=a.bounds,
+        registry_config=a.registry_config,
+        notebook_dir=a.notebook_dir,
+        claims=a.claims,
+        sections=[*a.section, *(f"{name}={path}" for name, path in (a.sections or {}).items())],
+    )
+
+
+def cmd_claims(a) -> None:
+    """Rule claims: one verdict per empirical claim of the paper."""
+    from .report_steps import claims_step
+
+    claims_step(
+        a.norms_init,
+        a.norms_trained,
+        a.metrics_hessian,
+        a.metrics_landscape,
+        a.landscape,
+        a.out_json,
+        a.out_md,
+        hessian_init=a.hessian_init,
+        rows=a.rows,
+        config_hash=a.config_hash,
+    )
+
+
+def cmd_claims_readme(a) -> None:
+    """Refresh (or check) the README's generated claims section."""
+    from .report_steps import claims_readme_step
+
+    claims_readme_step(a.claims, a.readme, check=a.check, tag=a.tag)
+
+
+def cmd_claims_compare(a) -> None:
+    """Fail when the verdicts of a run differ from a committed snapshot."""
+    from ..claims.compare import compare_step
+
+    compare_step(a.claims, a.snapshot)
+
+
+def cmd_registry(a) -> None:
+    """List the figure registry, or write / check paper/README.md from it."""
+    from .report_steps import registry_step
+
+    registry_step(a.path, write_readme=a.write_readme, check=a.check)
+
+
+def cmd_bench(a) -> None:
+    """The Hessian extraction benchmark (``bench hessian``) or training throughput (``bench train``)."""
+    if a.bench == "encoder":
+        from ..bench.encoder import cmd_bench_encoder
+
+        cmd_bench_encoder(a)
+        return
+    if a.bench == "train":
+        from ..bench.train import run_train_bench
+
+        run_train_bench(a)
+        return
+    from ..bench import run_bench
+
+    run_bench(a)

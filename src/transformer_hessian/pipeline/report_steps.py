@@ -1,0 +1,168 @@
+"""The report rules' steps (tables, summary, claims, claims-readme, registry): plain-argument
+functions that read the results through :mod:`.io`, build the tables, ``summary.json``, the claim
+verdicts and the registry's README, and write them (the layering of :mod:`.steps`, whose
+``cli`` commands call them)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..util.files import log
+
+__all__ = ["tables_step", "summary_step", "claims_step", "claims_readme_step", "registry_step"]
+
+
+def tables_step(
+    norms_init: str, norms_trained: str, metrics: Sequence[str], theory: Sequence[str], out_dir: str
+) -> None:
+    """Rule tables: ``out_dir/{block_norms,run_summary,closed_form_check}.{csv,tex,md}``."""
+    from ..util.io import load_metrics_by_experiment, load_norms, load_theory_check
+    from .report import block_norm_table, closed_form_table, run_summary_table, write_table
+
+    out = Path(out_dir)
+    write_table(
+        block_norm_table(load_norms(norms_init), load_norms(norms_trained)),
+        out / "block_norms",
+        "Hessian block norms of the loss w.r.t. (W_Q, W_K, W_V, W_1, W_2) at initialisation and after training",
+    )
+    write_table(run_summary_table(load_metrics_by_experiment(metrics)), out / "run_summary", "Runs behind the figures")
+    checks = {c["stage"]: c for c in map(load_theory_check, theory)}
+    write_table(
+        closed_form_table(checks),
+        out / "closed_form_check",
+        "Saved Hessian vs curvlinops Hessian-vector products on random probes: errors and functional "
+        "share per block pair",
+    )
+
+
+def summary_step(
+    config_hash: str,
+    norms: Sequence[str],
+    metrics: Sequence[str],
+    landscape: str,
+    theory: Sequence[str],
+    out: str,
+    figures: Sequence[str] = (),
+    tables: Sequence[str] = (),
+    bounds: Sequence[str] = (),
+    registry_config: Mapping[str, Any] | None = None,
+    notebook_dir: str | None = None,
+    claims: str | None = None,
+    sections: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Rule summary: ``paper/summary.json`` (:func:`.report.build_summary`, keyed by file stem for
+    figures and tables) with, when given, the figures' provenance, the claim rows and each
+    study's section (``sections``: ``NAME=PATH``, the JSON its rule wrote)."""
+    from ..util.io import load_claims, save_summary
+    from .report import build_summary
+
+    fig_map = {Path(p).stem: p for p in figures}
+    table_map = {Path(p).stem: p for p in tables}
+    summary = build_summary(
+        config_hash,
+        norms,
+        metrics,
+        landscape,
+        theory,
+        fig_map,
+        table_map,
+        bounds=list(bounds),
+    )
+    if registry_config:
+        from ..registry import provenance
+
+        summary["figure_provenance"] = provenance(registry_config, notebook_dir=notebook_dir)
+    if claims:
+        summary["claims"] = load_claims(claims)
+    for item in sections:  # NAME=PATH: a study's own section (e.g. architectures)
+        name, _, path = item.partition("=")
+        if not name or not path or name in summary:
+            raise ValueError(f"--section {item!r}: expected NAME=PATH with a NAME not already in the summary")
+        from ..util.io import load_json
+
+        summary[name] = load_json(path)
+    save_summary(out, summary)
+    return summary
+
+
+def claims_step(
+    norms_init: str,
+    norms_trained: str,
+    metrics_hessian: str,
+    metrics_landscape: str,
+    landscape: str,
+    out_json: str,
+    out_md: str,
+    hessian_init: str | None = None,
+    rows: Sequence[str] = (),
+    config_hash: str | None = None,
+) -> list[dict]:
+    """Rule claims: one verdict per empirical claim of the paper (:func:`.claims.collect_claims`);
+    ``rows``: the JSON lists of finished rows the studies' rules write (``CLAIM_ROW_FILES``). Writes ``out_json`` and ``out_md`` (:func:`.io.save_claims`); returns the rows."""
+    from .. import claims
+    from ..studies.hessian.claims import entry_spread, hessian_claim_rows
+    from ..studies.landscape.claims import landscape_claim_rows
+    from ..studies.landscape.result import load_landscape
+    from ..util.io import load_hessian, load_json, load_metrics, load_norms, save_claims
+
+    mh, ml = load_metrics(metrics_hessian), load_metrics(metrics_landscape)
+    spread = entry_spread(load_hessian(hessian_init)["H"]) if hessian_init else None
+    out = hessian_claim_rows(
+        load_norms(norms_init),
+        load_norms(norms_trained),
+        mh,
+        evidence=", ".join(p for p in (hessian_init, norms_init, norms_trained, metrics_hessian) if p),
+        spread=spread,
+    )
+    out += claims.training_claim_rows(mh, ml, metrics_hessian, metrics_landscape)
+    out += landscape_claim_rows(load_landscape(landscape), ml, evidence=landscape)
+    out = claims.collect_claims(out, [r for path in rows for r in load_json(path)])
+    save_claims(out_json, out_md, out, config_hash, claims.claims_document(out, config_hash))
+    failed = [r["id"] for r in out if r["verdict"] == claims.NOT_REPRODUCED]
+    log.info("claims: %d rows, not reproduced: %s", len(out), ", ".join(failed) or "none")
+    return out
+
+
+def claims_readme_step(claims_path: str, readme: str, check: bool = False, tag: str = "claims") -> None:
+    """Refresh the README's generated claims section (markers ``<!-- <tag>:start -->``) from
+    ``claims_path``; with ``check``, raise :class:`ValueError` when it differs instead of writing."""
+    from .. import claims
+    from ..util.files import write_text
+    from ..util.io import load_claims
+
+    rows = load_claims(claims_path)
+    text = Path(readme).read_text()
+    new = claims.update_readme(text, rows, tag)
+    if check:
+        if new != text:
+            raise ValueError(
+                f"{readme}: the claims section differs from {claims_path}; run "
+                f"`transformer-hessian claims-readme --claims {claims_path} --readme {readme}"
+                + ("" if tag == "claims" else f" --tag {tag}")
+                + "`"
+            )
+        log.info("%s: claims section up to date", readme)
+    else:
+        write_text(new, readme)
+        log.info("%s: claims section refreshed from %s", readme, claims_path)
+
+
+def registry_step(path: str, write_readme: bool = False, check: bool = False) -> None:
+    """Write (``write_readme``) or check (``check``) the generated paper README at ``path``, or print
+    the figure registry (id, paper label, notebook) one figure per line."""
+    from .. import registry
+    from ..util.files import write_text
+
+    text = registry.render_paper_readme()
+    if write_readme:
+        write_text(text, path)
+        log.info("wrote %s from the figure registry", path)
+    elif check:
+        if Path(path).read_text() != text:
+            raise ValueError(f"{path} differs from the registry; run `transformer-hessian registry --write-readme`")
+        log.info("%s matches the registry", path)
+    else:
+        for fig in registry.FIGURES:
+            print(f"{fig.id}\t{fig.paper}\t{fig.label}\tnotebooks/{fig.notebook}")
