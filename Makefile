@@ -12,7 +12,7 @@ setup: $(STAMP)
 # Re-install only when the dependency files change; a no-op otherwise. uv (pinned, from PyPI)
 # installs the pinned lock in seconds; plain pip is the fallback where uv cannot be had.
 # --compile-bytecode: uv writes no .pyc by default, and where PYTHONDONTWRITEBYTECODE is set
-# every job would compile torch's modules again (make reproduce: 3 min 27 s instead of 2 min 4 s).
+# every job would compile torch's modules again (docs/timings.md has the measurement).
 $(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	@if $(BIN)/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION) && \

@@ -344,7 +344,7 @@ def test_clear_errors(model, kw, match):
 def test_too_large_hessian_says_bytes(monkeypatch):
     from transformer_hessian.encoder import api
 
-    monkeypatch.setattr(api, "_available_bytes", lambda device: 1000)
+    monkeypatch.setattr(api, "available_bytes", lambda device: 1000)
     x = torch.randn(2, 3, 4, dtype=DT)
     P = sum(p.numel() for p in _layer().parameters())
     with pytest.raises(MemoryError, match=f"{P * P * 8} bytes"):

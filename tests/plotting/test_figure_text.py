@@ -29,6 +29,7 @@ from transformer_hessian.plotting.print_check import (  # noqa: E402
     printed_texts,
     text_problems,
 )
+from transformer_hessian.studies.landscape import plot as landscape_plot  # noqa: E402
 from transformer_hessian.studies.probe import plot as probe_plots  # noqa: E402
 from transformer_hessian.studies.scaling import compute as scaling  # noqa: E402
 from transformer_hessian.studies.scaling import plot as scaling_plot  # noqa: E402
@@ -132,9 +133,9 @@ def build_fig6():
     for batch in (None, 32):
         kw = {"granularity": "batch", "batch_size": batch} if batch else {}
         res = analyse_landscape(losses, n_orderings=10, seed=0, n_bootstrap=50, **kw)
-        curve = plotting.landscape_curve(res)
+        curve = landscape_plot.landscape_curve(res)
         label = plotting.dataset_model_label(_metrics(depth=2), "CIFAR-100", sep="\n")
-        out.append(plotting.landscape_figure(res, title=f"{label}\n{curve['label']}"))
+        out.append(landscape_plot.landscape_figure(res, title=f"{label}\n{curve['label']}"))
     return out
 
 

@@ -19,6 +19,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from transformer_hessian import GROUPS, plotting, registry  # noqa: E402
+from transformer_hessian.studies.landscape import plot as landscape_plot  # noqa: E402
 from transformer_hessian.studies.landscape.compute import analyse_landscape  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -279,12 +280,12 @@ def test_norms_figure(tmp_path):
 
 def test_landscape_figure_legend_smoother_and_bound(tmp_path):
     res = landscape_result()
-    fig = plotting.landscape_figure(res, title="digits; ViT")
+    fig = landscape_plot.landscape_figure(res, title="digits; ViT")
     ax = fig.axes[0]
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     assert ax.get_title() == "digits; ViT"
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    label = plotting.slope_label(res)
+    label = landscape_plot.slope_label(res)
     assert label in legend
     assert label.startswith(f"fitted slope = {res['slope']:.2f}"[:17])
     assert "(95% CI)" in label
@@ -320,7 +321,7 @@ def test_landscape_figure_legend_smoother_and_bound(tmp_path):
 
     path = tmp_path / "landscape.json"
     path.write_text(json.dumps(res))
-    fig = plotting.landscape_figure(path, show_bound=False)
+    fig = landscape_plot.landscape_figure(path, show_bound=False)
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert not any("2L/(k+1)" in t for t in legend)
 
@@ -328,36 +329,36 @@ def test_landscape_figure_legend_smoother_and_bound(tmp_path):
 def test_landscape_figure_draws_the_batch_curve_when_asked():
     losses = np.random.default_rng(3).exponential(size=2000)
     res = analyse_landscape(losses, n_orderings=6, seed=0, n_bootstrap=30, granularity="batch", batch_size=20)
-    cur = plotting.landscape_curve(res)
+    cur = landscape_plot.landscape_curve(res)
     assert cur["granularity"] == "batch" and cur["label"] == "data added batch-by-batch (b = 20)"
-    fig = plotting.landscape_figure(res)
+    fig = landscape_plot.landscape_figure(res)
     ax = fig.axes[0]
     mean_line = next(line for line in ax.lines if line.get_label().startswith("mean over"))
     np.testing.assert_allclose(mean_line.get_xdata(), res["batch"]["k"])
     np.testing.assert_allclose(mean_line.get_ydata(), res["batch"]["D_mean"])
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert plotting.slope_label(res["batch"]) in legend
+    assert landscape_plot.slope_label(res["batch"]) in legend
     assert any("2L/(j+1)" in t for t in legend)
     res["batch"] = None
     with pytest.raises(KeyError, match="batch"):
-        plotting.landscape_curve(res)
+        landscape_plot.landscape_curve(res)
 
 
 def test_slope_label_format():
     res = {"slope": -0.98123, "slope_ci95": [-1.0212, -0.9476]}
-    assert plotting.slope_label(res) == "fitted slope = -0.98 [-1.02, -0.95] (95% CI)"
+    assert landscape_plot.slope_label(res) == "fitted slope = -0.98 [-1.02, -0.95] (95% CI)"
     narrow = {"slope": -1.0001, "slope_ci95": [-1.003, -0.998]}
-    assert plotting.slope_label(narrow) == "fitted slope = -1.000 [-1.003, -0.998] (95% CI)"
+    assert landscape_plot.slope_label(narrow) == "fitted slope = -1.000 [-1.003, -0.998] (95% CI)"
     # issue 18's MNIST batch curve: at two decimals it read [-1.00, -0.97], as if it held -1
     mnist = {"slope": -0.98712, "slope_ci95": [-0.99812, -0.97462]}
-    assert plotting.slope_label(mnist) == "fitted slope = -0.987 [-0.998, -0.975] (95% CI)"
+    assert landscape_plot.slope_label(mnist) == "fitted slope = -0.987 [-0.998, -0.975] (95% CI)"
 
 
 @settings(max_examples=200, deadline=None)
 @given(a=st.floats(-1.2, -0.8), b=st.floats(-1.2, -0.8))
 def test_slope_label_interval_contains_minus_one_only_when_it_does(a, b):
     lo, hi = min(a, b), max(a, b)
-    text = plotting.slope_label({"slope": 0.5 * (lo + hi), "slope_ci95": [lo, hi]})
+    text = landscape_plot.slope_label({"slope": 0.5 * (lo + hi), "slope_ci95": [lo, hi]})
     plo, phi = (float(v) for v in text.split("[")[1].split("]")[0].split(", "))
     assert (plo <= -1.0 <= phi) == (lo <= -1.0 <= hi)
 

@@ -32,7 +32,7 @@ def _error_row(row: str, col: str, diff, ref, scale: float, block, outer, functi
     }
 
 
-def closed_form_check(model: ViT, images, labels, tolerance: float = 1e-8) -> dict:
+def closed_form_check(model: ViT, images, labels, tolerance: float) -> dict:
     """Compare ``theory.model_loss_hessian`` with ``curvlinops.HessianLinearOperator``.
 
     Per block pair: max absolute error and relative error (max|diff| / max|exact| over the
@@ -111,7 +111,7 @@ def gauss_newton(model: ViT, block: int, images, labels) -> torch.Tensor:
 
 
 def saved_hessian_check(
-    H, model: ViT, images, labels, probes: int = 8, seed: int = 0, tolerance: float = 1e-8, block: int = 0
+    H, model: ViT, images, labels, probes: int, tolerance: float, seed: int = 0, block: int = 0
 ) -> dict:
     """Check a saved dense Hessian H (five GROUPS, float64) against curvlinops HVPs on probes.
 

@@ -8,36 +8,25 @@ packed ``in_proj`` blocks into per-head W_Q, W_K, W_V blocks.
 
 from __future__ import annotations
 
-import os
 from types import SimpleNamespace
 
 import torch
 from torch import nn
 
+from ..util.resources import available_bytes
 from . import paper_kind, pooled, sweeps
 from .graph import graph_ranks
 from .ops import Hess, Slot, symmetrize_
 
 #: bytes of tangent working memory per chunk of samples in one sweep (the chunk size follows from it;
 #: each worker has its own). The sweep is bound by memory traffic and by kernel launches, and small
-#: blocks of tangents over larger chunks (more tokens per Hessian-column product) did best:
-#: bench encoder's shapes at B 16, two single-threaded workers, OMP_WAIT_POLICY=PASSIVE (the CLI's),
-#: one session (2026-12-02, load 1-2): GPT-like layer 256 tangents x 64 MiB 18.9 s, 64 x 256 MiB
-#: 16.2 s, 32 x 256 MiB 17.0 s, 64 x 128 MiB 19.1 s; 2-layer stack 4.6 / 3.7 / - / 4.0 s
+#: blocks of tangents over larger chunks (more tokens per Hessian-column product) did best in the bench
+#: (docs/timings.md, "Tangent blocks and chunk sizes of exact_hessian").
 DEFAULT_CHUNK_BYTES = 256 << 20
 #: tangents propagated together (rows of H per sweep). Smaller blocks repeat the values sweep (cheap), keep
 #: the tangents near the cache, and a block whose first parameter sits late in the graph runs only that
 #: part of it (graph.Tape.backward); see DEFAULT_CHUNK_BYTES for the measurements
 DEFAULT_TANGENT_BLOCK = 64
-
-
-def _available_bytes(device: torch.device) -> int:
-    if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
-        return 1 << 62
 
 
 def _activation_kind(layer: nn.TransformerEncoderLayer, where: str) -> str:
@@ -164,8 +153,8 @@ def _spec(layers, kinds, final_norm, head, loss, inputs, slots: dict) -> SimpleN
 def _check_memory(P: int, dtype: torch.dtype, device: torch.device) -> int:
     """Bytes of the dense (P, P) result; MemoryError (with the numbers) when they are not available."""
     need = P * P * torch.finfo(dtype).bits // 8
-    avail = _available_bytes(device)
-    if need > avail:
+    avail = available_bytes(device)
+    if avail is not None and need > avail:
         raise MemoryError(
             f"exact_hessian: the dense Hessian over P = {P} parameters needs {need} bytes "
             f"({need / 2**30:.2f} GiB) of {dtype}; {avail} bytes are available on {device}"

@@ -9,7 +9,6 @@ of the project shares one look and the drawing code is tested here (``tests/plot
 * :mod:`.hessian_maps` - :func:`hessian_heatmap` / :func:`hessian_figure` /
   :func:`shared_log_range` / :func:`robust_log_range` - Figures 3, 4.
 * :mod:`.norms` - :func:`norms_figure` - Figure 5.
-* :mod:`.landscape` - :func:`landscape_figure`, :func:`landscape_curve`, :func:`slope_label` - Figure 6.
 * :func:`load_hessian`, :func:`load_json` - re-exported from :mod:`transformer_hessian.util.io`, which
   owns every result format (kept here so that ``plotting.load_json`` in notebooks keeps working).
 
@@ -25,7 +24,6 @@ from __future__ import annotations
 from ..util.io import load_hessian, load_json
 from .hessian_maps import hessian_figure, hessian_heatmap, robust_log_range, shared_log_range, zero_fraction
 from .inputs import as_mapping
-from .landscape import landscape_curve, landscape_figure, slope_label
 from .norms import norms_figure
 from .save import publish, save_figure
 from .style import (
@@ -59,8 +57,6 @@ __all__ = [
     "dataset_model_label",
     "hessian_figure",
     "hessian_heatmap",
-    "landscape_curve",
-    "landscape_figure",
     "load_hessian",
     "load_json",
     "norms_figure",
@@ -70,6 +66,5 @@ __all__ = [
     "save_figure",
     "set_theme",
     "shared_log_range",
-    "slope_label",
     "zero_fraction",
 ]

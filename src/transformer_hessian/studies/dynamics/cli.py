@@ -38,8 +38,9 @@ def add_parser(sub, json_arg, data_root_help: str) -> None:
     s.add_argument(
         "--tolerance",
         type=float,
-        default=1e-8,
-        help="largest relative error of the replayed step-0 Hessian vs the saved init Hessian",
+        default=None,
+        help="largest relative error of the replayed step-0 Hessian vs the saved init Hessian "
+        "(default: the schema's theory.tolerance)",
     )
     s.add_argument("--out-npz", required=True, help="snapshots: weights and diagonal Hessian blocks (.npz)")
     s.add_argument("--out-json", required=True, help="snapshots: norms and Hessian block norms (JSON)")

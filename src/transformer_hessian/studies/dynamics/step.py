@@ -23,13 +23,14 @@ def run_step(
     out_npz: str,
     out_json: str,
     saved_init_hessian: str | None = None,
-    tolerance: float = 1e-8,
+    tolerance: float | None = None,
     device: str = "auto",
 ) -> dict[str, Any]:
     """Rule dynamics: replay the first training steps from ``checkpoint`` (init.pt) and write the
     snapshots of Figures 7-11 (:func:`.result.save_dynamics`). With ``saved_init_hessian`` the replay's
     step-0 Hessian must equal the hessian rule's to relative error ``tolerance`` (else
-    :class:`ValueError`, after writing)."""
+    :class:`ValueError`, after writing); ``tolerance`` left as None is the schema's ``theory.tolerance``."""
+    from ...config.settings import Theory
     from ...train import check_model_matches
     from ...train.checkpoints import load_checkpoint
     from ...util.io import load_hessian
@@ -51,6 +52,8 @@ def run_step(
     summary["dataset"] = spec.dataset
     summary["model"] = spec.model.to_dict()
     if saved_init_hessian:
+        if tolerance is None:
+            tolerance = Theory.with_defaults({}).tolerance
         chk = check_against_saved(H0, load_hessian(saved_init_hessian))
         chk["tolerance"] = tolerance
         chk["passed"] = bool(chk["rel_error"] <= tolerance)

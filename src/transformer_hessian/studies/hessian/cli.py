@@ -55,9 +55,19 @@ def add_parser(sub, json_arg, data_root_help: str) -> None:
             s.add_argument("--out-norms", required=True, help="JSON of block and weight norms")
             s.set_defaults(func=_run_hessian)
         else:
-            s.add_argument("--tolerance", type=float, default=1e-8, help="largest relative error that passes")
+            s.add_argument(
+                "--tolerance",
+                type=float,
+                default=None,
+                help="largest relative error that passes (default: the schema's theory.tolerance)",
+            )
             s.add_argument("--hessian-npz", required=True, help="the Hessian the hessian rule saved (.npz)")
             s.add_argument("--norms", default=None, help="its norms JSON (names the method that computed it)")
-            s.add_argument("--probes", type=int, default=8, help="random probe vectors per parameter group")
+            s.add_argument(
+                "--probes",
+                type=int,
+                default=None,
+                help="random probe vectors per parameter group (default: the schema's theory.probes)",
+            )
             s.add_argument("--out", required=True, help="JSON of errors per block pair")
             s.set_defaults(func=_run_theory)

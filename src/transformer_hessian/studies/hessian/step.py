@@ -63,18 +63,22 @@ def theory_step(
     hessian_npz: str,
     out: str,
     norms: str | None = None,
-    probes: int = 8,
-    tolerance: float = 1e-8,
+    probes: int | None = None,
+    tolerance: float | None = None,
     device: str = "auto",
 ) -> dict[str, Any]:
     """Rule theory: check the saved Hessian against curvlinops products on ``probes`` random vectors
     per group; write the errors (:func:`transformer_hessian.util.io.save_theory_check`) and raise
     :class:`ValueError` when the largest relative error exceeds ``tolerance`` (the gate of the Hessian
-    figures)."""
+    figures). ``probes`` and ``tolerance`` left as None take the schema's ``theory`` defaults."""
+    from ...config.settings import Theory
     from ...core.checks import saved_hessian_check
     from ...train import hessian_inputs
     from ...util.io import load_hessian, load_norms, save_theory_check
 
+    given = {"probes": probes, "tolerance": tolerance}
+    theory = Theory.with_defaults({k: v for k, v in given.items() if v is not None})
+    probes, tolerance = theory.probes, theory.tolerance
     model, images, labels = hessian_inputs(checkpoint, spec, hessian, data_root, device)
     H = load_hessian(hessian_npz)["H"]
     result = saved_hessian_check(

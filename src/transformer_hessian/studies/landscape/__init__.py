@@ -57,9 +57,8 @@ The computation is pure NumPy/SciPy; only the step (the model's losses) needs Py
 One module per part (the config section is :class:`transformer_hessian.config.settings.Landscape`):
 :mod:`.compute` (:func:`~.compute.analyse_landscape`, the EMA), :mod:`.result` (the result file,
 the curve the ``fig6_slope`` verdict uses), :mod:`.step` (the rule's step), :mod:`.cli` (the
-``landscape`` command), :mod:`.registry` (Figure 6; its drawing helpers are
-:mod:`transformer_hessian.plotting.landscape`); its rule is in
-``workflow/rules/studies/landscape.smk``. ``D_k`` and ``D^b_j`` on random orderings and Theorem
+``landscape`` command), :mod:`.registry` (Figure 6) and :mod:`.plot` (its drawing helpers);
+its rule is in ``workflow/rules/studies/landscape.smk``. ``D_k`` and ``D^b_j`` on random orderings and Theorem
 7's right-hand side are in :mod:`transformer_hessian.core.theorem7`, the log-log slope, its bootstrap
 interval, the log-binned median and the thinning for the JSON result in
 :mod:`transformer_hessian.core.stats` (the probe and scaling studies share them). Imports nothing.

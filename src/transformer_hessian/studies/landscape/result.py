@@ -51,8 +51,14 @@ def load_landscape(path: str | os.PathLike[str]) -> dict[str, Any]:
 def verdict_curve(result: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """``(granularity, curve)``: the curve of a landscape ``result`` that Figure 6 draws and the
     ``fig6_slope`` verdict uses, as its ``granularity`` says: the result itself (``"sample"``)
-    or its ``"batch"`` entry. ``KeyError`` when the batch curve is asked for but absent."""
-    granularity = result.get("granularity", "sample")
+    or its ``"batch"`` entry: the one place the choice is made (the figure and the claim use it; the
+    default granularity is the schema's ``landscape.granularity``, which the result records).
+    ``KeyError`` when the result names no granularity, or the batch curve is asked for but absent."""
+    if "granularity" not in result:
+        raise KeyError(
+            "landscape result has no 'granularity' entry (written by an older version); rerun the landscape rule"
+        )
+    granularity = result["granularity"]
     if granularity == "batch":
         if not result.get("batch"):
             raise KeyError("landscape result has granularity 'batch' but no 'batch' entry; rerun the landscape rule")

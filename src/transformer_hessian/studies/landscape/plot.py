@@ -1,4 +1,5 @@
-"""Figure 6: the loss-landscape differences ``|L_{k+1} - L_k|`` against the number of samples."""
+"""Figure 6: the loss-landscape differences ``|L_{k+1} - L_k|`` against the number of samples (the
+landscape study's drawing helpers; which curve is drawn is :func:`.result.verdict_curve`'s choice)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import numpy as np
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from .inputs import as_mapping as _as_mapping
+from ...plotting.inputs import as_mapping as _as_mapping
+from .result import verdict_curve
 
 __all__ = ["landscape_curve", "landscape_figure", "slope_label"]
 
@@ -53,11 +55,9 @@ def landscape_curve(result: Mapping[str, Any]) -> dict[str, Any]:
     ``theorem7_bound_2L``, ``bound_holds``, ``granularity`` and ``label`` (a phrase for the
     legend and caption)."""
     res = _as_mapping(result)
-    granularity = res.get("granularity", "sample")
+    granularity, curve = verdict_curve(res)
     if granularity == "batch":
-        if not res.get("batch"):
-            raise KeyError("landscape result has granularity 'batch' but no 'batch' entry; rerun the landscape rule")
-        out = dict(res["batch"])
+        out = dict(curve)
         out["label"] = f"data added batch-by-batch (b = {out['batch_size']})"
     else:
         out = {key: res[key] for key in res if key != "batch"}
