@@ -467,7 +467,7 @@ def _spectrum_model(chk: Check, dtype):
 def _spectrum(chk: Check, whole: bool) -> dict:
     from transformer_hessian.core.hessian import loss_of_groups
     from transformer_hessian.core.krylov import FlatModel
-    from transformer_hessian.studies.spectrum.compute import (
+    from transformer_hessian.core.spectral import (
         batched_hvp,
         hutchinson_trace,
         lanczos_tridiagonal,

@@ -49,7 +49,7 @@ def _setup(seed, d_model, nhead, tokens, norm_first):
 )
 def test_hvp_and_lanczos_on_torch_transformer_layer_match_the_dense_hessian(seed, d_model, tokens, norm_first):
     from transformer_hessian.core.krylov import hvp_operator, top_eigenpair
-    from transformer_hessian.studies.spectrum.compute import batched_hvp, top_eigenvalues
+    from transformer_hessian.core.spectral import batched_hvp, top_eigenvalues
 
     fm, loss, H, x, y = _setup(seed, d_model, 2, tokens, norm_first)
     gen = torch.Generator().manual_seed(seed)

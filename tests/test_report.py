@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from transformer_hessian import GROUPS
 from transformer_hessian.core.hessian import block_norms
-from transformer_hessian.pipeline.report import block_norm_table, to_latex, to_markdown, write_table
+from transformer_hessian.studies.hessian.report import block_norm_table
+from transformer_hessian.util.tablefmt import to_latex, to_markdown, write_table
 
 finite = st.floats(min_value=-1e12, max_value=1e12, allow_nan=False, allow_infinity=False)
 

@@ -33,3 +33,6 @@ def test_installed_package_runs_the_dry_run(tmp_path, env):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-2000:]
     assert "not from this checkout" not in out, out[-2000:]
+    # a dry run writes nothing into the working directory: no settings files (written when a run
+    # starts, workflow/rules/hooks.smk), no result folder; only snakemake's own .snakemake/
+    assert not (tmp_path / "results").exists(), sorted(p.name for p in tmp_path.iterdir())

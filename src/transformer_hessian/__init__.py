@@ -55,8 +55,11 @@ API: dict[str, dict[str, str]] = {
         "hvp_operator": "core.krylov",
         "lanczos": "core.krylov",
         "top_eigenpair": "core.krylov",
-        "hutchinson_trace": "studies.spectrum.compute",
-        "slq_density": "studies.spectrum.compute",
+        "batched_hvp": "core.spectral",
+        "lanczos_tridiagonal": "core.spectral",
+        "top_eigenvalues": "core.spectral",
+        "hutchinson_trace": "core.spectral",
+        "slq_density": "core.spectral",
     },
     "bounds (Theorems 1 and 6, Lemma 4, and the project's own)": {
         "attention_bound": "studies.bounds.attention",

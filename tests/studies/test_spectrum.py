@@ -18,7 +18,7 @@ from transformer_hessian import GROUPS
 from transformer_hessian.config.settings import Spectrum
 from transformer_hessian.core.hessian import group_layout, hessian_curvlinops, loss_of_groups
 from transformer_hessian.core.krylov import FlatModel
-from transformer_hessian.studies.spectrum.compute import (
+from transformer_hessian.core.spectral import (
     batched_hvp,
     broadened_density,
     density_grid,
@@ -26,11 +26,10 @@ from transformer_hessian.studies.spectrum.compute import (
     lanczos_tridiagonal,
     pair_spectral_norms,
     ritz,
-    run_spectrum,
     slq_density,
-    summary_section,
     top_eigenvalues,
 )
+from transformer_hessian.studies.spectrum.compute import run_spectrum, summary_section
 
 
 @pytest.fixture(autouse=True)

@@ -7,10 +7,10 @@ import pytest
 from transformer_hessian.config.settings import Config
 from transformer_hessian.config.validate import load_config
 from transformer_hessian.core.model import ModelConfig, ViT, count_parameters
-from transformer_hessian.pipeline.report import write_table
 from transformer_hessian.studies.table1.compute import table1
 from transformer_hessian.studies.table1.step import run_step
 from transformer_hessian.util import io
+from transformer_hessian.util.tablefmt import write_table
 
 
 def _table1(cfg, metrics):

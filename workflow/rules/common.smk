@@ -63,26 +63,47 @@ MODEL_RESOURCES = dict(
 
 
 import hashlib  # noqa: E402
+import json  # noqa: E402
 import shlex  # noqa: E402
 
 SETTINGS_DIR = "results/settings"
+# Settings files named while the workflow is parsed and its jobs planned: path -> text. Nothing is
+# written then (a dry run writes nothing): the onstart hook (hooks.smk) writes them when the run
+# starts, and a file named after that (a job's params evaluated late) is written at once.
+_SETTINGS = {}
+_RUN_STARTED = []
 
 
-def settings_file(name, section):
-    """Write a config section as JSON to results/settings/<name>-<sha256[:12]>.json; returns
-    "@<path>", the form in which the commands take a settings file (transformer_hessian.pipeline.cli), so
-    that no command line carries a whole config section. The name holds the content's hash: a
-    changed section is a new file name, so snakemake's params trigger reruns the jobs that use it,
-    and an unchanged one keeps its name, so nothing reruns. Written once, atomically."""
-    text = json.dumps(section, indent=1) + "\n"
-    path = f"{SETTINGS_DIR}/{name}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
+def _write_settings(path, text):
+    """Write one settings file atomically, unless it already exists (its name holds its hash)."""
     if not os.path.exists(path):
-        os.makedirs(SETTINGS_DIR, exist_ok=True)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w", encoding="utf-8") as handle:
             handle.write(text)
         os.replace(tmp, path)
+
+
+def settings_file(name, section):
+    """The settings file of a config section, results/settings/<name>-<sha256[:12]>.json, as
+    "@<path>", the form in which the commands take a settings file (transformer_hessian.pipeline.cli),
+    so that no command line carries a whole config section. The name holds the content's hash: a
+    changed section is a new file name, so snakemake's params trigger reruns the jobs that use it,
+    and an unchanged one keeps its name, so nothing reruns. Written when the run starts
+    (:func:`write_settings_files`), never while the workflow is parsed."""
+    text = json.dumps(section, indent=1) + "\n"
+    path = f"{SETTINGS_DIR}/{name}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
+    _SETTINGS[path] = text
+    if _RUN_STARTED:
+        _write_settings(path, text)
     return f"@{path}"
+
+
+def write_settings_files():
+    """Write every settings file named so far (the onstart hook), and from now on each new one at once."""
+    _RUN_STARTED.append(True)
+    for path, text in _SETTINGS.items():
+        _write_settings(path, text)
 
 
 def spec_file(wildcards):

@@ -54,10 +54,7 @@ FIGURE_FILES = {
 
 rule tables:
     input:
-        init=expand(rules.hessian.output.norms, exp=HEXP, stage="init"),
-        trained=expand(rules.hessian.output.norms, exp=HEXP, stage="trained"),
         metrics=expand(rules.train.output.metrics, exp=sorted({HEXP, LEXP})),
-        theory=expand(rules.theory.output.json, exp=HEXP, stage=STAGES),
     output:
         table_files(TABLES),  # in the report as HTML pages (rule report_pages)
     params:
@@ -73,20 +70,15 @@ rule tables:
         mem_mb=1000,
         runtime=10,
     shell:
-        "transformer-hessian tables --norms-init {input.init:q} --norms-trained {input.trained:q} "
-        "--metrics {input.metrics:q} --theory {input.theory:q} --out-dir {params.out_dir:q} 2> {log:q}"
+        "transformer-hessian tables --metrics {input.metrics:q} --out-dir {params.out_dir:q} 2> {log:q}"
 
 
 rule summary:
     input:
-        norms=expand(rules.hessian.output.norms, exp=HEXP, stage=STAGES),
         metrics=expand(rules.train.output.metrics, exp=sorted({HEXP, LEXP})),
-        landscape=expand(rules.landscape.output.json, exp=LEXP),
-        theory=expand(rules.theory.output.json, exp=HEXP, stage=STAGES),
         figures=[FIGURE_FILES[fig]["pdf"] for fig in FIGURES],
         tables=table_files(ALL_TABLES, ["csv"]),
         claims=rules.claims.output.json,
-        bounds=expand(rules.bounds.output.json, exp=HEXP, stage=STAGES),
         sections=[path for _, path in SUMMARY_SECTIONS],  # each study's section (its rule file adds it)
     output:
         "paper/summary.json",
@@ -108,8 +100,7 @@ rule summary:
         mem_mb=1000,
         runtime=10,
     shell:
-        "transformer-hessian summary --config-hash {params.config_hash:q} --norms {input.norms:q} "
-        "--metrics {input.metrics:q} --landscape {input.landscape:q} --theory {input.theory:q} "
+        "transformer-hessian summary --config-hash {params.config_hash:q} --metrics {input.metrics:q} "
         "--figures {input.figures:q} --tables {input.tables:q} --registry-config {params.registry_config:q} "
-        "--notebook-dir {params.notebook_dir:q} --claims {input.claims:q} --bounds {input.bounds:q} "
+        "--notebook-dir {params.notebook_dir:q} --claims {input.claims:q} "
         "--sections {params.sections:q} --out {output:q} 2> {log:q}"

@@ -92,20 +92,14 @@ def _add_data_parsers(sub) -> None:
 
 def _add_report_parsers(sub) -> None:
     """The subcommands tables, summary and report-pages (``sub``: the command subparsers)."""
-    s = sub.add_parser("tables", help="write paper/tables/*.{csv,tex,md}")
-    s.add_argument("--norms-init", required=True, help="block norms at initialisation (hessian rule, *_norms.json)")
-    s.add_argument("--norms-trained", required=True, help="block norms after training (hessian rule, *_norms.json)")
+    s = sub.add_parser("tables", help="write paper/tables/run_summary.{csv,tex,md}")
     s.add_argument("--metrics", nargs="+", required=True, help="metrics.json of each experiment (train rule)")
-    s.add_argument("--theory", nargs="+", required=True, help="closed-form check of each stage (theory rule)")
     s.add_argument("--out-dir", required=True, help="folder for the tables (paper/tables)")
     s.set_defaults(func=commands.cmd_tables)
 
     s = sub.add_parser("summary", help="write paper/summary.json")
     s.add_argument("--config-hash", required=True, help="hash of the validated config the results came from")
-    s.add_argument("--norms", nargs="+", required=True, help="block norms of each stage (hessian rule)")
     s.add_argument("--metrics", nargs="+", required=True, help="metrics.json of each experiment (train rule)")
-    s.add_argument("--landscape", required=True, help="landscape.json (landscape rule)")
-    s.add_argument("--theory", nargs="+", required=True, help="closed-form check of each stage (theory rule)")
     s.add_argument("--figures", nargs="+", default=[], help="figure files to list with their hashes")
     s.add_argument("--tables", nargs="+", default=[], help="table files to list with their hashes")
     s.add_argument(
@@ -116,7 +110,6 @@ def _add_report_parsers(sub) -> None:
     )
     s.add_argument("--notebook-dir", default=None, help="folder of the figure notebooks (default ./notebooks)")
     s.add_argument("--claims", default=None, help="paper/claims.json: adds the key 'claims'")
-    s.add_argument("--bounds", nargs="*", default=[], help="results/<exp>/bounds/<stage>.json (bounds rule)")
     s.add_argument(
         "--section", action="append", default=[], help="NAME=PATH: a study's summary section (JSON), as key NAME"
     )
@@ -141,14 +134,16 @@ def _add_report_parsers(sub) -> None:
 def _add_claims_parsers(sub) -> None:
     """The subcommands claims, claims-readme, claims-compare and registry (``sub``: the command subparsers)."""
     s = sub.add_parser("claims", help="a verdict on each empirical claim of the paper -> claims.{md,json}")
-    s.add_argument("--norms-init", required=True, help="block norms at initialisation (hessian rule)")
-    s.add_argument("--norms-trained", required=True, help="block norms after training (hessian rule)")
-    s.add_argument("--hessian-init", default=None, help="init.npz: spread of the entries at initialisation")
     s.add_argument("--metrics-hessian", required=True, help="metrics.json of the Hessian experiment")
     s.add_argument("--metrics-landscape", required=True, help="metrics.json of the landscape experiment")
-    s.add_argument("--landscape", required=True, help="landscape.json (landscape rule)")
     s.add_argument(
         "--rows", action="append", default=[], metavar="PATH", help="JSON list of finished claim rows to append"
+    )
+    s.add_argument(
+        "--own-rows-at",
+        type=int,
+        default=None,
+        help="put the pipeline's own rows (training accuracy) after this many --rows files (default: last)",
     )
     s.add_argument("--config-hash", default=None, help="hash of the config the results came from")
     s.add_argument("--out-md", required=True, help="paper/claims.md")

@@ -28,10 +28,10 @@ def cmd_train(a) -> None:
 
 
 def cmd_tables(a) -> None:
-    """Rule tables: block norms, run summary and closed-form check tables."""
+    """Rule tables: the run summary table."""
     from .report_steps import tables_step
 
-    tables_step(a.norms_init, a.norms_trained, a.metrics, a.theory, a.out_dir)
+    tables_step(a.metrics, a.out_dir)
 
 
 def cmd_report_pages(a) -> None:
@@ -42,19 +42,15 @@ def cmd_report_pages(a) -> None:
 
 
 def cmd_summary(a) -> None:
-    """Rule summary: paper/summary.json with provenance, claims and bounds."""
+    """Rule summary: paper/summary.json with provenance, claims and the studies' sections."""
     from .report_steps import summary_step
 
     summary_step(
         a.config_hash,
-        a.norms,
         a.metrics,
-        a.landscape,
-        a.theory,
         a.out,
         figures=a.figures,
         tables=a.tables,
-        bounds=a.bounds,
         registry_config=a.registry_config,
         notebook_dir=a.notebook_dir,
         claims=a.claims,
@@ -67,15 +63,12 @@ def cmd_claims(a) -> None:
     from .report_steps import claims_step
 
     claims_step(
-        a.norms_init,
-        a.norms_trained,
         a.metrics_hessian,
         a.metrics_landscape,
-        a.landscape,
         a.out_json,
         a.out_md,
-        hessian_init=a.hessian_init,
         rows=a.rows,
+        own_rows_at=a.own_rows_at,
         config_hash=a.config_hash,
     )
 

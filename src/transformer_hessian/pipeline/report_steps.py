@@ -14,39 +14,23 @@ from ..util.files import log
 __all__ = ["tables_step", "summary_step", "claims_step", "claims_readme_step", "registry_step"]
 
 
-def tables_step(
-    norms_init: str, norms_trained: str, metrics: Sequence[str], theory: Sequence[str], out_dir: str
-) -> None:
-    """Rule tables: ``out_dir/{block_norms,run_summary,closed_form_check}.{csv,tex,md}``."""
-    from ..util.io import load_metrics_by_experiment, load_norms, load_theory_check
-    from .report import block_norm_table, closed_form_table, run_summary_table, write_table
+def tables_step(metrics: Sequence[str], out_dir: str) -> None:
+    """Rule tables: the pipeline's own table, ``out_dir/run_summary.{csv,tex,md}`` (a study writes its own)."""
+    from ..util.io import load_metrics_by_experiment
+    from ..util.tablefmt import write_table
+    from .report import run_summary_table
 
-    out = Path(out_dir)
     write_table(
-        block_norm_table(load_norms(norms_init), load_norms(norms_trained)),
-        out / "block_norms",
-        "Hessian block norms of the loss w.r.t. (W_Q, W_K, W_V, W_1, W_2) at initialisation and after training",
-    )
-    write_table(run_summary_table(load_metrics_by_experiment(metrics)), out / "run_summary", "Runs behind the figures")
-    checks = {c["stage"]: c for c in map(load_theory_check, theory)}
-    write_table(
-        closed_form_table(checks),
-        out / "closed_form_check",
-        "Saved Hessian vs curvlinops Hessian-vector products on random probes: errors and functional "
-        "share per block pair",
+        run_summary_table(load_metrics_by_experiment(metrics)), Path(out_dir) / "run_summary", "Runs behind the figures"
     )
 
 
 def summary_step(
     config_hash: str,
-    norms: Sequence[str],
     metrics: Sequence[str],
-    landscape: str,
-    theory: Sequence[str],
     out: str,
     figures: Sequence[str] = (),
     tables: Sequence[str] = (),
-    bounds: Sequence[str] = (),
     registry_config: Mapping[str, Any] | None = None,
     notebook_dir: str | None = None,
     claims: str | None = None,
@@ -54,22 +38,13 @@ def summary_step(
 ) -> dict[str, Any]:
     """Rule summary: ``paper/summary.json`` (:func:`.report.build_summary`, keyed by file stem for
     figures and tables) with, when given, the figures' provenance, the claim rows and each
-    study's section (``sections``: ``NAME=PATH``, the JSON its rule wrote)."""
+    study's section (``sections``: ``NAME=PATH``, the JSON its rule wrote; ``SUMMARY_SECTIONS``)."""
     from ..util.io import load_claims, save_summary
     from .report import build_summary
 
     fig_map = {Path(p).stem: p for p in figures}
     table_map = {Path(p).stem: p for p in tables}
-    summary = build_summary(
-        config_hash,
-        norms,
-        metrics,
-        landscape,
-        theory,
-        fig_map,
-        table_map,
-        bounds=list(bounds),
-    )
+    summary = build_summary(config_hash, metrics, fig_map, table_map)
     if registry_config:
         from ..registry import provenance
 
@@ -88,37 +63,28 @@ def summary_step(
 
 
 def claims_step(
-    norms_init: str,
-    norms_trained: str,
     metrics_hessian: str,
     metrics_landscape: str,
-    landscape: str,
     out_json: str,
     out_md: str,
-    hessian_init: str | None = None,
     rows: Sequence[str] = (),
+    own_rows_at: int | None = None,
     config_hash: str | None = None,
 ) -> list[dict]:
-    """Rule claims: one verdict per empirical claim of the paper (:func:`.claims.collect_claims`);
-    ``rows``: the JSON lists of finished rows the studies' rules write (``CLAIM_ROW_FILES``). Writes ``out_json`` and ``out_md`` (:func:`.io.save_claims`); returns the rows."""
+    """Rule claims: one verdict per empirical claim of the paper (:func:`.claims.collect_claims`).
+
+    ``rows``: the JSON lists of finished rows the studies' rules write (``CLAIM_ROW_FILES``, in the
+    order of their ranks); the pipeline's own rows (training accuracy) go after the first
+    ``own_rows_at`` of them (at the end when None). Writes ``out_json`` and ``out_md``
+    (:func:`.io.save_claims`); returns the rows."""
     from .. import claims
-    from ..studies.hessian.claims import entry_spread, hessian_claim_rows
-    from ..studies.landscape.claims import landscape_claim_rows
-    from ..studies.landscape.result import load_landscape
-    from ..util.io import load_hessian, load_json, load_metrics, load_norms, save_claims
+    from ..util.io import load_json, load_metrics, save_claims
 
     mh, ml = load_metrics(metrics_hessian), load_metrics(metrics_landscape)
-    spread = entry_spread(load_hessian(hessian_init)["H"]) if hessian_init else None
-    out = hessian_claim_rows(
-        load_norms(norms_init),
-        load_norms(norms_trained),
-        mh,
-        evidence=", ".join(p for p in (hessian_init, norms_init, norms_trained, metrics_hessian) if p),
-        spread=spread,
-    )
-    out += claims.training_claim_rows(mh, ml, metrics_hessian, metrics_landscape)
-    out += landscape_claim_rows(load_landscape(landscape), ml, evidence=landscape)
-    out = claims.collect_claims(out, [r for path in rows for r in load_json(path)])
+    files = [load_json(path) for path in rows]
+    at = len(files) if own_rows_at is None else own_rows_at
+    own = claims.training_claim_rows(mh, ml, metrics_hessian, metrics_landscape)
+    out = claims.collect_claims(*files[:at], own, *files[at:])
     save_claims(out_json, out_md, out, config_hash, claims.claims_document(out, config_hash))
     failed = [r["id"] for r in out if r["verdict"] == claims.NOT_REPRODUCED]
     log.info("claims: %d rows, not reproduced: %s", len(out), ", ".join(failed) or "none")

@@ -36,25 +36,11 @@ _CORE_FIGURES: list[Figure] = [
 #: The artefacts of the pipeline's own rules (see :data:`OTHER_ARTEFACTS`).
 _CORE_ARTEFACTS: list[tuple[str, str, str, str, str]] = [
     (
-        "tables/block_norms.{csv,tex,md}",
-        "Frobenius, spectral, max \\|entry\\| of all 25 block pairs, init and trained",
-        "`transformer-hessian tables`",
-        "`tables`",
-        "`report.block_norm_table`",
-    ),
-    (
         "tables/run_summary.{csv,tex,md}",
         "data set, sizes, parameter counts, epochs, accuracies, wall times",
         "`transformer-hessian tables`",
         "`tables`",
-        "`report.run_summary_table`",
-    ),
-    (
-        "tables/closed_form_check.{csv,tex,md}",
-        "closed form vs curvlinops per block pair; functional vs outer-product share",
-        "`transformer-hessian tables`",
-        "`tables` (after `theory`)",
-        "`checks.closed_form_check`, `report.closed_form_table`",
+        "`pipeline.report.run_summary_table`",
     ),
     (
         "claims.{md,json}",
@@ -68,7 +54,7 @@ _CORE_ARTEFACTS: list[tuple[str, str, str, str, str]] = [
         "every number above, the claims, per-figure provenance (notebook, rule, sha256 of inputs), config hash, git commit, package versions, device",
         "`transformer-hessian summary`",
         "`summary`",
-        "`report.build_summary`, `registry.provenance`",
+        "`pipeline.report.build_summary`, `registry.provenance`, every study's section",
     ),
     (
         "report.html",

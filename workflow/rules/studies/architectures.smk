@@ -56,5 +56,5 @@ if config["architectures"]["enabled"]:
 
 
     ALL_TABLES.append("architectures")
-    CLAIM_ROW_FILES.append(rules.architectures_report.output.claims)
+    CLAIM_ROW_FILES.append((50, rules.architectures_report.output.claims))
     SUMMARY_SECTIONS.append(("architectures", rules.architectures_report.output.summary))

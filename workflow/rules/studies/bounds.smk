@@ -1,8 +1,8 @@
 # Bound evaluation: measured Hessian norms vs the project's proven bounds and the paper's
 # Theorems 1 and 6 (with Lemma 4), per stage; then the table and the figure. Computation:
 # transformer_hessian.studies.bounds; the figure's rule (bounds) comes from the figure registry (its
-# studies/bounds/registry.py). The table goes to ALL_TABLES, the claim rows to CLAIM_ROW_FILES; the
-# summary rule reads the stages' results (rules.bounds.output.json).
+# studies/bounds/registry.py). The table goes to ALL_TABLES, the claim rows to CLAIM_ROW_FILES and the
+# summary section (each stage's summary and the claim rows) to SUMMARY_SECTIONS.
 
 
 rule bounds:
@@ -51,10 +51,9 @@ rule bounds_table:
         runtime=10,
     shell:
         "transformer-hessian bounds table --results {input:q} --out-dir {params.out_dir:q} "
-        "--claims-out {output.claims:q} 2> {log:q}"
+        "--claims-out {output.claims:q} --summary-out {output.summary:q} 2> {log:q}"
 
 
 ALL_TABLES.append("bounds")
-# The Theorem 1/6, Lemma 4 rows (claims rule) come first among the row files, where they were before
-# this file moved into studies/ (sorted after architectures.smk): paper/claims.* keep their order.
-CLAIM_ROW_FILES.insert(0, rules.bounds_table.output.claims)
+CLAIM_ROW_FILES.append((40, rules.bounds_table.output.claims))
+SUMMARY_SECTIONS.append(("bounds", rules.bounds_table.output.summary))

@@ -37,4 +37,4 @@ rule probe:
         "--claims-out {output.claims:q} 2> {log:q}"
 
 
-CLAIM_ROW_FILES.append(rules.probe.output.claims)
+CLAIM_ROW_FILES.append((60, rules.probe.output.claims))

@@ -30,7 +30,7 @@ def _table(a) -> None:
     """Rule bounds_table: paper/tables/bounds.* and the bound claim rows."""
     from .step import table_step
 
-    table_step(a.results, a.out_dir, claims_out=a.claims_out)
+    table_step(a.results, a.out_dir, claims_out=a.claims_out, summary_out=a.summary_out)
 
 
 def add_parser(sub, json_arg, data_root_help: str) -> None:
@@ -53,4 +53,5 @@ def add_parser(sub, json_arg, data_root_help: str) -> None:
     t.add_argument("--results", nargs="+", required=True, help="the bounds rule's JSON of each stage")
     t.add_argument("--out-dir", required=True, help="folder for the table (paper/tables)")
     t.add_argument("--claims-out", default=None, help="also write the claim rows (JSON list) here")
+    t.add_argument("--summary-out", default=None, help="also write the study's summary.json section (JSON) here")
     t.set_defaults(func=_table)

@@ -19,7 +19,10 @@ RULE = "bounds"
 #: both through :mod:`transformer_hessian.registry.outputs`).
 OUTPUTS: dict[str, dict[str, str]] = {
     "bounds": {"json": "results/{exp}/bounds/{stage}.json"},
-    "bounds_table": {"claims": "results/{exp}/bounds/claim_rows.json"},
+    "bounds_table": {
+        "claims": "results/{exp}/bounds/claim_rows.json",
+        "summary": "results/{exp}/bounds/summary_section.json",
+    },
 }
 
 

@@ -82,10 +82,12 @@ def table_step(
     results: Sequence[str | os.PathLike[str]],
     out_dir: str | os.PathLike[str],
     claims_out: str | os.PathLike[str] | None = None,
+    summary_out: str | os.PathLike[str] | None = None,
 ) -> None:
     """Rule ``bounds_table``: ``<out_dir>/bounds.{csv,tex,md}`` (:func:`.table.bounds_table`) from
     the stages' result JSONs and, with ``claims_out``, their claim rows (:func:`.table.claim_rows`)
-    as a JSON list."""
+    as a JSON list; with ``summary_out``, the study's ``paper/summary.json`` section (each stage's
+    ``summary`` and, under ``claims``, the claim rows)."""
     from ...util.io import write_json
     from ...util.tablefmt import write_table
     from .result import load_bounds
@@ -94,4 +96,8 @@ def table_step(
     loaded = {r["stage"]: r for r in map(load_bounds, results)}
     if claims_out:
         write_json(claim_rows(loaded), claims_out)
+    if summary_out:
+        section = {stage: r["summary"] for stage, r in loaded.items()}
+        section["claims"] = claim_rows(loaded)
+        write_json(section, summary_out)
     write_table(bounds_table(loaded), Path(out_dir) / "bounds", TABLE_CAPTION)

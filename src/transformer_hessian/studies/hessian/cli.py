@@ -37,8 +37,36 @@ def _run_theory(a) -> None:
     )
 
 
+def _run_report(a) -> None:
+    """Rule hessian_report: the study's tables, claim rows and summary sections."""
+    from .step import report_step
+
+    report_step(
+        a.hessian_init,
+        a.norms,
+        a.theory,
+        a.metrics,
+        a.tables_dir,
+        a.claims_out,
+        a.hessian_section_out,
+        a.theory_section_out,
+    )
+
+
 def add_parser(sub, json_arg, data_root_help: str) -> None:
-    """Add ``hessian`` and ``theory`` to the subparsers ``sub``."""
+    """Add ``hessian``, ``theory`` and ``hessian-report`` to the subparsers ``sub``."""
+    s = sub.add_parser("hessian-report", help="the Hessian study's tables, claim rows and summary.json sections")
+    s.add_argument("--hessian-init", required=True, help="the Hessian at initialisation (hessian rule, init.npz)")
+    s.add_argument("--norms", nargs=2, required=True, help="the norms JSON of both stages (hessian rule)")
+    s.add_argument("--theory", nargs=2, required=True, help="the check of both stages (theory rule)")
+    s.add_argument("--metrics", required=True, help="metrics.json of the Hessian experiment (train rule)")
+    s.add_argument(
+        "--tables-dir", required=True, help="folder for block_norms.* and closed_form_check.* (paper/tables)"
+    )
+    s.add_argument("--claims-out", required=True, help="the claim rows of Figures 3-5 (JSON list)")
+    s.add_argument("--hessian-section-out", required=True, help="summary.json section 'hessian' (JSON)")
+    s.add_argument("--theory-section-out", required=True, help="summary.json section 'theory' (JSON)")
+    s.set_defaults(func=_run_report)
     for name, helptext in (
         ("hessian", "exact dense Hessian of one block's five weight groups"),
         ("theory", "closed-form Hessian vs curvlinops on the same batch"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..entry import HESSIAN_CHECKED, Figure, Output
 
-__all__ = ["FIGURES"]
+__all__ = ["ARTEFACTS", "FIGURES"]
 
 #: Inputs of the two figures drawn by one notebook run (group fig3_fig4).
 _HEATMAP_INPUTS = {
@@ -62,5 +62,23 @@ FIGURES: list[Figure] = [
         shows="weight-matrix norms and Hessian block norms, init vs trained",
         functions="`plotting.norms_figure`; `hessian.block_norms`, `hessian.weight_norms`",
         gate=HESSIAN_CHECKED,
+    ),
+]
+
+#: The study's tables for ``paper/README.md``: file, what it shows, command, rule, functions.
+ARTEFACTS: list[tuple[str, str, str, str, str]] = [
+    (
+        "tables/block_norms.{csv,tex,md}",
+        "Frobenius, spectral, max \\|entry\\| of all 25 block pairs, init and trained",
+        "`transformer-hessian hessian-report`",
+        "`hessian_report`",
+        "`studies.hessian.report.block_norm_table`",
+    ),
+    (
+        "tables/closed_form_check.{csv,tex,md}",
+        "closed form vs curvlinops per block pair; functional vs outer-product share",
+        "`transformer-hessian hessian-report`",
+        "`hessian_report` (after `theory`)",
+        "`core.checks.saved_hessian_check`, `studies.hessian.report.closed_form_table`",
     ),
 ]

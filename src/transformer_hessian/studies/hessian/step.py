@@ -1,10 +1,13 @@
 """The rules' steps of the Hessian study: ``transformer-hessian hessian`` (the dense Hessian of one
 block's five groups and its norms) and ``transformer-hessian theory`` (the saved Hessian against
 curvlinops products, the gate of Figures 3-5); both load the model in float64 and the fixed Hessian
-batch through :func:`transformer_hessian.train.hessian_inputs` (shared with the bounds study)."""
+batch through :func:`transformer_hessian.train.hessian_inputs` (shared with the bounds study); and
+``transformer-hessian hessian-report`` (the study's tables, claim rows and summary sections)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...util.files import log
@@ -12,7 +15,7 @@ from ...util.files import log
 if TYPE_CHECKING:
     from ...config.settings import Experiment, Hessian
 
-__all__ = ["hessian_step", "theory_step"]
+__all__ = ["hessian_step", "report_step", "theory_step"]
 
 
 def hessian_step(
@@ -112,3 +115,46 @@ def theory_step(
             f"exceeds theory.tolerance={tolerance:g} (details in {out})"
         )
     return result
+
+
+def report_step(
+    hessian_init: str,
+    norms: Sequence[str],
+    theory: Sequence[str],
+    metrics: str,
+    tables_dir: str,
+    claims_out: str,
+    hessian_section_out: str,
+    theory_section_out: str,
+) -> list[dict[str, Any]]:
+    """Rule hessian_report: from both stages' norms and checks, the tables ``block_norms`` and
+    ``closed_form_check`` in ``tables_dir``, the claim rows of Figures 3-5 (:func:`.claims.hessian_claim_rows`,
+    with the spread of the entries of ``hessian_init``) as a JSON list, and the study's two
+    ``paper/summary.json`` sections (:func:`.report.summary_sections`). Returns the claim rows."""
+    from ...util.io import load_hessian, load_metrics, load_norms, load_theory_check, write_json
+    from ...util.tablefmt import write_table
+    from .claims import entry_spread, hessian_claim_rows
+    from .report import TABLE_CAPTIONS, block_norm_table, closed_form_table, summary_sections
+
+    by_stage = {n["stage"]: (path, n) for path, n in ((p, load_norms(p)) for p in norms)}
+    checks = [load_theory_check(p) for p in theory]
+    (path_init, n_init), (path_trained, n_trained) = by_stage["init"], by_stage["trained"]
+    rows = hessian_claim_rows(
+        n_init,
+        n_trained,
+        load_metrics(metrics),
+        evidence=", ".join((hessian_init, path_init, path_trained, metrics)),
+        spread=entry_spread(load_hessian(hessian_init)["H"]),
+    )
+    write_json(rows, claims_out)
+    hessian_section, theory_section = summary_sections([n for _, n in by_stage.values()], checks)
+    write_json(hessian_section, hessian_section_out)
+    write_json(theory_section, theory_section_out)
+    out = Path(tables_dir)
+    write_table(block_norm_table(n_init, n_trained), out / "block_norms", TABLE_CAPTIONS["block_norms"])
+    write_table(
+        closed_form_table({c["stage"]: c for c in checks}),
+        out / "closed_form_check",
+        TABLE_CAPTIONS["closed_form_check"],
+    )
+    return rows

@@ -12,7 +12,9 @@ def _run(a) -> None:
 
     landscape = Landscape.from_dict(a.landscape)
     spec = Experiment.from_dict(a.spec, f"experiments.{landscape.experiment}")
-    run_step(a.checkpoint, spec, landscape, a.data_root, a.out, device=a.device)
+    run_step(
+        a.checkpoint, spec, landscape, a.data_root, a.out, device=a.device, metrics=a.metrics, claims_out=a.claims_out
+    )
 
 
 def add_parser(sub, json_arg, data_root_help: str) -> None:
@@ -24,4 +26,6 @@ def add_parser(sub, json_arg, data_root_help: str) -> None:
     s.add_argument("--data-root", required=True, help=data_root_help)
     s.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
     s.add_argument("--out", required=True, help="output JSON (landscape.json)")
+    s.add_argument("--metrics", default=None, help="the experiment's metrics.json (train rule), for the claim rows")
+    s.add_argument("--claims-out", default=None, help="also write the claim rows (JSON list) here (needs --metrics)")
     s.set_defaults(func=_run)

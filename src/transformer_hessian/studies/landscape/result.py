@@ -20,7 +20,10 @@ RULE = "landscape"
 #: (the rule file takes its ``output:`` from here, the registry names them as ``Output(rule, key, ...)``;
 #: both through :mod:`transformer_hessian.registry.outputs`).
 OUTPUTS: dict[str, dict[str, str]] = {
-    "landscape": {"json": "results/{exp}/landscape/landscape.json"},
+    "landscape": {
+        "json": "results/{exp}/landscape/landscape.json",
+        "claims": "results/{exp}/landscape/claim_rows.json",
+    },
 }
 
 #: How the paper builds Figure 6 (Sec. 5, steps 1-3 and the caption): data added batch by batch,

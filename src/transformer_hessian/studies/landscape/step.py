@@ -20,10 +20,14 @@ def run_step(
     data_root: str,
     out: str,
     device: str = "auto",
+    metrics: str | None = None,
+    claims_out: str | None = None,
 ) -> dict[str, Any]:
     """Rule landscape: per-sample losses at w* on the first ``landscape.max_samples`` training samples
     (all when unset), D_k over orderings and the fitted slope (:func:`.compute.analyse_landscape`);
-    written with :func:`.result.save_landscape`. Warns when the slope's 95% interval excludes -1."""
+    written with :func:`.result.save_landscape`. Warns when the slope's 95% interval excludes -1. With
+    ``claims_out`` (and ``metrics``, the experiment's training metrics) also the study's claim rows
+    (:func:`.claims.landscape_claim_rows`) as a JSON list."""
     from ...train import load_experiment_data, load_model, per_sample_losses
     from ...util.env import resolve_device
     from .compute import analyse_landscape
@@ -49,6 +53,12 @@ def run_step(
     result["experiment"] = L.experiment
     save_landscape(out, result)
     log_landscape(result)
+    if claims_out:
+        from ...util.io import load_metrics, write_json
+        from .claims import landscape_claim_rows
+        from .result import load_landscape
+
+        write_json(landscape_claim_rows(load_landscape(out), load_metrics(metrics), evidence=out), claims_out)
     return result
 
 

@@ -9,227 +9,38 @@ groups of Figures 3-5 of arXiv 2510.16927) and all parameters of the model
 forward-over-reverse Hessian-vector products (``krylov.hvp_operator``) vectorised with
 ``torch.func.vmap``.
 
-Estimators (each validated against the dense Hessian in ``tests/studies/test_spectrum.py``):
-
-* :func:`lanczos_tridiagonal` - batched Lanczos with full reorthogonalisation that returns the
-  tridiagonal ``T = Q^T A Q``. ``krylov.lanczos`` returns one Ritz pair only; top-k eigenvalues
-  and quadrature need the whole ``T``, hence this general version.
-* :func:`top_eigenvalues` - the k largest Ritz values of ``T`` (and the smallest); it shares its
-  Lanczos runs (:func:`lanczos_runs`) with the density.
-* :func:`hutchinson_trace` - ``tr(A) ~ mean_i z_i^T A z_i`` over Rademacher probes, with its
-  standard error.
-* :func:`slq_density` / :func:`broadened_density` - spectral density by stochastic Lanczos
-  quadrature, Gaussian-broadened.
-* :func:`pair_spectral_norms` - ``||H_ab||_2`` for every pair of the five groups of a block,
-  as the square root of the top eigenvalue of ``H_ab^T H_ab`` (Lanczos, i.e. Krylov-accelerated
-  power iteration, on the masked operator ``x -> P_b H P_a H P_b x``).
-* :func:`run_spectrum` - all of them on every block and on the whole model.
+The estimators are the library's (:mod:`transformer_hessian.core.spectral`: Lanczos with the whole
+tridiagonal, top eigenvalues, Hutchinson traces, SLQ densities, pair spectral norms); this module runs
+them on every block and on the whole model (:func:`run_spectrum`) and writes the study's summary.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from torch.func import vmap
 
 from ... import GROUPS
 from ...core.hessian import group_layout, loss_of_groups
-from ...core.krylov import FlatModel, hvp_operator
+from ...core.krylov import FlatModel
+from ...core.spectral import (
+    Matvec,
+    batched_hvp,
+    broadened_density,
+    density_grid,
+    hutchinson_trace,
+    lanczos_runs,
+    pair_spectral_norms,
+    slq_density,
+    top_eigenvalues,
+)
 from ...util.progress import Progress
 
 if TYPE_CHECKING:
     from ...config.settings import Spectrum
-
-Matvec = Callable[[torch.Tensor], torch.Tensor]
-
-
-def batched_hvp(loss: Callable[[torch.Tensor], torch.Tensor], w: torch.Tensor, chunk: int = 32) -> Matvec:
-    """``V (B, P) -> V H`` (row ``i`` is ``H v_i``), ``H`` the Hessian of ``loss`` at ``w``;
-    ``krylov.hvp_operator`` vmapped over ``chunk`` rows at a time."""
-    hv = vmap(hvp_operator(loss, w))
-
-    def matvec(V: torch.Tensor) -> torch.Tensor:
-        return torch.cat([hv(V[i : i + chunk]) for i in range(0, len(V), chunk)], dim=0)
-
-    return matvec
-
-
-def lanczos_tridiagonal(matvec: Matvec, v0: torch.Tensor, steps: int, seed: int = 0):
-    """Lanczos with full reorthogonalisation on ``B`` symmetric operators at once.
-
-    ``v0`` is ``(B, P)``; ``matvec`` maps ``(B, P) -> (B, P)`` row by row. ``m = min(steps, P)``
-    steps build orthonormal ``Q = [q_1 .. q_m]`` with ``q_1 = v0 / ||v0||`` (each new vector
-    Gram-Schmidt orthogonalised twice against all previous ones) and the tridiagonal
-    ``T = Q^T A Q`` with diagonal ``alpha`` and off-diagonal ``beta[:, :m-1]``. ``beta[:, m-1]``
-    is the norm of the next residual: ``|beta_m s_mi|`` bounds ``||A y_i - theta_i y_i||`` for
-    the Ritz pair ``(theta_i, y_i = Q s_i)``. On breakdown (invariant subspace) the basis continues
-    with a random vector orthogonal to it and ``beta = 0``: ``T`` decouples, its eigenvalues stay
-    eigenvalues of ``A`` and the first components of the eigenvectors of the new block are 0, so
-    the quadrature of :func:`slq_density` is unchanged. With ``m = P`` the Ritz values are the
-    eigenvalues of ``A`` up to rounding. Returns ``(alpha, beta)``, each ``(B, m)``.
-    """
-    B, P = v0.shape
-    m = max(1, min(int(steps), P))
-    Q = v0.new_zeros(m, B, P)
-    alpha, beta = v0.new_zeros(B, m), v0.new_zeros(B, m)
-    norms = v0.norm(dim=1, keepdim=True)
-    if torch.any(norms == 0):
-        raise ValueError("lanczos_tridiagonal: a start vector is zero")
-    q = v0 / norms
-    gen = torch.Generator().manual_seed(int(seed) + 104729)
-    for j in range(m):
-        Q[j] = q
-        w = matvec(q)
-        alpha[:, j] = (w * q).sum(dim=1)
-        for _ in range(2):  # w -= Q Q^T w, twice ("twice is enough")
-            w = w - torch.einsum("jb,jbp->bp", torch.einsum("jbp,bp->jb", Q[: j + 1], w), Q[: j + 1])
-        b = w.norm(dim=1)
-        beta[:, j] = b
-        if j == m - 1:
-            break
-        broke = b <= 1e-10 * alpha[:, : j + 1].abs().amax(dim=1).clamp_min(1e-300)
-        if torch.any(broke):
-            r = torch.randn(B, P, generator=gen, dtype=v0.dtype).to(v0.device)
-            for _ in range(2):
-                r = r - torch.einsum("jb,jbp->bp", torch.einsum("jbp,bp->jb", Q[: j + 1], r), Q[: j + 1])
-            r = r / r.norm(dim=1, keepdim=True)
-            q = torch.where(broke[:, None], r, w / torch.where(broke, 1.0, b)[:, None])
-            beta[:, j] = torch.where(broke, torch.zeros_like(b), b)
-        else:
-            q = w / b[:, None]
-    return alpha, beta
-
-
-def ritz(alpha: torch.Tensor, beta: torch.Tensor):
-    """Eigen-decomposition of the tridiagonal ``T`` of :func:`lanczos_tridiagonal`.
-
-    Returns ``(theta (B, m) ascending, S (B, m, m) with eigenvectors in columns, residual (B, m)
-    = |beta_m S[m-1, i]|)``.
-    """
-    T = torch.diag_embed(alpha) + torch.diag_embed(beta[:, :-1], 1) + torch.diag_embed(beta[:, :-1], -1)
-    theta, S = torch.linalg.eigh(T)
-    return theta, S, (beta[:, -1:] * S[:, -1, :]).abs()
-
-
-def _gaussian(n: int, P: int, seed: int, like: torch.Tensor) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(int(seed))
-    return torch.randn(n, P, generator=gen, dtype=like.dtype).to(like.device)
-
-
-def lanczos_runs(matvec: Matvec, w: torch.Tensor, n: int, steps: int, seed: int = 0):
-    """:func:`ritz` of ``n`` Lanczos runs from seeded Gaussian starts (one batched run): the runs
-    behind both :func:`top_eigenvalues` and :func:`slq_density`, so one set serves both."""
-    alpha, beta = lanczos_tridiagonal(matvec, _gaussian(int(n), w.numel(), int(seed) + 271, w), steps, seed)
-    return ritz(alpha, beta)
-
-
-def top_eigenvalues(
-    matvec: Matvec, w: torch.Tensor, k: int, steps: int, seed: int = 0, n_starts: int = 1, runs=None
-) -> dict[str, Any]:
-    """The ``k`` largest eigenvalues of the symmetric ``A`` (operator on vectors like ``w``).
-
-    Lanczos (:func:`lanczos_runs`, or the given ``runs``) from ``n_starts`` seeded Gaussian
-    starts; the i-th largest Ritz value of every run is a lower bound of ``lambda_i(A)`` (Cauchy
-    interlacing) that converges from below, and the run with the largest top Ritz value is
-    reported. Returns ``eigenvalues`` (k largest Ritz values, descending), ``residuals``
-    (``||A y - theta y||`` of each), ``smallest`` (the smallest Ritz value over all runs, an upper
-    bound of ``lambda_min(A)``) and ``steps`` (``m``).
-    """
-    theta, _, res = runs if runs is not None else lanczos_runs(matvec, w, n_starts, steps, seed)
-    best = int(torch.argmax(theta[:, -1]))
-    order = torch.argsort(theta[best], descending=True)[: int(k)]
-    return {
-        "eigenvalues": theta[best, order].tolist(),
-        "residuals": res[best, order].tolist(),
-        "smallest": float(theta[:, 0].min()),
-        "steps": int(theta.shape[1]),
-    }
-
-
-def hutchinson_trace(matvec: Matvec, w: torch.Tensor, n_probes: int, seed: int = 0) -> dict[str, Any]:
-    """Hutchinson's estimate ``tr(A) ~ (1/n) sum_i z_i^T A z_i``, ``z_i`` i.i.d. Rademacher.
-
-    Each term is unbiased (``E[z z^T] = I``); ``stderr = std(z_i^T A z_i, ddof=1) / sqrt(n)``
-    is the standard error of the mean. Returns ``mean``, ``stderr``, ``n_probes``.
-    """
-    if n_probes < 2:
-        raise ValueError(f"spectrum.n_probes: Hutchinson needs at least 2 probes for a standard error, got {n_probes}")
-    gen = torch.Generator().manual_seed(int(seed) + 31337)
-    Z = (torch.randint(0, 2, (int(n_probes), w.numel()), generator=gen) * 2 - 1).to(w.device, w.dtype)
-    vals = (Z * matvec(Z)).sum(dim=1).cpu().numpy().astype(np.float64)
-    return {
-        "mean": float(vals.mean()),
-        "stderr": float(vals.std(ddof=1) / math.sqrt(len(vals))),
-        "n_probes": int(n_probes),
-    }
-
-
-def slq_density(
-    matvec: Matvec, w: torch.Tensor, n_probes: int, steps: int, seed: int = 0, runs=None
-) -> dict[str, np.ndarray]:
-    """Stochastic Lanczos quadrature of the spectral measure ``mu = (1/P) sum_j delta(lambda_j)``.
-
-    For each unit Gaussian probe ``v_i`` Lanczos gives ``T_i = S diag(theta) S^T``; the
-    ``m``-node Gauss quadrature of ``v_i^T f(A) v_i`` has nodes ``theta_ij`` and weights
-    ``tau_ij = S[0, j]^2`` (summing to 1) and is exact for polynomials of degree ``< 2m``. Since
-    ``E[v v^T] = I / P``, ``mu ~ (1/n) sum_i sum_j tau_ij delta(theta_ij)``; in particular its
-    mean ``(1/n) sum_ij tau_ij theta_ij = (1/n) sum_i v_i^T A v_i`` estimates ``tr(A) / P``.
-    ``runs``: the :func:`lanczos_runs` to use (default: new ones). Returns ``nodes`` and
-    ``weights``, both ``(n, m)``.
-    """
-    theta, S, _ = runs if runs is not None else lanczos_runs(matvec, w, n_probes, steps, seed)
-    return {"nodes": theta.cpu().numpy(), "weights": (S[:, 0, :] ** 2).cpu().numpy()}
-
-
-def broadened_density(nodes: np.ndarray, weights: np.ndarray, grid: np.ndarray, sigma: float) -> np.ndarray:
-    """``rho(t) = (1/n) sum_ij tau_ij N(t; theta_ij, sigma^2)`` on ``grid`` (integrates to 1 over R)."""
-    nodes, weights = np.asarray(nodes).ravel(), np.asarray(weights).ravel() / np.asarray(nodes).shape[0]
-    z = (np.asarray(grid)[:, None] - nodes[None, :]) / sigma
-    return (np.exp(-0.5 * z**2) @ weights) / (sigma * math.sqrt(2 * math.pi))
-
-
-def density_grid(nodes: np.ndarray, n_points: int, sigma_frac: float) -> tuple[np.ndarray, float]:
-    """Grid over ``[min - 6 sigma, max + 6 sigma]`` of the nodes, ``sigma = sigma_frac (max - min)``."""
-    lo, hi = float(np.min(nodes)), float(np.max(nodes))
-    sigma = sigma_frac * (hi - lo) if hi > lo else max(abs(hi), 1.0) * sigma_frac
-    return np.linspace(lo - 6 * sigma, hi + 6 * sigma, int(n_points)), float(sigma)
-
-
-def pair_spectral_norms(matvec: Matvec, w: torch.Tensor, offsets, steps: int, seed: int = 0) -> np.ndarray:
-    """``N[a, b] = ||H_ab||_2`` for every pair of groups, ``H_ab = H[off_a:off_a+1, off_b:off_b+1]``.
-
-    ``||H_ab||_2^2 = lambda_max(H_ab^T H_ab)`` and ``H_ab^T H_ab`` is the restriction to group
-    ``b`` of the symmetric positive semi-definite ``x -> P_b H P_a H P_b x`` (``P_g`` zeroes
-    every coordinate outside group ``g``; one HVP with a vector supported on ``b`` read out on
-    ``a``, then one with that vector on ``a`` read out on ``b``). Its top eigenvalue comes from
-    Lanczos on all pairs ``a <= b`` at once (Krylov-accelerated power iteration; plain power
-    iteration converges like ``(sigma_2/sigma_1)^(2k)``, too slowly for close singular values);
-    ``N[b, a] = N[a, b]`` since ``H_ba = H_ab^T``.
-    """
-    off = np.asarray(offsets)
-    n = len(off) - 1
-    pairs = [(a, b) for a in range(n) for b in range(a, n)]
-    P = w.numel()
-    mask = w.new_zeros(n, P)
-    for g in range(n):
-        mask[g, off[g] : off[g + 1]] = 1.0
-    Ma, Mb = mask[[a for a, _ in pairs]], mask[[b for _, b in pairs]]
-
-    def op(X):
-        return matvec(matvec(X * Mb) * Ma) * Mb
-
-    alpha, beta = lanczos_tridiagonal(op, _gaussian(len(pairs), P, int(seed) + 59, w) * Mb, steps, seed)
-    top = ritz(alpha, beta)[0][:, -1].clamp_min(0).sqrt().cpu().numpy()
-    N = np.zeros((n, n))
-    for (a, b), s in zip(pairs, top):
-        N[a, b] = N[b, a] = s
-    return N
 
 
 def _operator_summary(matvec: Matvec, w: torch.Tensor, s: Spectrum, seed: int) -> dict[str, Any]:
