@@ -276,3 +276,16 @@ def snakemake_dry_run(root, workdir, env, *args, timeout=180):
         env=env,
         timeout=timeout,
     )
+
+
+@pytest.fixture(scope="module")
+def reference_run(tmp_path_factory):
+    """A 4-epoch tiny run, uninterrupted: the weights every recovery must reproduce bit for bit
+    (tests/train/test_checkpoint_recovery.py; tests/pipeline/test_errors_and_interrupts.py damages
+    copies of its checkpoints). Module scope: one run per test module that asks for it."""
+    from transformer_hessian.train import train
+
+    root = tmp_path_factory.mktemp("ref")
+    spec = tiny_spec(epochs=4)
+    train("tiny", spec, root / "data", root / "run", device="cpu")
+    return root, spec
