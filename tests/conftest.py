@@ -36,14 +36,14 @@ SLOW_IN_FAST = frozenset(
         # studies/test_bounds_block.py
         "test_project_block_bound_holds",  # 13 s
         "test_theorem6_literal_holds_for_the_papers_layernorm",  # 3 s
-        # test_theorem7.py (was test_bounds_landscape.py)
+        # core/test_theorem7.py (was test_bounds_landscape.py)
         "test_nonnegative_losses_obey_the_tight_bound_on_every_ordering",  # 8 s
         "test_off_w_star_holds_for_exact_quadratics_with_zero_gradients",  # 9 s
         # test_check_imports.py
         "test_the_package_keeps_the_contract",  # 5 s
         # test_claims_compare.py
         "test_compare_command_fails_with_one_clear_message",  # 3 s
-        # test_cli.py
+        # pipeline/test_cli.py
         "test_closed_form_check_passes_and_gate_fails_on_tiny_tolerance",  # 40 s
         "test_probe_check_catches_one_wrong_entry_and_splits_like_the_closed_form",  # 11 s
         "test_unreachable_download_fails_with_one_clear_message",  # 8 s
@@ -70,19 +70,22 @@ SLOW_IN_FAST = frozenset(
         "test_paper_kind_only_when_eligible[two_heads]",  # 9 s
         "test_small_chunks_equal_one_chunk",  # 5 s
         "test_readme_example_runs",  # 128 s in the second run: 600 sequential reverse-over-reverse backward passes
-        # test_faults.py
+        # config/test_config_faults.py (these fault tests were in test_faults.py and test_faults_round2.py)
         "test_bad_configs_stop_before_the_first_job",  # 231 s
         "test_bad_configs_through_the_snakemake_command",  # 20 s
-        "test_damaged_checkpoint_is_recovered[latest]",  # 3 s
+        "test_good_configs_still_pass",  # 3 s
+        # data/test_download_faults.py
         "test_download_faults_leave_nothing_and_end_in_bounded_time",  # 5 s
         "test_download_killed_mid_transfer_then_rerun_cleans_up",  # 5 s
-        "test_every_epoch_checkpoint_damaged_starts_afresh",  # 9 s
-        "test_expected_errors_print_one_message_and_no_traceback",  # 36 s
-        "test_good_configs_still_pass",  # 3 s
-        "test_hostile_strings_in_every_string_key_never_reach_a_shell",  # 90 s
-        # test_faults_round2.py
         "test_download_deadline_covers_status_line_and_headers[headers]",  # 3 s
         "test_download_deadline_covers_status_line_and_headers[status line]",  # 3 s
+        # pipeline/test_errors_and_interrupts.py
+        "test_expected_errors_print_one_message_and_no_traceback",  # 36 s
+        # test_shell_quoting.py
+        "test_hostile_strings_in_every_string_key_never_reach_a_shell",  # 90 s
+        # train/test_checkpoint_recovery.py
+        "test_damaged_checkpoint_is_recovered[latest]",  # 3 s
+        "test_every_epoch_checkpoint_damaged_starts_afresh",  # 9 s
         # test_figure_text.py
         "test_figure_text_is_readable_in_print[architectures]",  # 17 s
         "test_figure_text_is_readable_in_print[bounds]",  # 5 s
@@ -92,9 +95,9 @@ SLOW_IN_FAST = frozenset(
         "test_figure_text_is_readable_in_print[theorem7]",  # 32 s in the second run: the probe fixture, once fig1 left
         # test_gpu_check.py
         "test_gpu_check_tiny_on_cpu",  # 17 s
-        # test_hessian_groups.py
+        # core/test_hessian_groups.py
         "test_all_group_hessian_matches_torch_func",  # 21 s
-        # test_krylov_any_module.py
+        # core/test_krylov_any_module.py
         "test_hvp_and_lanczos_on_torch_transformer_layer_match_the_dense_hessian",  # 18 s
         # test_plotting.py
         "test_landscape_figure_legend_smoother_and_bound",  # 6 s
@@ -276,3 +279,16 @@ def snakemake_dry_run(root, workdir, env, *args, timeout=180):
         env=env,
         timeout=timeout,
     )
+
+
+@pytest.fixture(scope="module")
+def reference_run(tmp_path_factory):
+    """A 4-epoch tiny run, uninterrupted: the weights every recovery must reproduce bit for bit
+    (tests/train/test_checkpoint_recovery.py; tests/pipeline/test_errors_and_interrupts.py damages
+    copies of its checkpoints). Module scope: one run per test module that asks for it."""
+    from transformer_hessian.train import train
+
+    root = tmp_path_factory.mktemp("ref")
+    spec = tiny_spec(epochs=4)
+    train("tiny", spec, root / "data", root / "run", device="cpu")
+    return root, spec

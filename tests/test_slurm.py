@@ -1,4 +1,4 @@
-"""Integration on a real SLURM cluster: the tiny config of test_workflow.py through
+"""Integration on a real SLURM cluster: the tiny config of test_workflow.py (tiny_workflow.TINY) through
 `snakemake --profile workflow/profiles/slurm`.
 
 .ci/slurm_cluster.sh installs Debian's slurm-wlm and munge (apt-get) where they are missing and
@@ -11,7 +11,7 @@ The config asks for one GPU per training / curvature job, as config/paper.yaml d
 switches it off with the documented `--config 'resources={gpu: 0}'` (this cluster has no GPUs:
 without the override sbatch refuses those jobs).
 
-The output checks are test_workflow.py's own: its tests that take the `run` fixture are collected
+The output checks are those test_workflow.py runs (tiny_workflow.RUN_CHECKS): they are collected
 here a second time and receive this module's `run`, the SLURM run.
 """
 
@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 
 import pytest
-import test_workflow
 import yaml
 from conftest import snakemake_dry_run
+from tiny_workflow import RUN_CHECKS, TINY
 
 STATE_DIR = Path("/var/tmp/transformer-hessian-slurm-ci")
 LOCK = Path("/var/tmp/transformer-hessian-slurm-ci.lock")
@@ -41,7 +41,7 @@ LOCAL_RULES = {"download", "all"}
 # on a loaded 2-core machine; the first test's limit also covers the cluster and workflow setup.
 pytestmark = [pytest.mark.timeout(1800), pytest.mark.workflow]
 WORKFLOW_TIMEOUT_S = 1200
-TINY_SLURM = copy.deepcopy(test_workflow.TINY)
+TINY_SLURM = copy.deepcopy(TINY)
 TINY_SLURM["resources"] = {"gpu": 1, "mem_mb": 2000, "runtime": 15}
 
 
@@ -202,17 +202,10 @@ def test_rerun_on_slurm_does_nothing(run, root, cluster):
     assert "Nothing to be done" in proc.stdout + proc.stderr
 
 
-# test_workflow.py's checks of the outputs, run on the SLURM run's folder. Its rerun/report test
-# runs snakemake locally without the gpu override, which changes the config hash (a summary
-# parameter): test_rerun_on_slurm_does_nothing above is its counterpart. The Chromium test reads
-# the report that the rerun/report test writes, so without it here it could only skip (it did,
-# in every `make test`, with "the report was not built"); it runs in test_workflow.py.
-_NOT_REUSED = {"test_rerun_does_nothing_and_report_builds", "test_report_renders_in_chromium_with_claims_and_images"}
-for _name, _test in vars(test_workflow).copy().items():
-    if (
-        _name.startswith("test_")
-        and callable(_test)
-        and _name not in _NOT_REUSED
-        and "run" in _test.__code__.co_varnames[: _test.__code__.co_argcount]
-    ):
-        globals()[_name] = _test
+# test_workflow.py's checks of the outputs (tiny_workflow.RUN_CHECKS), run on the SLURM run's folder.
+# Not among them: test_workflow.py's rerun/report test, which runs snakemake locally without the gpu
+# override, which changes the config hash (a summary parameter): test_rerun_on_slurm_does_nothing
+# above is its counterpart; and the Chromium test, which reads the report that the rerun/report test
+# writes, so without it here it could only skip (it did, in every `make test`, with "the report was
+# not built"); both run in test_workflow.py.
+globals().update(RUN_CHECKS)

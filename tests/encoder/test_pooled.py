@@ -17,7 +17,7 @@ from transformer_hessian import exact_hessian
 from transformer_hessian.encoder import api, pooled, sweeps
 from transformer_hessian.encoder.ops import Slot
 
-from .test_encoder_hessian import DT, build, rel_err
+from .builders import DT, TOL, _spy_factored, build, reference_hessian, rel_err
 
 
 def _spec(model, head, layers: int, mask) -> SimpleNamespace:
@@ -80,8 +80,6 @@ def test_many_classes_keep_the_dense_sweep(monkeypatch, classes, factored):
     """The factored sweeps run through the token mean only for at most 2 T classes (T = 5 here):
     beyond that J^T Lambda J would cost more than the sweep it replaces. Either way the Hessian
     equals autograd's."""
-    from .test_encoder_hessian import TOL, _spy_factored, reference_hessian
-
     model = build(29, 6, 2, 5, 1, True, "relu", True, 1e-5, False)
     head = nn.Linear(6, classes, dtype=DT)
     g = torch.Generator().manual_seed(6)

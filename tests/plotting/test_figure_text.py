@@ -34,6 +34,8 @@ from transformer_hessian.studies.probe import plot as probe_plots  # noqa: E402
 from transformer_hessian.studies.scaling import compute as scaling  # noqa: E402
 from transformer_hessian.studies.scaling import plot as scaling_plot  # noqa: E402
 
+from .builders import block_norms_doc, random_hessian  # noqa: E402
+
 # A small block layout of Figures 3-5: d = 4, d_K = 2, d_ff = 8.
 SHAPES = np.array([[4, 2], [4, 2], [4, 4], [4, 8], [8, 4]])
 OFFSETS = np.concatenate([[0], np.cumsum(SHAPES.prod(axis=1))])
@@ -54,32 +56,12 @@ def _metrics(dataset="digits", depth=1, width=4, d_k=2, d_ff=8, image=8, patch=4
 
 
 def _hessian(seed, scale=1.0, zeros=True):
-    rng = np.random.default_rng(seed)
-    P = int(OFFSETS[-1])
-    a = rng.standard_normal((P, P)) * 10.0 ** rng.uniform(-9, 0, size=(P, P))
-    h = scale * (a + a.T)
-    if zeros:
-        h[:3, :] = h[:, :3] = 0.0
+    h = random_hessian(seed, int(OFFSETS[-1]), scale, zeros)
     return {"H": h, "offsets": OFFSETS, "names": list(GROUPS)}
 
 
 def _norms(h, stage, seed):
-    rng = np.random.default_rng(seed)
-    blocks = []
-    for i, row in enumerate(GROUPS):
-        for j, col in enumerate(GROUPS):
-            b = h[OFFSETS[i] : OFFSETS[i + 1], OFFSETS[j] : OFFSETS[j + 1]]
-            blocks.append(
-                {
-                    "row": row,
-                    "col": col,
-                    "fro": float(np.linalg.norm(b)),
-                    "spectral": float(np.linalg.norm(b, 2)),
-                    "max_abs": float(np.abs(b).max()),
-                }
-            )
-    weights = {g: {"spectral": float(rng.uniform(0.5, 3)), "fro": float(rng.uniform(2, 9))} for g in GROUPS}
-    return {"stage": stage, "blocks": blocks, "weights": weights, "batch_size": 64}
+    return {**block_norms_doc(h, OFFSETS, stage, seed), "batch_size": 64}
 
 
 # ----------------------------------------------------------------------------- builders
@@ -365,13 +347,6 @@ BUILDERS = {
     "architectures": build_architectures,
 }
 NEEDS_PROBE = {"fig1", "theorem7", "fig12"}
-
-
-@pytest.fixture(autouse=True)
-def _theme():
-    plotting.set_theme()
-    yield
-    plt.close("all")
 
 
 def test_every_registry_figure_is_covered():

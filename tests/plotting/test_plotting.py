@@ -22,6 +22,8 @@ from transformer_hessian import GROUPS, plotting, registry  # noqa: E402
 from transformer_hessian.studies.landscape import plot as landscape_plot  # noqa: E402
 from transformer_hessian.studies.landscape.compute import analyse_landscape  # noqa: E402
 
+from .builders import block_norms_doc, random_hessian  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO / "notebooks"
 
@@ -31,39 +33,12 @@ OFFSETS = np.concatenate([[0], np.cumsum(SHAPES.prod(axis=1))])
 P = int(OFFSETS[-1])
 
 
-@pytest.fixture(autouse=True)
-def _close_figures():
-    plotting.set_theme()
-    yield
-    plt.close("all")
-
-
 def synthetic_hessian(seed: int, scale: float = 1.0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    a = rng.standard_normal((P, P)) * 10.0 ** rng.uniform(-9, 0, size=(P, P))
-    h = scale * (a + a.T)
-    h[:3, :] = 0.0  # exact zeros, as in rows of parameters that get no gradient
-    h[:, :3] = 0.0
-    return h
+    return random_hessian(seed, P, scale)
 
 
 def norms_doc(h: np.ndarray, stage: str, seed: int) -> dict:
-    rng = np.random.default_rng(seed)
-    blocks = []
-    for i, row in enumerate(GROUPS):
-        for j, col in enumerate(GROUPS):
-            b = h[OFFSETS[i] : OFFSETS[i + 1], OFFSETS[j] : OFFSETS[j + 1]]
-            blocks.append(
-                {
-                    "row": row,
-                    "col": col,
-                    "fro": float(np.linalg.norm(b)),
-                    "spectral": float(np.linalg.norm(b, 2)),
-                    "max_abs": float(np.abs(b).max()),
-                }
-            )
-    weights = {g: {"spectral": float(rng.uniform(0.5, 3)), "fro": float(rng.uniform(2, 9))} for g in GROUPS}
-    return {"stage": stage, "blocks": blocks, "weights": weights}
+    return block_norms_doc(h, OFFSETS, stage, seed)
 
 
 def landscape_result() -> dict:

@@ -2,7 +2,7 @@
 
 Every number is checked against an independent computation: explicit Python loops for the
 running means and the EMA, exact power laws for the fit, and the Theorem 7 inequality. The
-statistics and D_k themselves: tests/test_stats.py, tests/test_theorem7.py.
+statistics and D_k themselves: tests/core/test_stats.py, tests/core/test_theorem7.py.
 """
 
 from __future__ import annotations

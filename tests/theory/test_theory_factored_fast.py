@@ -25,11 +25,9 @@ from transformer_hessian.theory.packed import (
 )
 from transformer_hessian.theory.vec import softmax_row_hessian_contract
 
+from .builders import rel_err
+
 TOL = 1e-12
-
-
-def rel_err(a, ref):
-    return ((a - ref).abs().max() / ref.abs().max()).item()
 
 
 @pytest.mark.parametrize(("n", "p", "q"), [(11, 3, 5), (4, 7, 2), (1, 1, 1), (5, 20, 17), (3, 64, 3)])

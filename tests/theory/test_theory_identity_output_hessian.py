@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from transformer_hessian.theory import attention_hessian_from_loss_derivatives, block_hessian_from_loss_derivatives
 
-from .test_theory_closed_forms import sample
+from .builders import sample
 
 
 @settings(max_examples=8, deadline=None)

@@ -4,7 +4,7 @@ shifts gamma1, beta1, gamma2, beta2) of the pipeline's loss, against reverse-ove
 Reference: ``torch.autograd.functional.hessian`` (double backward, no vmap) of the mean
 cross-entropy written here from ``functional_call``, inside ``sdpa_kernel(SDPBackend.MATH)``,
 float64. ``torch.func.hessian`` is not a reference (wrong for LayerNorm mixed derivatives in this
-torch, ``tests/test_hessian_groups.py``). Shapes are drawn fresh by hypothesis: width, d_K, d_ff,
+torch, ``tests/core/test_hessian_groups.py``). Shapes are drawn fresh by hypothesis: width, d_K, d_ff,
 tokens, classes, batch, eps, FFN biases, depth 1 or 2 (the closed form covers the last block).
 """
 

@@ -22,11 +22,9 @@ from transformer_hessian.theory import (
     model_loss_hessian_parts,
 )
 
+from .builders import rel_err
+
 TOL = 1e-10
-
-
-def rel_err(a, ref):
-    return ((a - ref).abs().max() / ref.abs().max()).item()
 
 
 def random_block(seed, L, d, k, dff, bias, eps):

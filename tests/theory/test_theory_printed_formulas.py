@@ -14,11 +14,9 @@ from torch.func import hessian, jacfwd, jacrev
 
 from transformer_hessian.theory import commutation_matrix, kron, softmax_row_hessian, softmax_row_jacobian
 
+from .builders import rel_err
+
 TOL = 1e-10
-
-
-def rel_err(a, ref):
-    return ((a - ref).abs().max() / ref.abs().max()).item()
 
 
 def attention_setup(L=3, d=4, k=2, seed=0):
