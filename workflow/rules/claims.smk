@@ -32,6 +32,6 @@ rule claims:
         runtime=10,
     shell:
         "transformer-hessian claims --metrics-hessian {input.metrics_hessian:q} "
-        "--metrics-landscape {input.metrics_landscape:q} {params.rows_args} --own-rows-at {params.own_rows_at} "
+        "--metrics-landscape {input.metrics_landscape:q} {params.rows_args} --own-rows-at {params.own_rows_at:q} "
         "--config-hash {params.config_hash:q} "
         "--out-md {output.md:q} --out-json {output.json:q} 2> {log:q}"
