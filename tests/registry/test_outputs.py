@@ -53,7 +53,17 @@ def test_templates_come_from_their_producers_once():
             assert rule not in declared, f"{module.__name__} declares rule {rule!r} again"
             declared[rule] = keys
     assert registry.templates() == declared
-    expected = {"train", "hessian", "theory", "hessian_report", "dynamics", "landscape", "probe", "spectrum_compute", "bounds"}
+    expected = {
+        "train",
+        "hessian",
+        "theory",
+        "hessian_report",
+        "dynamics",
+        "landscape",
+        "probe",
+        "spectrum_compute",
+        "bounds",
+    }
     expected |= {"bounds_table", "architectures", "architectures_report", "scaling_models", "scaling"}
     assert set(declared) == expected
     for rule, keys in declared.items():

@@ -12,20 +12,32 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..util.resources import encoder_parameter_count as encoder_params
-from .settings import ArchitecturesBase
 
-__all__ = ["ARCH_KEYS", "Arch", "architectures", "config_errors", "encoder_params"]
-
-#: The keys an architecture is made of (``architectures.base``; a variant overrides some of them): the
-#: fields of the one dataclass of them, :class:`.settings.ArchitecturesBase`.
-ARCH_KEYS = tuple(f.name for f in dataclasses.fields(ArchitecturesBase))
+__all__ = ["ARCH_KEYS", "Arch", "ArchKeys", "architectures", "config_errors", "encoder_params"]
 
 
 @dataclass(frozen=True)
-class Arch(ArchitecturesBase):
-    """One architecture of the study: the base keys (:class:`.settings.ArchitecturesBase`: post-norm
-    or pre-norm, heads, ``relu``/``gelu``, layers), its ``name`` (``base`` or the variant's key) and
-    what it changes relative to the base (``changes``: key -> value, empty for the base)."""
+class ArchKeys:
+    """The keys an architecture is made of, the one dataclass of them: post-norm (``norm_first``
+    false) or pre-norm, heads, ``relu``/``gelu``, layers. The config section ``architectures.base``
+    is this with the schema's parsing (:class:`.settings.ArchitecturesBase`); a study's architecture
+    adds its name (:class:`Arch`)."""
+
+    norm_first: bool
+    nhead: int
+    activation: str
+    num_layers: int
+
+
+#: The keys an architecture is made of (``architectures.base``; a variant overrides some of them).
+ARCH_KEYS = tuple(f.name for f in dataclasses.fields(ArchKeys))
+
+
+@dataclass(frozen=True)
+class Arch(ArchKeys):
+    """One architecture of the study: the base keys (:class:`ArchKeys`), its ``name`` (``base`` or
+    the variant's key) and what it changes relative to the base (``changes``: key -> value, empty
+    for the base)."""
 
     name: str = "base"
     changes: tuple[tuple[str, Any], ...] = ()

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from .architectures import ArchKeys
 from .section import Section
 
 __all__ = [
@@ -295,16 +296,12 @@ class ArchitecturesTrain(AdamWTrain):
 
 
 @dataclass(frozen=True)
-class ArchitecturesBase(Section):
-    """The base architecture of the architecture study (``architectures.base``): norm placement,
-    heads, activation and layers of the torch encoder."""
+class ArchitecturesBase(Section, ArchKeys):
+    """The base architecture of the architecture study (``architectures.base``): the keys of
+    :class:`.architectures.ArchKeys` (norm placement, heads, activation and layers of the torch
+    encoder), parsed from the validated section."""
 
     SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "architectures", "properties", "base")
-
-    norm_first: bool
-    nhead: int
-    activation: str
-    num_layers: int
 
 
 @dataclass(frozen=True)
