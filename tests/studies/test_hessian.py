@@ -15,7 +15,8 @@ from transformer_hessian.config.settings import Hessian
 from transformer_hessian.config.validate import ConfigError
 from transformer_hessian.core.hessian import block_norms
 from transformer_hessian.studies.hessian.step import hessian_step, theory_step
-from transformer_hessian.train import check_hessian_memory, train
+from transformer_hessian.studies.hessian_batch import check_hessian_memory
+from transformer_hessian.train import train
 from transformer_hessian.util import io
 
 

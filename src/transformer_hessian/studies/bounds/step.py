@@ -46,8 +46,8 @@ def evaluate_step(
     also names ``experiment``, ``stage``, ``dataset`` and its wall time ``seconds``."""
     import torch
 
-    from ...train import hessian_inputs
     from ...util.io import load_hessian, load_norms
+    from ..hessian_batch import hessian_inputs
     from .pipeline import evaluate_bounds, single_threaded, spectral_norm
     from .result import save_bounds
 

@@ -1,7 +1,7 @@
 """The rules' steps of the Hessian study: ``transformer-hessian hessian`` (the dense Hessian of one
 block's five groups and its norms) and ``transformer-hessian theory`` (the saved Hessian against
 curvlinops products, the gate of Figures 3-5); both load the model in float64 and the fixed Hessian
-batch through :func:`transformer_hessian.train.hessian_inputs` (shared with the bounds study); and
+batch through :func:`transformer_hessian.studies.hessian_batch.hessian_inputs` (shared with the bounds study); and
 ``transformer-hessian hessian-report`` (the study's tables, claim rows and summary sections)."""
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ def hessian_step(
     :func:`transformer_hessian.util.io.save_hessian`) and its block and weight norms (``out_norms``,
     :func:`transformer_hessian.util.io.save_norms`); returns the norms."""
     from ...core.hessian import block_norms, compute_hessian, group_layout, weight_norms
-    from ...train import hessian_inputs
     from ...util.io import save_hessian, save_norms
+    from ..hessian_batch import hessian_inputs
 
     model, images, labels = hessian_inputs(checkpoint, spec, hessian, data_root, device)
     block = hessian.block
@@ -76,8 +76,8 @@ def theory_step(
     figures). ``probes`` and ``tolerance`` left as None take the schema's ``theory`` defaults."""
     from ...config.settings import Theory
     from ...core.checks import saved_hessian_check
-    from ...train import hessian_inputs
     from ...util.io import load_hessian, load_norms, save_theory_check
+    from ..hessian_batch import hessian_inputs
 
     given = {"probes": probes, "tolerance": tolerance}
     theory = Theory.with_defaults({k: v for k, v in given.items() if v is not None})
