@@ -5,7 +5,7 @@ figure labels)."""
 from __future__ import annotations
 
 import pytest
-from studies.test_table1 import _metrics, _table1
+from studies.table1_builders import _metrics, _table1
 
 from transformer_hessian.config.validate import load_config
 from transformer_hessian.plotting import dataset_model_label

@@ -6,36 +6,11 @@ import pytest
 
 from transformer_hessian.config.settings import Config
 from transformer_hessian.config.validate import load_config
-from transformer_hessian.core.model import ModelConfig, ViT, count_parameters
-from transformer_hessian.studies.table1.compute import table1
 from transformer_hessian.studies.table1.step import run_step
 from transformer_hessian.util import io
 from transformer_hessian.util.tablefmt import write_table
 
-
-def _table1(cfg, metrics):
-    """Table 1 of a validated config dict, through its typed sections."""
-    c = Config.from_dict(cfg)
-    return table1(c.experiments, {"hessian": c.hessian.experiment, "landscape": c.landscape.experiment}, metrics)
-
-
-IMAGE = {"digits": (8, 1, 10), "mnist": (28, 1, 10), "cifar100": (32, 3, 100)}
-
-
-def _metrics(cfg):
-    """metrics.json-like dicts with the parameter count of the model the config builds."""
-    out = {}
-    for name in {cfg["hessian"]["experiment"], cfg["landscape"]["experiment"]}:
-        spec = cfg["experiments"][name]
-        size, ch, classes = IMAGE[spec["dataset"]]
-        mc = ModelConfig(image_size=size, channels=ch, num_classes=classes, **spec["model"])
-        out[name] = {
-            "experiment": name,
-            "model": mc.to_dict(),
-            "n_parameters": count_parameters(ViT(mc)),
-            "final": {"val_acc": 0.5 + 0.01 * len(name)},
-        }
-    return out
+from .table1_builders import _metrics, _table1
 
 
 def test_paper_config_reproduces_table1(root):
