@@ -99,7 +99,7 @@ def _theorem7_at_wstar(diffs: np.ndarray, k: np.ndarray, loss_max: float) -> tup
 
 def analyse_landscape(
     losses: Any,
-    n_orderings: int = 50,  # = the schema's landscape.n_orderings (tests/test_settings.py checks they agree)
+    n_orderings: int = 50,  # = the schema's landscape.n_orderings (tests/config/test_settings.py checks they agree)
     seed: int = 0,
     ema_factor: float = 0.99,
     k_min: int = 10,
