@@ -9,9 +9,8 @@ They are loaded on first use, so ``import transformer_hessian`` does not import 
 
 from __future__ import annotations
 
-import importlib
-
 from . import _moved
+from .util.lazy import lazy_getattr
 
 __version__ = "0.1.0"
 
@@ -77,13 +76,8 @@ __all__ = ["ALL_GROUPS", "ATTENTION_GROUPS", "GROUPS", "LN_GROUPS", *_OWNER]
 _moved.install()
 
 
-def __getattr__(name: str):
-    """A public name, imported from the module that defines it on first use (no torch import before)."""
-    if name in _OWNER:
-        value = getattr(importlib.import_module(f".{_OWNER[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# A public name is imported from the module that defines it on first use (no torch import before).
+__getattr__ = lazy_getattr(__name__, {name: f".{module}" for name, module in _OWNER.items()})
 
 
 def __dir__() -> list[str]:

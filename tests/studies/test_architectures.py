@@ -12,10 +12,11 @@ import pytest
 import torch
 from scipy.spatial.distance import jensenshannon
 
-from transformer_hessian.config.architectures import architectures, config_errors, encoder_params
+from transformer_hessian.config.architectures import architectures, config_errors
 from transformer_hessian.config.checks import DATASET_SHAPES
 from transformer_hessian.config.validate import ConfigError, load_config, validate_config
 from transformer_hessian.studies.architectures import metrics
+from transformer_hessian.util.resources import encoder_parameter_count
 
 CONFIG = Path(__file__).resolve().parents[2] / "config"
 
@@ -110,13 +111,13 @@ def test_block_index_splits_in_proj_by_rows_for_a_stack():
     W = enc.layers[1].self_attn.in_proj_weight.detach().numpy()
     np.testing.assert_array_equal(flat[blocks["L1.W_K"]], W[d : 2 * d].reshape(-1))
     np.testing.assert_array_equal(flat[blocks["L0.W_2"]], enc.layers[0].linear2.weight.detach().numpy().reshape(-1))
-    assert (layer_rows == 0).sum() == (layer_rows == 1).sum() == encoder_params(d, dff, 1, False)
-    assert len(layer_rows) == encoder_params(d, dff, 2, False) == sum(p.numel() for p in enc.parameters())
+    assert (layer_rows == 0).sum() == (layer_rows == 1).sum() == encoder_parameter_count(d, dff, 1, False)
+    assert len(layer_rows) == encoder_parameter_count(d, dff, 2, False) == sum(p.numel() for p in enc.parameters())
 
 
 def test_encoder_params_counts_torch_parameters_with_bias():
     layer = torch.nn.TransformerEncoderLayer(6, 3, 10, dropout=0.0, batch_first=True, bias=True)
-    assert encoder_params(6, 10, 1, True) == sum(p.numel() for p in layer.parameters())
+    assert encoder_parameter_count(6, 10, 1, True) == sum(p.numel() for p in layer.parameters())
 
 
 # ----------------------------------------------------------------------------- config
@@ -218,7 +219,7 @@ def test_steps_end_to_end_on_a_tiny_config(tmp_path):
     result = run_step(spec=spec, experiment=hexp, section=c["architectures"], data_root=tmp_path / "data", out=out)
     assert [a["name"] for a in result["architectures"]] == ["base", "pre_norm", "layers_2"]
     for a in result["architectures"]:
-        P = encoder_params(4, 6, a["arch"]["num_layers"], False)
+        P = encoder_parameter_count(4, 6, a["arch"]["num_layers"], False)
         for stage in ("init", "trained"):
             s = a[stage]
             assert s["n_params"] == P

@@ -63,6 +63,8 @@ MODEL_RESOURCES = dict(
 
 
 import hashlib  # noqa: E402
+
+from transformer_hessian.util.files import write_text  # noqa: E402
 import json  # noqa: E402
 import shlex  # noqa: E402
 
@@ -75,13 +77,9 @@ _RUN_STARTED = []
 
 
 def _write_settings(path, text):
-    """Write one settings file atomically, unless it already exists (its name holds its hash)."""
+    """Write one settings file (atomically, util.files.write_text), unless it exists: its name holds its hash."""
     if not os.path.exists(path):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
+        write_text(text, path)
 
 
 def settings_file(name, section):

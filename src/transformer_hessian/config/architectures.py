@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..util.resources import encoder_parameter_count as encoder_params
+from ..util.resources import encoder_parameter_count
 
-__all__ = ["ARCH_KEYS", "Arch", "ArchKeys", "architectures", "config_errors", "encoder_params"]
+__all__ = ["ARCH_KEYS", "Arch", "ArchKeys", "architectures", "config_errors"]
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def config_errors(config: Mapping[str, Any], dataset_shapes: Mapping[str, tuple]
         if key in seen:
             out.append(f"  {where}: the same architecture as {seen[key]}; remove one of them")
         seen.setdefault(key, where)
-        P = encoder_params(d, s["dim_feedforward"], arch.num_layers, s["bias"])
+        P = encoder_parameter_count(d, s["dim_feedforward"], arch.num_layers, s["bias"])
         if P > s["max_params"]:
             out.append(
                 f"  {where}: the encoder has P = {P} parameters, more than architectures.max_params = "

@@ -16,37 +16,33 @@ Every public name is re-exported here, lazily (importing :mod:`.result` must not
 
 from __future__ import annotations
 
-import importlib
+from ..util.lazy import lazy_getattr
 
 # Public name -> the module of this package that defines it.
 _OWNER = {
-    "AUGMENTATIONS": "recipe",
-    "KILL_ENV": "loop",
-    "TrainingError": "loop",
-    "autocast_context": "recipe",
-    "check_model_matches": "loading",
-    "crop_flip": "recipe",
-    "epoch_augmentation": "recipe",
-    "epoch_permutation": "recipe",
-    "estimate_training_bytes": "memory",
-    "evaluate": "loading",
-    "load_experiment_data": "loading",
-    "load_model": "loading",
-    "lr_factor": "recipe",
-    "make_batch": "recipe",
-    "make_optimizer": "recipe",
-    "model_config_for": "loading",
-    "per_sample_losses": "loading",
-    "train": "loop",
-    "train_epoch": "loop",
-    "train_step": "loop",
+    "AUGMENTATIONS": ".recipe",
+    "KILL_ENV": ".loop",
+    "TrainingError": ".loop",
+    "autocast_context": ".recipe",
+    "check_model_matches": ".loading",
+    "crop_flip": ".recipe",
+    "epoch_augmentation": ".recipe",
+    "epoch_permutation": ".recipe",
+    "estimate_training_bytes": ".memory",
+    "evaluate": ".loading",
+    "load_experiment_data": ".loading",
+    "load_model": ".loading",
+    "lr_factor": ".recipe",
+    "make_batch": ".recipe",
+    "make_optimizer": ".recipe",
+    "model_config_for": ".loading",
+    "per_sample_losses": ".loading",
+    "train": ".loop",
+    "train_epoch": ".loop",
+    "train_step": ".loop",
 }
 
 __all__ = sorted(_OWNER)
 
 
-def __getattr__(name: str):
-    """Import the defining module on first use of one of its names."""
-    if name in _OWNER:
-        return getattr(importlib.import_module(f".{_OWNER[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _OWNER)

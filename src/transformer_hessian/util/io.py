@@ -322,9 +322,9 @@ def load_claims(path: PathLike) -> list[dict]:
 
 
 def save_summary(path: PathLike, summary: Mapping[str, Any]) -> None:
-    """Write ``paper/summary.json`` (:func:`.report.build_summary`: ``provenance``, ``hessian``,
-    ``training``, ``theory``, ``landscape``, ``bounds``, ``figures``, ``tables`` and, when given,
-    ``figure_provenance``, ``claims`` and each study's section, e.g. ``spectrum``, ``scaling``)."""
+    """Write ``paper/summary.json`` (:func:`transformer_hessian.pipeline.report.build_summary`:
+    ``provenance``, ``training``, ``figures``, ``tables`` and, when given, ``figure_provenance``,
+    ``claims`` and each study's section, e.g. ``hessian``, ``theory``, ``landscape``, ``bounds``)."""
     write_json(dict(summary), path, sealed=False)
 
 

@@ -56,9 +56,8 @@ def run_step(
     if claims_out:
         from ...util.io import load_metrics, write_json
         from .claims import landscape_claim_rows
-        from .result import load_landscape
 
-        write_json(landscape_claim_rows(load_landscape(out), load_metrics(metrics), evidence=out), claims_out)
+        write_json(landscape_claim_rows(result, load_metrics(metrics), evidence=out), claims_out)
     return result
 
 
