@@ -1,0 +1,323 @@
+"""The front end: capture a model's computation with ``torch.export`` and map it onto the rules.
+
+``torch.export.export(..., strict=False)`` traces the model's own Python code (Hugging Face models,
+nanoGPT-style modules, torch's encoder) down to ATen operations with the parameters as graph
+inputs. Why export and not ``torch.fx.symbolic_trace``: export runs the code on real shapes, so
+data-dependent Python (Hugging Face's mask builders, ``if`` on shapes) traces, and every operation
+arrives as one ATen overload with its recorded shapes, which is what the rule table is keyed by.
+
+What depends on no selected parameter (mask and position builders, embeddings of unselected
+weights, everything before the first selected weight) is evaluated once by torch as a constant; only
+the operations on the way from a selected parameter to the loss need rules. An operation there
+without one is refused, with its name, module and source line, before any sweep. Torch's attribute
+names are read here and nowhere else in the engine.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import inspect
+import operator
+import re
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from torch.fx import Node
+from torch.utils import _pytree as pytree
+
+from . import ops  # noqa: F401  (fills the rule table)
+from .contract import RULES, Op
+from .ops.losses import causal_lm, cross_entropy, mse_loss
+from .ops.shape import SPLITS, SplitItem
+
+aten = torch.ops.aten
+
+#: the losses by name
+LOSSES = {"mse": mse_loss, "cross_entropy": cross_entropy, "causal_lm": causal_lm}
+
+#: operations that only check metadata; skipped on differentiated values (a cast there keeps the
+#: Hessian's precision, so a dtype assertion after it would not hold)
+_CHECKS = {aten._assert_tensor_metadata.default}
+for _name in ("_assert_scalar", "sym_constrain_range_for_size", "_assert_async"):
+    _pkt = getattr(aten, _name, None)
+    if _pkt is not None:
+        _CHECKS.update(getattr(_pkt, o) for o in _pkt.overloads())
+
+
+class UnsupportedOperation(ValueError):
+    """An operation on the way from a selected parameter to the loss has no rule."""
+
+
+class _Wrapped(nn.Module):
+    """The model, the output it returns (a tensor, ``.logits`` or the first of a tuple), the
+    optional head on the token mean, and a callable loss."""
+
+    def __init__(self, model: nn.Module, head: nn.Module | None, loss_fn):
+        super().__init__()
+        self.model, self.head, self.loss_fn = model, head, loss_fn
+
+    def forward(self, args, kwargs, targets):
+        out = pick_output(self.model(*args, **kwargs))
+        if self.head is not None:
+            out = self.head(out.mean(1))
+        return out if self.loss_fn is None else self.loss_fn(out, targets)
+
+
+def pick_output(out):
+    """A model's output tensor: the tensor itself, ``out.logits`` (Hugging Face), or the first
+    element of a tuple or list."""
+    if isinstance(out, torch.Tensor):
+        return out
+    logits = getattr(out, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        return out[0]
+    raise TypeError(f"model output: expected a tensor, an object with .logits or a tuple, got {type(out).__name__}")
+
+
+def model_inputs(model: nn.Module, inputs) -> tuple[tuple, dict]:
+    """(args, kwargs) of the model call: a tensor, a tuple/list of positional inputs, or a dict of
+    keyword inputs (Hugging Face's ``input_ids``, ``attention_mask``, ...); ``use_cache=False`` is
+    added where the model takes it (a cache in the output stops the capture)."""
+    if isinstance(inputs, torch.Tensor):
+        args, kwargs = (inputs,), {}
+    elif isinstance(inputs, (tuple, list)):
+        args, kwargs = tuple(inputs), {}
+    elif isinstance(inputs, dict):
+        args, kwargs = (), dict(inputs)
+    else:
+        raise TypeError(f"inputs: expected a tensor, a tuple of inputs or a dict of keyword inputs, got {type(inputs).__name__}")
+    try:
+        takes_cache = "use_cache" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        takes_cache = False
+    if takes_cache and "use_cache" not in kwargs:
+        kwargs["use_cache"] = False
+    return args, kwargs
+
+
+def parameter_names(model: nn.Module, head: nn.Module | None) -> dict[str, nn.Parameter]:
+    """The model's parameters by name (a tied weight once, under its first name), then the head's
+    as ``head.<name>``."""
+    named = dict(model.named_parameters())
+    if head is not None:
+        named.update({f"head.{n}": p for n, p in head.named_parameters()})
+    return named
+
+
+def select(named: dict[str, nn.Parameter], params) -> list[str]:
+    """The selected names, in the order asked: names or glob patterns (``"transformer.h.0.attn.*"``);
+    a single string is one name or pattern; None selects every parameter of the model."""
+    if params is None:
+        return [n for n in named if not n.startswith("head.")] or list(named)
+    if isinstance(params, str):
+        params = [params]
+    try:
+        items = list(params)
+    except TypeError:
+        raise TypeError(f"params: expected names or glob patterns, got {type(params).__name__}") from None
+    out: list[str] = []
+    for item in items:
+        if not isinstance(item, str):
+            raise TypeError(f"params: expected names or glob patterns (str), got {item!r}")
+        hits = [item] if item in named else [n for n in named if fnmatch.fnmatchcase(n, item)]
+        if not hits:
+            raise KeyError(f"params: {item!r} matches no parameter; known: {list(named)}")
+        for n in hits:
+            if n in out:
+                raise ValueError(f"params: {n!r} is selected twice (by {item!r})")
+            out.append(n)
+    return out
+
+
+def _where(node: Node) -> str:
+    """'module path (type), file:line' of a captured node, as far as export recorded it."""
+    parts = []
+    stack = node.meta.get("nn_module_stack") or {}
+    if stack:
+        path, kind = list(stack.values())[-1]
+        path = re.sub(r"^L\['self'\]\.?", "", str(path)).removeprefix("model.")
+        parts.append(f"module {path or '<model>'} ({getattr(kind, '__name__', kind)})")
+    trace = node.meta.get("stack_trace") or ""
+    frames = re.findall(r'File "([^"]+)", line (\d+), in (\w+)\n\s*(.*)', trace)
+    if frames:
+        f, line, fn, code = frames[-1]
+        parts.append(f"{f}:{line} in {fn}: {code.strip()}")
+    return "; ".join(parts) or "source unknown"
+
+
+@dataclass
+class Step:
+    """One differentiated operation: its graph node and its rule."""
+
+    node: Node
+    op: Op
+    #: its position among the steps
+    pos: int = 0
+
+
+@dataclass
+class Captured:
+    """A captured model with its rules: what the sweeps (:mod:`.sweep`) run."""
+
+    graph: torch.fx.Graph
+    #: placeholder -> value (parameters, buffers, constants, user inputs, targets)
+    leaves: dict[Node, object]
+    #: selected name -> its placeholders (a tied weight has several)
+    placeholders: dict[str, list[Node]]
+    #: selected names in the order of H's rows and columns, and their shapes
+    names: list[str]
+    shapes: dict[str, tuple[int, ...]]
+    steps: list[Step]
+    loss: Node
+    #: the nodes that depend on a selected parameter
+    live: set[Node] = field(default_factory=set)
+    dtype: torch.dtype = torch.float64
+    device: torch.device = torch.device("cpu")
+
+
+def capture(model: nn.Module, inputs, targets, *, loss="mse", head=None, params=None) -> Captured:
+    """Export ``model`` on ``inputs`` with its loss and map the operations on the way from the
+    selected parameters to the loss onto the rules (:class:`UnsupportedOperation` otherwise)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model: expected an nn.Module, got {type(model).__name__}")
+    if head is not None and not isinstance(head, nn.Module):
+        raise TypeError(f"head: expected an nn.Module, got {type(head).__name__}")
+    if callable(loss) and not isinstance(loss, str):
+        named_loss, loss_fn = None, loss
+    elif loss in LOSSES:
+        named_loss, loss_fn = LOSSES[loss], None
+    else:
+        raise ValueError(f"loss: {loss!r} is not supported ({', '.join(map(repr, LOSSES))} or a callable)")
+    if head is not None and loss != "cross_entropy":
+        raise ValueError("head: only used with loss='cross_entropy' (the head on the token mean)")
+    named = parameter_names(model, head)
+    names = select(named, params)
+    args, kwargs = model_inputs(model, inputs)
+    wrapped = _Wrapped(model, head, loss_fn)
+    try:
+        ep = torch.export.export(wrapped, (args, kwargs, targets), strict=False)
+    except Exception as err:  # torch's own message says what stopped the capture
+        raise RuntimeError(f"model: torch.export could not capture it: {type(err).__name__}: {err}") from err
+    graph = ep.graph_module.graph
+    sig = ep.graph_signature
+    by_id = {}
+    for n, p in named.items():
+        by_id.setdefault(id(p), n)
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    leaves: dict[Node, object] = {}
+    user_leaves = pytree.tree_leaves(((args, kwargs, targets), {}))
+    user_iter = iter(user_leaves)
+    selected: dict[str, list[Node]] = {n: [] for n in names}
+    for ph, spec in zip(placeholders, sig.input_specs, strict=True):
+        kind = spec.kind.name
+        if kind == "PARAMETER":
+            p = wrapped.get_parameter(spec.target)
+            leaves[ph] = p.detach()
+            name = by_id.get(id(p))
+            if name in selected:
+                selected[name].append(ph)
+        elif kind == "BUFFER":
+            leaves[ph] = ep.state_dict[spec.target] if spec.target in ep.state_dict else ep.constants[spec.target]
+        elif kind in ("CONSTANT_TENSOR", "CUSTOM_OBJ"):
+            leaves[ph] = ep.constants[spec.target]
+        elif kind == "USER_INPUT":
+            leaves[ph] = next(user_iter)
+        else:
+            raise RuntimeError(f"model: captured input of kind {kind} is not supported")
+    out_node = next(n for n in graph.nodes if n.op == "output")
+    out = pytree.tree_leaves(out_node.args)
+    if len(out) != 1 or not isinstance(out[0], Node):
+        raise RuntimeError("model: the capture returned more than one output")
+    result = out[0]
+    if named_loss is not None:
+        first = placeholders[0] if placeholders else out_node
+        with graph.inserting_before(first):
+            tnode = graph.placeholder("engine_targets")
+        leaves[tnode] = targets
+        with graph.inserting_before(out_node):
+            result = graph.call_function(named_loss, (result, tnode))
+    unused = [n for n, phs in selected.items() if not phs]
+    if unused:
+        raise ValueError(f"params: {unused} take no part in the model's computation on these inputs")
+    p0 = named[names[0]]
+    cap = Captured(
+        graph=graph,
+        leaves=leaves,
+        placeholders=selected,
+        names=names,
+        shapes={n: tuple(named[n].shape) for n in names},
+        steps=[],
+        loss=result,
+        dtype=p0.dtype,
+        device=p0.device,
+    )
+    _check_parameters(named, names, p0)
+    _map_rules(cap)
+    return cap
+
+
+def _check_parameters(named, names, p0) -> None:
+    for n in names:
+        p = named[n]
+        if not p.is_floating_point() or p.dtype != p0.dtype:
+            raise ValueError(f"params: {n!r} is {p.dtype}; every selected parameter must share one floating dtype ({p0.dtype})")
+        if p.device.type == "meta":
+            raise ValueError(f"params: {n!r} is on the meta device (it has no values)")
+        if p.device != p0.device:
+            raise ValueError(f"params: {n!r} is on {p.device}, {names[0]!r} on {p0.device}")
+        if not torch.isfinite(p).all():
+            raise ValueError(f"params: {n!r} has non-finite entries (nan or inf)")
+
+
+def _map_rules(cap: Captured) -> None:
+    """Mark what depends on a selected parameter and give each such operation its rule."""
+    live: set[Node] = {ph for phs in cap.placeholders.values() for ph in phs}
+    refused: list[str] = []
+    steps: list[Step] = []
+    for node in cap.graph.nodes:
+        if node.op != "call_function" or node in live:
+            continue
+        if not any(i in live for i in node.all_input_nodes):
+            continue
+        live.add(node)
+        t = node.target
+        if t in _CHECKS:
+            continue
+        if t in SPLITS:
+            continue  # its getitem outputs are the steps (SplitItem)
+        if t is operator.getitem:
+            src = node.args[0]
+            if not (isinstance(src, Node) and src.target in SPLITS):
+                refused.append(f"getitem of {getattr(src, 'target', src)} ({_where(node)})")
+                continue
+            cls = SplitItem
+        else:
+            cls = RULES.get(t)
+            if cls is None:
+                refused.append(f"{t} ({_where(node)})")
+                continue
+        if t in (aten.dropout.default, aten.feature_dropout.default):
+            p, train = node.args[1], node.args[2] if len(node.args) > 2 else node.kwargs.get("train", True)
+            if train and p > 0:
+                refused.append(f"{t} with p={p} in training mode: call model.eval() ({_where(node)})")
+                continue
+        try:
+            op = cls(node)
+        except NotImplementedError as err:
+            refused.append(f"{t}: {err} ({_where(node)})")
+            continue
+        for idx in getattr(op, "index_nodes", []):
+            if isinstance(idx, Node) and idx in live:
+                refused.append(f"{t}: its index or mask depends on a selected parameter ({_where(node)})")
+        steps.append(Step(node, op, len(steps)))
+    if refused:
+        raise UnsupportedOperation(
+            "exact_hessian: no rule for these operations on the way from the selected parameters to the loss "
+            "(docs/theory.md lists the supported ones):\n  " + "\n  ".join(refused)
+        )
+    if cap.loss not in live:
+        raise ValueError("params: the loss does not depend on the selected parameters")
+    cap.steps, cap.live = steps, live

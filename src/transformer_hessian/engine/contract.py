@@ -1,0 +1,175 @@
+"""The operation contract of the exact-Hessian engine, and the table that maps captured operations to it.
+
+Every differentiated value v of the captured graph carries, besides its value, a tangent
+v' = dv/dtheta for the K parameter entries of one sweep (a tensor of shape ``(K, *v.shape)``, or
+``None`` when it is zero) and, on the way back, its adjoint g = dL/dv and the adjoint's tangent
+g' = dg/dtheta. An operation y = f(x_1, ..., x_n) gives
+
+- ``forward(xs)``: its value (by default torch's own kernel, fused or not: nothing is differentiated);
+- ``tangent(xs, ts, y)``: y' = sum_i df/dx_i x_i';
+- ``adjoint(xs, y, g, need)``: g_i = (df/dx_i)^T g for each input i with ``need[i]``;
+- ``adjoint_tangent(xs, ts, y, g, gt, need)``: g_i' = (df/dx_i)^T g' + sum_j <g, d^2 f/dx_i dx_j> x_j',
+  the second-order chain rule: the first term carries the curvature of everything after the
+  operation back, the second adds the operation's own curvature.
+
+Parameters are inputs like any other: a parameter's tangent is its seed (one-hot rows of the
+identity), and its adjoint tangent is its block of Hessian columns. So an operation owns no
+parameter and no operation reads another's state. ``mixes_tokens`` tells graph-level passes
+whether an output position reads other positions (attention, a mean over tokens).
+
+An operation is one class registered for the torch operations it implements (:func:`rule`);
+:data:`RULES` is the table the front end (:mod:`.capture`) looks them up in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch.fx import Node
+
+Tangent = torch.Tensor | None
+
+#: torch operation (an OpOverload, or a name for the engine's own operations) -> its class
+RULES: dict[object, type[Op]] = {}
+
+
+def rule(*targets) -> Callable[[type[Op]], type[Op]]:
+    """Register the decorated class as the rule of each of ``targets``."""
+
+    def register(cls: type[Op]) -> type[Op]:
+        for t in targets:
+            if t in RULES:
+                raise ValueError(f"{t}: already has the rule {RULES[t].__name__}")
+            RULES[t] = cls
+        return cls
+
+    return register
+
+
+def shape_of(arg) -> tuple[int, ...]:
+    """The static shape of a captured value (a graph node with its recorded value, or a tensor)."""
+    if isinstance(arg, Node):
+        return tuple(arg.meta["val"].shape)
+    return tuple(arg.shape)
+
+
+class Op:
+    """One captured operation. ``inputs`` are the graph nodes it reads, in the order its methods
+    take them (``xs``, ``ts``, ``need`` and the returned lists follow it); the rest of the node's
+    arguments are its static settings, parsed by the subclass's constructor."""
+
+    #: an output position reads other positions (graph passes that go row by row stop here)
+    mixes_tokens = False
+
+    def __init__(self, node: Node):
+        self.node = node
+        self.inputs: list[Node] = []
+
+    #: ``forward(xs) -> value`` where the rule computes the value itself (to keep what its other
+    #: methods need, or to keep the Hessian's precision through a cast); None: the value is torch's
+    #: own operation on the node's arguments
+    forward: Callable[[Sequence[torch.Tensor]], torch.Tensor] | None = None
+
+    def tangent(self, xs, ts: Sequence[Tangent], y) -> Tangent:
+        raise NotImplementedError
+
+    def adjoint(self, xs, y, g, need: Sequence[bool]) -> list[Tangent]:
+        raise NotImplementedError
+
+    def adjoint_tangent(self, xs, ts, y, g, gt: Tangent, need: Sequence[bool]) -> list[Tangent]:
+        raise NotImplementedError
+
+
+def node_inputs(node: Node) -> list[Node]:
+    """Every graph node among a node's arguments, in argument order (repeats kept)."""
+    out: list[Node] = []
+    torch.fx.node.map_arg((node.args, node.kwargs), out.append)
+    return out
+
+
+class LinearOp(Op):
+    """An operation linear in its inputs together (views, sums, concatenations): ``apply`` maps
+    inputs to the output, ``transpose`` maps an output adjoint to the inputs' adjoints, each on
+    plain values or, with ``batched``, on a leading axis of K tangents. No curvature of its own:
+    y' = apply(x'), g_i' = transpose(g')_i."""
+
+    def apply(self, xs, batched: bool):
+        raise NotImplementedError
+
+    def transpose(self, g, batched: bool) -> list[torch.Tensor]:
+        raise NotImplementedError
+
+    def tangent(self, xs, ts, y):
+        if all(t is None for t in ts):
+            return None
+        K = next(t.shape[0] for t in ts if t is not None)
+        full = [t if t is not None else x.new_zeros((K, *x.shape)) for x, t in zip(xs, ts, strict=True)]
+        return self.apply(full, batched=True)
+
+    def adjoint(self, xs, y, g, need):
+        return self.transpose(g, batched=False)
+
+    def adjoint_tangent(self, xs, ts, y, g, gt, need):
+        return [None] * len(self.inputs) if gt is None else self.transpose(gt, batched=True)
+
+
+class Pointwise(Op):
+    """y = f(x) entry by entry: y' = f'(x) x', g_x = f'(x) g, g_x' = f'(x) g' + f''(x) g x'.
+    Subclasses give ``d1`` and ``d2`` (``d2`` None: f is affine)."""
+
+    def __init__(self, node: Node):
+        super().__init__(node)
+        self.inputs = [node.args[0]]
+
+    def d1(self, x, y):
+        raise NotImplementedError
+
+    def d2(self, x, y):
+        return None
+
+    def tangent(self, xs, ts, y):
+        (t,) = ts
+        return None if t is None else t * self.d1(xs[0], y)
+
+    def adjoint(self, xs, y, g, need):
+        return [g * self.d1(xs[0], y)]
+
+    def adjoint_tangent(self, xs, ts, y, g, gt, need):
+        (x,), (t,) = xs, ts
+        out = None if gt is None else gt * self.d1(x, y)
+        d2 = None if t is None else self.d2(x, y)
+        if d2 is not None:
+            own = t * (d2 * g)
+            out = own if out is None else out + own
+        return [out]
+
+
+def as_tangent(t: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    """A tangent ``(K, *s)`` viewed with unit axes in front of ``s`` up to ``len(shape)`` axes, so
+    that it broadcasts against values of ``shape`` the way a value of shape ``s`` would."""
+    extra = len(shape) - (t.dim() - 1)
+    return t if extra <= 0 else t.reshape(t.shape[0], *([1] * extra), *t.shape[1:])
+
+
+def sum_to(x: torch.Tensor, shape: Sequence[int], batched: bool = False) -> torch.Tensor:
+    """The adjoint of broadcasting a value of ``shape``: sum ``x`` over the broadcast axes (with
+    ``batched``, x has a leading axis of tangents that is kept)."""
+    lead = 1 if batched else 0
+    shape = tuple(shape)
+    extra = x.dim() - lead - len(shape)
+    if extra > 0:
+        x = x.sum(dim=tuple(range(lead, lead + extra)))
+    dims = tuple(lead + i for i, n in enumerate(shape) if n == 1 and x.shape[lead + i] != 1)
+    if dims:
+        x = x.sum(dim=dims, keepdim=True)
+    return x
+
+
+def tadd(a: Tangent, b: Tangent) -> Tangent:
+    """Sum of two tangents, None being zero."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a + b

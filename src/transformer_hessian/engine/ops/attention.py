@@ -1,0 +1,196 @@
+"""Token-mixing operations: scaled dot-product attention (torch's fused kernels in the model, the
+formulas here: float and bool masks, ``is_causal``, ``scale``, grouped-query heads) and the
+softmax and log-softmax of hand-written attention and losses.
+
+Per batch and head, with s the scale and M the additive mask: S = s q k^T + M, A = softmax(S),
+o = A v. Tangents S' = s (q' k^T + q k'^T), A' = A * (S' - rowsum(A * S')), o' = A' v + A v';
+adjoints g_A = g v^T, g_v = A^T g, g_S = A * (g_A - rowsum(A * g_A)), g_q = s g_S k,
+g_k = s g_S^T q; their tangents are the second-order chain rule of the softmax and the two
+products (docs/theory.md, "Operations of any model": attention). Masked entries have A = 0."""
+
+from __future__ import annotations
+
+import torch
+
+from ..contract import Op, rule, shape_of, tadd
+
+aten = torch.ops.aten
+
+
+def _t(x):
+    return x.transpose(-1, -2)
+
+
+def _mm(a, b):
+    return None if a is None or b is None else a @ b
+
+
+@rule(aten.scaled_dot_product_attention.default)
+class ScaledDotProductAttention(Op):
+    """``F.scaled_dot_product_attention`` (dropout 0) as the formulas above."""
+
+    mixes_tokens = True
+
+    def __init__(self, node):
+        super().__init__(node)
+        a = list(node.args) + [None] * 6
+        kw = node.kwargs
+        q, k, v = a[0], a[1], a[2]
+        mask = a[3] if len(node.args) > 3 else kw.get("attn_mask")
+        dropout = a[4] if len(node.args) > 4 else kw.get("dropout_p", 0.0)
+        self.causal = bool(a[5] if len(node.args) > 5 else kw.get("is_causal", False))
+        self.scale = kw.get("scale")
+        self.gqa = bool(kw.get("enable_gqa", False))
+        if dropout:
+            raise NotImplementedError(f"scaled_dot_product_attention with dropout_p={dropout} (call model.eval())")
+        if isinstance(mask, torch.fx.Node) and self.causal:
+            raise NotImplementedError("scaled_dot_product_attention with both attn_mask and is_causal")
+        self.inputs = [q, k, v]
+        self.index_nodes = [mask] if isinstance(mask, torch.fx.Node) else []
+        self.q_shape, self.k_shape, self.v_shape = shape_of(q), shape_of(k), shape_of(v)
+        self.rep = self.q_shape[-3] // self.k_shape[-3] if self.gqa and len(self.q_shape) >= 3 else 1
+
+    def bind(self, index: list) -> None:
+        """The mask's value (evaluated once, before the sweeps)."""
+        self.mask = index[0] if index else None
+
+    def _additive(self, dtype, device):
+        L, S = self.q_shape[-2], self.k_shape[-2]
+        mask = getattr(self, "mask", None)
+        if self.causal:
+            keep = torch.ones(L, S, dtype=torch.bool, device=device).tril()
+            return torch.zeros(L, S, dtype=dtype, device=device).masked_fill(~keep, float("-inf"))
+        if mask is None:
+            return None
+        if mask.dtype == torch.bool:
+            return torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill(~mask, float("-inf"))
+        return mask.to(dtype)
+
+    def _rep(self, t):
+        return t if t is None or self.rep == 1 else t.repeat_interleave(self.rep, dim=-3)
+
+    def _unrep(self, t):
+        if t is None or self.rep == 1:
+            return t
+        shape = t.shape
+        return t.reshape(*shape[:-3], shape[-3] // self.rep, self.rep, *shape[-2:]).sum(-3)
+
+    def forward(self, xs):
+        q, k, v = xs
+        k, v = self._rep(k), self._rep(v)
+        self.s = self.scale if self.scale is not None else q.shape[-1] ** -0.5
+        S = (q @ _t(k)) * self.s
+        M = self._additive(q.dtype, q.device)
+        if M is not None:
+            S = S + M
+        A = torch.softmax(S, -1)
+        if M is not None and torch.isinf(M).all(-1).any():
+            raise ValueError("scaled_dot_product_attention: a row of the mask masks every key (its softmax is undefined)")
+        o = A @ v
+        self.q, self.k, self.v, self.A, self.o = q, k, v, A, o
+        self._tan = None
+        return o
+
+    def _tangents(self, ts):
+        key = tuple(id(t) for t in ts)
+        if self._tan is not None and self._tan[0] == key:
+            return self._tan[1]
+        tq, tk, tv = ts
+        tk, tv = self._rep(tk), self._rep(tv)
+        s, q, k, A = self.s, self.q, self.k, self.A
+        St = _mm(tq, _t(k))
+        if tk is not None:
+            St = tadd(St, q @ _t(tk))
+        At = None
+        if St is not None:
+            At = (St * s).mul_(A)
+            At = At - A * At.sum(-1, keepdim=True)
+        ot = tadd(_mm(At, self.v), _mm(A, tv))
+        self._tan = (key, (tk, tv, At, ot))
+        return self._tan[1]
+
+    def tangent(self, xs, ts, y):
+        return self._tangents(ts)[3]
+
+    def adjoint(self, xs, y, g, need):
+        s, q, k, v, A = self.s, self.q, self.k, self.v, self.A
+        gA = g @ _t(v)
+        r = (A * gA).sum(-1, keepdim=True)
+        gS = A * (gA - r)
+        self.gA_r, self.gS = gA - r, gS
+        return [(gS @ k) * s, self._unrep(_t(gS) @ q) * s, self._unrep(_t(A) @ g)]
+
+    def adjoint_tangent(self, xs, ts, y, g, gt, need):
+        tq = ts[0]
+        tk, tv, At, ot = self._tangents(ts)
+        s, q, k, v, A, gS = self.s, self.q, self.k, self.v, self.A, self.gS
+        gAt = tadd(_mm(gt, _t(v)), _mm(g, None if tv is None else _t(tv)))
+        rt = tadd(None if gt is None else gt * self.o, None if ot is None else g * ot)
+        gSt = None
+        if rt is not None:
+            rt = rt.sum(-1, keepdim=True)
+            gSt = A * ((gAt if gAt is not None else 0.0) - rt)
+        if At is not None:
+            gSt = tadd(gSt, At * self.gA_r)
+        gqt = tadd(_mm(gSt, k), _mm(gS, tk))
+        gkt = tadd(_mm(None if gSt is None else _t(gSt), q), _mm(_t(gS), tq))
+        gvt = tadd(_mm(None if At is None else _t(At), g), _mm(_t(A), gt))
+        return [None if gqt is None else gqt * s, None if gkt is None else self._unrep(gkt) * s, self._unrep(gvt)]
+
+
+@rule(aten._softmax.default, aten.softmax.int)
+class Softmax(Op):
+    """y = softmax(x) on one axis: y' = y (x' - <y, x'>), g_x = y (g - <y, g>),
+    g_x' = y (g' - <y, g'>) + y' (g - <y, g>) - y <y', g>."""
+
+    mixes_tokens = False
+
+    def __init__(self, node):
+        super().__init__(node)
+        self.inputs = [node.args[0]]
+        self.dim = node.args[1]
+
+    def _yt(self, y, t):
+        return y * (t - (y * t).sum(self.dim, keepdim=True))
+
+    def tangent(self, xs, ts, y):
+        return None if ts[0] is None else self._yt(y, ts[0])
+
+    def adjoint(self, xs, y, g, need):
+        return [y * (g - (y * g).sum(self.dim, keepdim=True))]
+
+    def adjoint_tangent(self, xs, ts, y, g, gt, need):
+        d = self.dim
+        out = None if gt is None else y * (gt - (y * gt).sum(d, keepdim=True))
+        if ts[0] is not None:
+            yt = self._yt(y, ts[0])
+            own = yt * (g - (y * g).sum(d, keepdim=True)) - y * (yt * g).sum(d, keepdim=True)
+            out = own if out is None else out + own
+        return [out]
+
+
+@rule(aten._log_softmax.default, aten.log_softmax.int)
+class LogSoftmax(Op):
+    """y = x - logsumexp(x) on one axis, p = exp(y): y' = x' - <p, x'>, g_x = g - p sum(g),
+    g_x' = g' - p sum(g') - p' sum(g)."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        self.inputs = [node.args[0]]
+        self.dim = node.args[1]
+
+    def tangent(self, xs, ts, y):
+        t = ts[0]
+        return None if t is None else t - (y.exp() * t).sum(self.dim, keepdim=True)
+
+    def adjoint(self, xs, y, g, need):
+        return [g - y.exp() * g.sum(self.dim, keepdim=True)]
+
+    def adjoint_tangent(self, xs, ts, y, g, gt, need):
+        d, p = self.dim, y.exp()
+        out = None if gt is None else gt - p * gt.sum(d, keepdim=True)
+        if ts[0] is not None:
+            pt = p * (ts[0] - (p * ts[0]).sum(d, keepdim=True))
+            own = -pt * g.sum(d, keepdim=True)
+            out = own if out is None else out + own
+        return [out]

@@ -1,0 +1,214 @@
+"""Arithmetic with broadcasting (sums, differences, products, quotients of values or with numbers),
+sign changes, selections with a fixed mask, and sums and means over axes."""
+
+from __future__ import annotations
+
+from torch.fx import Node
+
+import torch
+
+from ..contract import LinearOp, Op, as_tangent, rule, shape_of, sum_to, tadd
+
+aten = torch.ops.aten
+
+
+def _nodes(args) -> list:
+    return [a for a in args if isinstance(a, Node)]
+
+
+def _full(t: torch.Tensor, shape) -> torch.Tensor:
+    """A tangent broadcast to ``(K, *shape)``."""
+    t = as_tangent(t, shape)
+    return t if tuple(t.shape[1:]) == tuple(shape) else t.expand(t.shape[0], *shape)
+
+
+@rule(aten.add.Tensor, aten.sub.Tensor, aten.add.Scalar, aten.sub.Scalar, aten.rsub.Scalar, aten.rsub.Tensor)
+class AddSub(LinearOp):
+    """a + alpha b, a - alpha b, alpha b - a (``rsub``) with broadcasting; a number in place of a
+    value shifts the output and drops out of every derivative."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        a, b = node.args[0], node.args[1]
+        alpha = node.kwargs.get("alpha", node.args[2] if len(node.args) > 2 else 1)
+        name = node.target.overloadpacket.__name__
+        ca, cb = (-1.0, alpha) if name == "rsub" else (1.0, -alpha if name == "sub" else alpha)
+        self.inputs = _nodes([a, b])
+        self.coef = [c for v, c in ((a, ca), (b, cb)) if isinstance(v, Node)]
+        self.shapes = [shape_of(v) for v in self.inputs]
+        self.out = shape_of(node)
+
+    def apply(self, xs, batched):
+        out = None
+        for x, c in zip(xs, self.coef, strict=True):
+            term = (as_tangent(x, self.out) if batched else x) * c if c != 1 else (as_tangent(x, self.out) if batched else x)
+            out = term if out is None else out + term
+        if batched:
+            return _full(out, self.out)
+        return out.expand(self.out) if tuple(out.shape) != self.out else out
+
+    def transpose(self, g, batched):
+        return [sum_to(g * c if c != 1 else g, s, batched) for c, s in zip(self.coef, self.shapes, strict=True)]
+
+
+@rule(aten.neg.default)
+class Neg(LinearOp):
+    """-x."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        self.inputs = [node.args[0]]
+
+    def apply(self, xs, batched):
+        return -xs[0]
+
+    def transpose(self, g, batched):
+        return [-g]
+
+
+@rule(aten.mul.Tensor, aten.mul.Scalar, aten.div.Tensor, aten.div.Scalar)
+class MulDiv(Op):
+    """a * b and a / b with broadcasting. With one of them a number or a value that does not
+    depend on the parameters this is linear in the other; with both differentiated, the product's
+    own curvature is g' terms across the two inputs (and for a quotient, 2 a / b^3 in b)."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        a, b = node.args[0], node.args[1]
+        self.div = node.target.overloadpacket.__name__ == "div"
+        if self.div and node.kwargs.get("rounding_mode") is not None:
+            raise NotImplementedError("div with rounding_mode is not differentiable")
+        self.a, self.b = a, b
+        self.inputs = _nodes([a, b])
+        self.out = shape_of(node)
+
+    def _vals(self, xs):
+        it = iter(xs)
+        a = next(it) if isinstance(self.a, Node) else self.a
+        b = next(it) if isinstance(self.b, Node) else self.b
+        return a, b
+
+    def _split(self, seq):
+        """(value for a, value for b) from a list over ``inputs`` (None for a number)."""
+        it = iter(seq)
+        return (next(it) if isinstance(self.a, Node) else None, next(it) if isinstance(self.b, Node) else None)
+
+    def _shape(self, v):
+        return shape_of(v) if isinstance(v, Node) else ()
+
+    def tangent(self, xs, ts, y):
+        a, b = self._vals(xs)
+        ta, tb = self._split(ts)
+        out = None
+        if ta is not None:
+            out = as_tangent(ta, self.out) * (1.0 / b if self.div else b)
+        if tb is not None:
+            tb = as_tangent(tb, self.out)
+            out = tadd(out, -tb * (y / b) if self.div else a * tb)
+        return None if out is None else _full(out, self.out)
+
+    def adjoint(self, xs, y, g, need):
+        a, b = self._vals(xs)
+        out = []
+        if isinstance(self.a, Node):
+            out.append(sum_to(g / b if self.div else g * b, self._shape(self.a)))
+        if isinstance(self.b, Node):
+            out.append(sum_to(-g * y / b if self.div else g * a, self._shape(self.b)))
+        return out
+
+    def adjoint_tangent(self, xs, ts, y, g, gt, need):
+        a, b = self._vals(xs)
+        ta, tb = self._split(ts)
+        ta = None if ta is None else as_tangent(ta, self.out)
+        tb = None if tb is None else as_tangent(tb, self.out)
+        out = []
+        if isinstance(self.a, Node):
+            if self.div:  # d/da = 1/b; d2/da db = -1/b^2
+                r = tadd(None if gt is None else gt / b, None if tb is None else -(g / (b * b)) * tb)
+            else:  # d/da = b; d2/da db = 1
+                r = tadd(None if gt is None else gt * b, None if tb is None else g * tb)
+            out.append(None if r is None else sum_to(_full(r, self.out), self._shape(self.a), True))
+        if isinstance(self.b, Node):
+            if self.div:  # d/db = -y/b; d2/db da = -1/b^2; d2/db^2 = 2 y / b^2
+                r = tadd(None if gt is None else -gt * (y / b), None if ta is None else -(g / (b * b)) * ta)
+                r = tadd(r, None if tb is None else (2.0 * g * y / (b * b)) * tb)
+            else:
+                r = tadd(None if gt is None else gt * a, None if ta is None else g * ta)
+            out.append(None if r is None else sum_to(_full(r, self.out), self._shape(self.b), True))
+        return out
+
+
+@rule(aten.where.self, aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+class Select(LinearOp):
+    """``where(cond, a, b)`` and ``masked_fill(x, mask, value)`` with a condition that does not
+    depend on the parameters: entries are taken from one input or are constants."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        self.fill = node.target.overloadpacket.__name__ == "masked_fill"
+        self.out = shape_of(node)
+        if self.fill:
+            self.inputs = [node.args[0]]
+            self.index_nodes = [node.args[1]]
+            self.shapes = [shape_of(node.args[0])]
+        else:
+            self.branches = [node.args[1], node.args[2]]
+            self.inputs = _nodes(self.branches)
+            self.index_nodes = [node.args[0]]
+            self.shapes = [shape_of(v) for v in self.inputs]
+
+    def bind(self, index: list) -> None:
+        """The condition's value (evaluated once, before the sweeps)."""
+        self.cond = index[0]
+
+    def _masks(self):
+        if self.fill:
+            return [~self.cond]
+        keep = [self.cond, ~self.cond]
+        return [k for k, v in zip(keep, self.branches, strict=True) if isinstance(v, Node)]
+
+    def apply(self, xs, batched):
+        out = None
+        for x, m in zip(xs, self._masks(), strict=True):
+            x = as_tangent(x, self.out) if batched else x
+            term = x * m.to(x.dtype)
+            out = term if out is None else out + term
+        return _full(out, self.out) if batched else out.expand(self.out)
+
+    def transpose(self, g, batched):
+        return [sum_to(g * m.to(g.dtype), s, batched) for m, s in zip(self._masks(), self.shapes, strict=True)]
+
+
+@rule(aten.sum.dim_IntList, aten.sum.default, aten.mean.dim, aten.mean.default)
+class Reduce(LinearOp):
+    """Sums and means over axes (all axes without ``dim``)."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        self.inputs = [node.args[0]]
+        self.shape_in = shape_of(node.args[0])
+        n = len(self.shape_in)
+        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        dims = list(range(n)) if dims is None or dims == [] else ([dims] if isinstance(dims, int) else list(dims))
+        self.dims = sorted(d % n for d in dims) if n else []
+        self.keepdim = bool(node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False))
+        self.mean = node.target.overloadpacket.__name__ == "mean"
+        count = 1
+        for d in self.dims:
+            count *= self.shape_in[d]
+        self.scale = 1.0 / count if self.mean else 1.0
+
+    def apply(self, xs, batched):
+        x = xs[0]
+        if not self.dims:
+            return x * self.scale if self.scale != 1.0 else x
+        out = x.sum(dim=[d + batched for d in self.dims], keepdim=self.keepdim)
+        return out * self.scale if self.scale != 1.0 else out
+
+    def transpose(self, g, batched):
+        if not self.keepdim:
+            for d in self.dims:
+                g = g.unsqueeze(d + batched)
+        shape = ((g.shape[0],) if batched else ()) + self.shape_in
+        g = g.expand(shape)
+        return [g * self.scale if self.scale != 1.0 else g]

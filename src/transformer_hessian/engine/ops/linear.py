@@ -1,0 +1,310 @@
+"""Maps linear in each of two inputs: ``linear`` (x W^T + b), ``addmm`` (b + x W: Hugging Face's
+Conv1D), matrix products of two values (hand-written attention, a weight used directly), embedding
+lookups and 2-d convolutions (a ViT's patch embedding). A weight is an input like any other, so a
+weight used twice (tied embeddings) gathers the adjoint tangents of both uses."""
+
+from __future__ import annotations
+
+import torch
+
+from ..contract import Op, as_tangent, rule, shape_of, sum_to, tadd
+
+aten = torch.ops.aten
+
+
+def _flat(x: torch.Tensor, batched: bool) -> torch.Tensor:
+    """(N, last) rows of a value, (K, N, last) of a tangent."""
+    return x.reshape(x.shape[0], -1, x.shape[-1]) if batched else x.reshape(-1, x.shape[-1])
+
+
+@rule(aten.linear.default)
+class Linear(Op):
+    """y = x W^T + b on the last axis (W: (o, i)). y' = x' W^T + x W'^T + b';
+    g_x = g W, g_W = sum_n g_n^T x_n, g_b = sum_n g_n; the curvature of its own is the bilinear
+    cross term: g_x' = g' W + g W', g_W' = sum_n g'_n^T x_n + g_n^T x'_n."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        self.inputs = [a for a in node.args[:3] if a is not None]
+        self.has_b = len(self.inputs) == 3
+        self.x_shape = shape_of(node.args[0])
+
+    def tangent(self, xs, ts, y):
+        x, W = xs[0], xs[1]
+        tx, tW = ts[0], ts[1]
+        out = None
+        if tx is not None:
+            out = tx @ W.T
+        if tW is not None:  # (K, N, o) = x (N, i) @ W'^T (K, i, o)
+            xw = torch.matmul(_flat(x, False), tW.transpose(1, 2)).reshape(tW.shape[0], *y.shape)
+            out = xw if out is None else out.add_(xw)
+        if self.has_b and ts[2] is not None:
+            out = tadd(out, as_tangent(ts[2], y.shape))
+            if tuple(out.shape[1:]) != tuple(y.shape):
+                out = out.expand(out.shape[0], *y.shape)
+        return out
+
+    def adjoint(self, xs, y, g, need):
+        x, W = xs[0], xs[1]
+        g2 = _flat(g, False)
+        out = [(g @ W) if need[0] else None, (g2.T @ _flat(x, False)) if need[1] else None]
+        if self.has_b:
+            out.append(g2.sum(0) if need[2] else None)
+        return out
+
+    def adjoint_tangent(self, xs, ts, y, g, gt, need):
+        x, W = xs[0], xs[1]
+        tx, tW = ts[0], ts[1]
+        gx = gW = gb = None
+        if need[0]:
+            gx = None if gt is None else gt @ W
+            if tW is not None:
+                gx = tadd(gx, _g_times(g, tW))
+        if need[1]:
+            x2 = _flat(x, False)
+            if gt is not None:
+                gW = _flat(gt, True).transpose(1, 2) @ x2
+            if tx is not None:
+                term = _flat(g, False).T @ _flat(tx, True)
+                gW = term if gW is None else gW.add_(term)
+        if self.has_b and need[2] and gt is not None:
+            gb = _flat(gt, True).sum(1)
+        return [gx, gW, gb] if self.has_b else [gx, gW]
+
+
+def _g_times(g: torch.Tensor, tW: torch.Tensor) -> torch.Tensor:
+    """(K, *g.shape[:-1], i) = g (.., o) @ W' (K, o, i)."""
+    K = tW.shape[0]
+    return torch.matmul(_flat(g, False), tW).reshape(K, *g.shape[:-1], tW.shape[-1])
+
+
+@rule(aten.addmm.default)
+class Addmm(Op):
+    """y = beta b + alpha x M (x: (N, i), M: (i, o)); Hugging Face's Conv1D (GPT-2) with M its weight."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        b, x, M = node.args[:3]
+        self.beta = node.kwargs.get("beta", 1)
+        self.alpha = node.kwargs.get("alpha", 1)
+        self.inputs = [b, x, M]
+        self.b_shape = shape_of(b)
+
+    def tangent(self, xs, ts, y):
+        b, x, M = xs
+        tb, tx, tM = ts
+        out = None
+        if tx is not None:
+            out = tx @ M
+        if tM is not None:
+            out = tadd(out, torch.matmul(x, tM))
+        if out is not None and self.alpha != 1:
+            out = out * self.alpha
+        if tb is not None:
+            tb = as_tangent(tb, y.shape) * self.beta
+            out = tb.expand(tb.shape[0], *y.shape) if out is None else out + tb
+        return out
+
+    def adjoint(self, xs, y, g, need):
+        b, x, M = xs
+        a = self.alpha
+        return [
+            sum_to(g, self.b_shape) * self.beta if need[0] else None,
+            (g @ M.T) * a if need[1] else None,
+            (x.T @ g) * a if need[2] else None,
+        ]
+
+    def adjoint_tangent(self, xs, ts, y, g, gt, need):
+        b, x, M = xs
+        tb, tx, tM = ts
+        a = self.alpha
+        gb = gx = gM = None
+        if need[0] and gt is not None:
+            gb = sum_to(gt, self.b_shape, True) * self.beta
+        if need[1]:
+            gx = tadd(None if gt is None else gt @ M.T, None if tM is None else torch.matmul(g, tM.transpose(1, 2)))
+            gx = None if gx is None or a == 1 else gx * a
+        if need[2]:
+            gM = tadd(None if gt is None else x.T @ gt, None if tx is None else tx.transpose(1, 2) @ g)
+            gM = None if gM is None or a == 1 else gM * a
+        return [gb, gx, gM]
+
+
+@rule(aten.matmul.default, aten.mm.default, aten.bmm.default)
+class MatMul(Op):
+    """y = a @ b (batch axes broadcast; both at least 2-d): a bilinear map. y' = a' b + a b';
+    g_a = g b^T, g_b = a^T g (summed over broadcast axes); g_a' = g' b^T + g b'^T,
+    g_b' = a^T g' + a'^T g."""
+
+    #: a product of two values mixes the rows of its right operand (hand-written attention)
+    mixes_tokens = True
+
+    def __init__(self, node):
+        super().__init__(node)
+        self.inputs = [node.args[0], node.args[1]]
+        self.a_shape, self.b_shape = shape_of(node.args[0]), shape_of(node.args[1])
+        if len(self.a_shape) < 2 or len(self.b_shape) < 2:
+            raise NotImplementedError("matmul of a vector (1-d operand)")
+
+    def tangent(self, xs, ts, y):
+        a, b = xs
+        ta, tb = ts
+        out = None
+        if ta is not None:
+            out = as_tangent(ta, y.shape) @ b
+        if tb is not None:
+            out = tadd(out, a @ as_tangent(tb, y.shape))
+        return None if out is None else _full(out, y.shape)
+
+    def adjoint(self, xs, y, g, need):
+        a, b = xs
+        return [
+            sum_to(g @ b.transpose(-1, -2), self.a_shape) if need[0] else None,
+            sum_to(a.transpose(-1, -2) @ g, self.b_shape) if need[1] else None,
+        ]
+
+    def adjoint_tangent(self, xs, ts, y, g, gt, need):
+        a, b = xs
+        ta, tb = ts
+        ga = gb = None
+        if need[0]:
+            ga = tadd(
+                None if gt is None else gt @ b.transpose(-1, -2),
+                None if tb is None else g @ as_tangent(tb, y.shape).transpose(-1, -2),
+            )
+            ga = None if ga is None else sum_to(_full(ga, y.shape[:-1] + (a.shape[-1],)), self.a_shape, True)
+        if need[1]:
+            gb = tadd(
+                None if gt is None else a.transpose(-1, -2) @ gt,
+                None if ta is None else as_tangent(ta, y.shape).transpose(-1, -2) @ g,
+            )
+            gb = None if gb is None else sum_to(_full(gb, y.shape[:-2] + b.shape[-2:]), self.b_shape, True)
+        return [ga, gb]
+
+
+def _full(t: torch.Tensor, shape) -> torch.Tensor:
+    t = as_tangent(t, shape)
+    return t if tuple(t.shape[1:]) == tuple(shape) else t.expand(t.shape[0], *shape)
+
+
+@rule(aten.embedding.default)
+class Embedding(Op):
+    """y = W[ids] (a lookup: linear in W). Rows at ``padding_idx`` get no adjoint, as in torch's
+    backward, and so no Hessian entries (their tangents are dropped too, keeping H symmetric)."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        self.inputs = [node.args[0]]
+        self.index_nodes = [node.args[1]]
+        self.pad = node.args[2] if len(node.args) > 2 else node.kwargs.get("padding_idx", -1)
+        self.w_shape = shape_of(node.args[0])
+
+    def bind(self, index: list) -> None:
+        """The token ids (evaluated once, before the sweeps)."""
+        ids = index[0]
+        self.ids = ids
+        self.keep = None if self.pad is None or self.pad < 0 else (ids != self.pad)
+
+    def _masked(self, t, batched):
+        if self.keep is None:
+            return t
+        return t * self.keep.unsqueeze(-1).to(t.dtype)
+
+    def tangent(self, xs, ts, y):
+        (t,) = ts
+        return None if t is None else self._masked(t[:, self.ids], True)
+
+    def adjoint(self, xs, y, g, need):
+        d = self.w_shape[-1]
+        g = self._masked(g, False)
+        return [g.new_zeros(self.w_shape).index_add_(0, self.ids.reshape(-1), g.reshape(-1, d))]
+
+    def adjoint_tangent(self, xs, ts, y, g, gt, need):
+        if gt is None:
+            return [None]
+        d, K = self.w_shape[-1], gt.shape[0]
+        gt = self._masked(gt, True)
+        out = gt.new_zeros((K, *self.w_shape))
+        return [out.index_add_(1, self.ids.reshape(-1), gt.reshape(K, -1, d))]
+
+
+@rule(aten.conv2d.default, aten.convolution.default)
+class Conv2d(Op):
+    """A 2-d convolution (bilinear in input and weight, plus a bias): y' = conv(x', W) + conv(x, W')
+    + b'; adjoints and their tangents through torch's convolution_backward, applied to the K
+    tangents one after the other (it is linear in each argument; no second derivative of a kernel
+    is taken)."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        args = list(node.args)
+        if node.target is aten.convolution.default:
+            x, W, b, stride, padding, dilation, transposed, out_pad, groups = args
+            if transposed:
+                raise NotImplementedError("transposed convolution")
+        else:
+            x, W = args[0], args[1]
+            b = args[2] if len(args) > 2 else node.kwargs.get("bias")
+            stride = args[3] if len(args) > 3 else node.kwargs.get("stride", [1, 1])
+            padding = args[4] if len(args) > 4 else node.kwargs.get("padding", [0, 0])
+            dilation = args[5] if len(args) > 5 else node.kwargs.get("dilation", [1, 1])
+            groups = args[6] if len(args) > 6 else node.kwargs.get("groups", 1)
+        if isinstance(padding, str):
+            raise NotImplementedError(f"conv2d padding={padding!r}")
+        self.inputs = [v for v in (x, W, b) if v is not None]
+        self.has_b = b is not None
+        self.conf = ([*stride] * (2 // len(stride)), [*padding] * (2 // len(padding)), [*dilation] * (2 // len(dilation)), groups)
+        self.x_shape, self.w_shape = shape_of(x), shape_of(W)
+
+    def _conv(self, x, W):
+        s, p, d, gr = self.conf
+        return torch.nn.functional.conv2d(x, W, None, s, p, d, gr)
+
+    def _back(self, g, x, W, mask):
+        s, p, d, gr = self.conf
+        return aten.convolution_backward.default(g, x, W, None, s, p, d, False, [0, 0], gr, mask)
+
+    def tangent(self, xs, ts, y):
+        x, W = xs[0], xs[1]
+        tx, tW = ts[0], ts[1]
+        out = []
+        if tx is not None:
+            K = tx.shape[0]
+            out.append(self._conv(tx.reshape(-1, *x.shape[1:]), W).reshape(K, *y.shape))
+        if tW is not None:
+            out.append(torch.stack([self._conv(x, w) for w in tW]))
+        if self.has_b and ts[2] is not None:
+            out.append(ts[2].reshape(ts[2].shape[0], 1, -1, 1, 1).expand(ts[2].shape[0], *y.shape))
+        if not out:
+            return None
+        total = out[0]
+        for t in out[1:]:
+            total = total + t
+        return total
+
+    def adjoint(self, xs, y, g, need):
+        x, W = xs[0], xs[1]
+        gx, gW, _ = self._back(g, x, W, [need[0], need[1], False])
+        return [gx, gW, g.sum((0, 2, 3))] if self.has_b else [gx, gW]
+
+    def adjoint_tangent(self, xs, ts, y, g, gt, need):
+        x, W = xs[0], xs[1]
+        tx, tW = ts[0], ts[1]
+        K = next((t.shape[0] for t in (gt, tx, tW) if t is not None), None)
+        if K is None:
+            return [None] * len(self.inputs)
+        gx = x.new_zeros((K, *self.x_shape)) if need[0] else None
+        gW = x.new_zeros((K, *self.w_shape)) if need[1] else None
+        for k in range(K):
+            if gt is not None:
+                a, b, _ = self._back(gt[k], x, W, [need[0], need[1], False])
+                if need[0]:
+                    gx[k] += a
+                if need[1]:
+                    gW[k] += b
+            if tW is not None and need[0]:
+                gx[k] += self._back(g, x, tW[k], [True, False, False])[0]
+            if tx is not None and need[1]:
+                gW[k] += self._back(g, tx[k], W, [False, True, False])[1]
+        gb = None if not self.has_b or gt is None else gt.sum((1, 3, 4))
+        return [gx, gW, gb] if self.has_b else [gx, gW]

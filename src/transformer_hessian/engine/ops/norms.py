@@ -1,0 +1,218 @@
+"""Normalisations over the last axis: LayerNorm and RMSNorm (torch's ``nn.RMSNorm``; Hugging Face's
+hand-written RMSNorm is captured as powers, means, rsqrt and products and goes through their rules).
+
+Both are y = n(x) * gamma (+ beta), n the normalised input; gamma and beta are inputs like x, so
+their Hessian rows are their adjoint tangents (docs/theory.md, "Operations of any model": norms)."""
+
+from __future__ import annotations
+
+import torch
+
+from ..contract import Op, rule, shape_of
+
+aten = torch.ops.aten
+
+
+def _mean(t):
+    return t.mean(-1, keepdim=True)
+
+
+def _rows(t: torch.Tensor, batched: bool, d: int) -> torch.Tensor:
+    return t.reshape(t.shape[0], -1, d) if batched else t.reshape(-1, d)
+
+
+class _Norm(Op):
+    """Shared bookkeeping: inputs (x, gamma, beta) present in the node, the normalised axis d."""
+
+    def _setup(self, node, x, normalized_shape, gamma, beta):
+        if len(normalized_shape) != 1:
+            raise NotImplementedError(f"normalisation over {len(normalized_shape)} axes (only the last)")
+        self.inputs = [v for v in (x, gamma, beta) if v is not None]
+        self.has_g, self.has_b = gamma is not None, beta is not None
+        self.x_shape = shape_of(x)
+        self.d = normalized_shape[0]
+
+    def _split(self, seq):
+        it = iter(seq)
+        x = next(it)
+        g = next(it) if self.has_g else None
+        b = next(it) if self.has_b else None
+        return x, g, b
+
+    def _join(self, x, g, b):
+        out = [x]
+        if self.has_g:
+            out.append(g)
+        if self.has_b:
+            out.append(b)
+        return out
+
+
+@rule(aten.layer_norm.default)
+class LayerNorm(_Norm):
+    """n = (x - mean x) / sigma, sigma = sqrt(var x + eps) (biased variance); y = n gamma + beta.
+    n' = (x' - mean x' - n s') / sigma with s' = mean(n x'); g_n = g gamma,
+    g_x = (g_n - mean g_n - n mean(g_n n)) / sigma; the second-order terms in
+    :meth:`adjoint_tangent` (the same as the torch-encoder engine's, docs/theory.md)."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        a = list(node.args) + [None] * 5
+        eps = a[4] if a[4] is not None else node.kwargs.get("eps", 1e-5)
+        self._setup(node, a[0], a[1], a[2] if len(node.args) > 2 else node.kwargs.get("weight"), a[3] if len(node.args) > 3 else node.kwargs.get("bias"))
+        self.eps = eps
+
+    def _stats(self, x):
+        x2 = _rows(x, False, self.d)
+        xc = x2 - _mean(x2)
+        sigma = (_mean(xc * xc) + self.eps).sqrt()
+        return xc / sigma, sigma
+
+    def forward(self, xs):
+        x, gam, bet = self._split(xs)
+        self.n, self.sigma = self._stats(x)
+        y = self.n * gam if gam is not None else self.n
+        if bet is not None:
+            y = y + bet
+        return y.reshape(x.shape)
+
+    def _n_tangent(self, tx):
+        t = _rows(tx, True, self.d)
+        st = _mean(self.n * t)
+        return (t - _mean(t) - self.n * st) / self.sigma, st
+
+    def tangent(self, xs, ts, y):
+        x, gam, _ = self._split(xs)
+        tx, tg, tb = self._split(ts)
+        out = None
+        if tx is not None:
+            nt, _ = self._n_tangent(tx)
+            out = nt * gam if gam is not None else nt
+        if tg is not None:
+            term = self.n * tg.unsqueeze(1)
+            out = term if out is None else out + term
+        if tb is not None:
+            term = tb.unsqueeze(1).expand(tb.shape[0], self.n.shape[0], self.d)
+            out = term if out is None else out + term
+        return None if out is None else out.reshape(out.shape[0], *self.x_shape)
+
+    def adjoint(self, xs, y, g, need):
+        x, gam, _ = self._split(xs)
+        g2 = _rows(g, False, self.d)
+        n, sigma = self.n, self.sigma
+        gn = g2 * gam if gam is not None else g2
+        gx = (gn - _mean(gn) - n * _mean(gn * n)) / sigma
+        return self._join(gx.reshape(self.x_shape), (g2 * n).sum(0), g2.sum(0))
+
+    def adjoint_tangent(self, xs, ts, y, g, gt, need):
+        x, gam, _ = self._split(xs)
+        tx, tg, _ = self._split(ts)
+        n, sigma, d = self.n, self.sigma, self.d
+        g2 = _rows(g, False, d)
+        gt2 = None if gt is None else _rows(gt, True, d)
+        nt = st = None
+        if tx is not None:
+            nt, st = self._n_tangent(tx)
+        # gamma, beta: g_gamma = sum g n, g_beta = sum g
+        ggt = None
+        if self.has_g:
+            parts = [t for t in (None if gt2 is None else (gt2 * n).sum(1), None if nt is None else (g2 * nt).sum(1)) if t is not None]
+            ggt = None if not parts else (parts[0] if len(parts) == 1 else parts[0] + parts[1])
+        gbt = None if gt2 is None else gt2.sum(1)
+        # x: g_n' = g' gamma + g gamma'
+        gn = g2 * gam if gam is not None else g2
+        gnt = None if gt2 is None else (gt2 * gam if gam is not None else gt2)
+        if tg is not None:
+            term = g2 * tg.unsqueeze(1)
+            gnt = term if gnt is None else gnt + term
+        gxt = None
+        if gnt is not None:
+            gxt = gnt - _mean(gnt) - n * _mean(gnt * n)
+        if nt is not None:
+            m = _mean(gn * n)
+            extra = -nt * m - n * _mean(gn * nt)
+            gxt = extra if gxt is None else gxt + extra
+        if gxt is not None:
+            gxt = gxt / sigma
+        if st is not None:
+            gx = (gn - _mean(gn) - n * _mean(gn * n)) / sigma
+            gxt = gxt - gx * (st / sigma)
+        gxt = None if gxt is None else gxt.reshape(gxt.shape[0], *self.x_shape)
+        return self._join(gxt, ggt, gbt)
+
+
+@rule(aten.rms_norm.default)
+class RMSNorm(_Norm):
+    """n = x r, r = (mean x^2 + eps)^(-1/2); y = n gamma. With a = mean(n x'): n' = r (x' - n a),
+    r' = -r^2 a; g_n = g gamma, m = mean(g_n n), g_x = r (g_n - n m);
+    g_x' = r' (g_n - n m) + r (g_n' - n' m - n m'), m' = mean(g_n' n + g_n n')."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        a = list(node.args) + [None] * 4
+        gamma = a[2] if len(node.args) > 2 else node.kwargs.get("weight")
+        eps = a[3] if len(node.args) > 3 else node.kwargs.get("eps")
+        self._setup(node, a[0], a[1], gamma, None)
+        self.eps = eps if eps is not None else torch.finfo(node.meta["val"].dtype).eps
+
+    def forward(self, xs):
+        x, gam, _ = self._split(xs)
+        x2 = _rows(x, False, self.d)
+        self.r = torch.rsqrt(_mean(x2 * x2) + self.eps)
+        self.n = x2 * self.r
+        y = self.n * gam if gam is not None else self.n
+        return y.reshape(x.shape)
+
+    def _n_tangent(self, tx):
+        t = _rows(tx, True, self.d)
+        a = _mean(self.n * t)
+        return self.r * (t - self.n * a), a
+
+    def tangent(self, xs, ts, y):
+        x, gam, _ = self._split(xs)
+        tx, tg, _ = self._split(ts)
+        out = None
+        if tx is not None:
+            nt, _ = self._n_tangent(tx)
+            out = nt * gam if gam is not None else nt
+        if tg is not None:
+            term = self.n * tg.unsqueeze(1)
+            out = term if out is None else out + term
+        return None if out is None else out.reshape(out.shape[0], *self.x_shape)
+
+    def adjoint(self, xs, y, g, need):
+        x, gam, _ = self._split(xs)
+        g2 = _rows(g, False, self.d)
+        n, r = self.n, self.r
+        gn = g2 * gam if gam is not None else g2
+        gx = r * (gn - n * _mean(gn * n))
+        return self._join(gx.reshape(self.x_shape), (g2 * n).sum(0), None)
+
+    def adjoint_tangent(self, xs, ts, y, g, gt, need):
+        x, gam, _ = self._split(xs)
+        tx, tg, _ = self._split(ts)
+        n, r, d = self.n, self.r, self.d
+        g2 = _rows(g, False, d)
+        gt2 = None if gt is None else _rows(gt, True, d)
+        nt = a = None
+        if tx is not None:
+            nt, a = self._n_tangent(tx)
+        ggt = None
+        if self.has_g:
+            parts = [t for t in (None if gt2 is None else (gt2 * n).sum(1), None if nt is None else (g2 * nt).sum(1)) if t is not None]
+            ggt = None if not parts else (parts[0] if len(parts) == 1 else parts[0] + parts[1])
+        gn = g2 * gam if gam is not None else g2
+        gnt = None if gt2 is None else (gt2 * gam if gam is not None else gt2)
+        if tg is not None:
+            term = g2 * tg.unsqueeze(1)
+            gnt = term if gnt is None else gnt + term
+        m = _mean(gn * n)
+        gxt = None
+        if gnt is not None:
+            gxt = r * (gnt - n * _mean(gnt * n))
+        if nt is not None:
+            # r' (g_n - n m) + r (-n' m - n mean(g_n n'))
+            extra = -(r * r * a) * (gn - n * m) + r * (-nt * m - n * _mean(gn * nt))
+            gxt = extra if gxt is None else gxt + extra
+        gxt = None if gxt is None else gxt.reshape(gxt.shape[0], *self.x_shape)
+        return self._join(gxt, ggt, None)

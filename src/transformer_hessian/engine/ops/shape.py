@@ -1,0 +1,293 @@
+"""Shape operations: views, reshapes, transposes, expansions, slices, concatenations, splits,
+gathers. Each is linear in its input (:class:`.contract.LinearOp`): the tangent is the same
+operation on a leading axis of K tangents, the adjoint its transpose (docs/theory.md, "Operations
+of any model": shape operations)."""
+
+from __future__ import annotations
+
+
+import torch
+
+from ..contract import LinearOp, rule, shape_of, sum_to
+
+aten = torch.ops.aten
+
+
+def _dim(d: int, n: int) -> int:
+    return d % n if n else 0
+
+
+@rule(
+    aten.view.default,
+    aten._unsafe_view.default,
+    aten.reshape.default,
+    aten.flatten.using_ints,
+    aten.unflatten.int,
+    aten.squeeze.dim,
+    aten.squeeze.dims,
+    aten.squeeze.default,
+    aten.unsqueeze.default,
+    aten.view_as.default,
+    aten.reshape_as.default,
+)
+class Reshape(LinearOp):
+    """Any operation that keeps the entries in order and changes only the shape."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        self.inputs = [node.args[0]]
+        self.shape_in, self.shape_out = shape_of(node.args[0]), shape_of(node)
+
+    def apply(self, xs, batched):
+        x = xs[0]
+        return x.reshape(x.shape[0], *self.shape_out) if batched else x.reshape(self.shape_out)
+
+    def transpose(self, g, batched):
+        return [g.reshape(g.shape[0], *self.shape_in) if batched else g.reshape(self.shape_in)]
+
+
+@rule(
+    aten.contiguous.default,
+    aten.clone.default,
+    aten.alias.default,
+    aten.lift_fresh_copy.default,
+    aten._to_copy.default,
+    aten.to.dtype,
+    aten.to.dtype_layout,
+    aten.to.device,
+    aten.to.other,
+    aten.type_as.default,
+    aten.dropout.default,
+    aten.feature_dropout.default,
+)
+class Identity(LinearOp):
+    """Copies, layout changes, casts and dropout in evaluation mode: the identity. The front end
+    (:mod:`..capture`) refuses dropout that is on; a floating-point cast of a differentiated value
+    keeps the Hessian's precision (:meth:`forward`)."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        self.inputs = [node.args[0]]
+
+    def forward(self, xs):
+        x = xs[0]
+        val = self.node.meta.get("val")
+        dtype = getattr(val, "dtype", x.dtype)
+        if dtype != x.dtype and not (x.is_floating_point() and dtype.is_floating_point and _lower(dtype, x.dtype)):
+            x = x.to(dtype)
+        return x.contiguous()
+
+    def apply(self, xs, batched):
+        return xs[0]
+
+    def transpose(self, g, batched):
+        return [g]
+
+
+def _lower(a: torch.dtype, b: torch.dtype) -> bool:
+    """Whether floating dtype a has less precision than b."""
+    return torch.finfo(a).bits < torch.finfo(b).bits
+
+
+@rule(aten.transpose.int, aten.t.default, aten.permute.default, aten.swapaxes.default, aten.numpy_T.default)
+class Permute(LinearOp):
+    """A permutation of the axes."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        self.inputs = [node.args[0]]
+        n = len(shape_of(node.args[0]))
+        perm = list(range(n))
+        t = node.target
+        if t is aten.permute.default:
+            perm = [_dim(d, n) for d in node.args[1]]
+        elif t in (aten.t.default, aten.numpy_T.default):
+            perm = perm[::-1]
+        else:
+            a, b = _dim(node.args[1], n), _dim(node.args[2], n)
+            perm[a], perm[b] = perm[b], perm[a]
+        self.perm = perm
+        self.inverse = [perm.index(i) for i in range(n)]
+
+    def apply(self, xs, batched):
+        x = xs[0]
+        return x.permute(0, *[p + 1 for p in self.perm]) if batched else x.permute(self.perm)
+
+    def transpose(self, g, batched):
+        return [g.permute(0, *[p + 1 for p in self.inverse]) if batched else g.permute(self.inverse)]
+
+
+@rule(aten.expand.default, aten.expand_as.default, aten.broadcast_to.default)
+class Expand(LinearOp):
+    """Broadcasting to a larger shape; its transpose sums over the broadcast axes."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        self.inputs = [node.args[0]]
+        self.shape_in, self.shape_out = shape_of(node.args[0]), shape_of(node)
+
+    def apply(self, xs, batched):
+        x = xs[0]
+        if not batched:
+            return x.expand(self.shape_out)
+        extra = len(self.shape_out) - len(self.shape_in)
+        return x.reshape(x.shape[0], *([1] * extra), *self.shape_in).expand(x.shape[0], *self.shape_out)
+
+    def transpose(self, g, batched):
+        return [sum_to(g, self.shape_in, batched)]
+
+
+class _Indexed(LinearOp):
+    """A selection x[index] with a fixed index (a tuple of slices and integers); the transpose
+    writes the adjoint into zeros at the same place."""
+
+    index: tuple
+
+    def forward(self, xs):
+        return self.apply(xs, False)
+
+    def apply(self, xs, batched):
+        x = xs[0]
+        return x[(slice(None), *self.index)] if batched else x[self.index]
+
+    def transpose(self, g, batched):
+        shape = (g.shape[0], *self.shape_in) if batched else self.shape_in
+        out = g.new_zeros(shape)
+        out[(slice(None), *self.index) if batched else self.index] = g
+        return [out]
+
+
+@rule(aten.slice.Tensor, aten.select.int, aten.narrow.default)
+class Slice(_Indexed):
+    """``x[..., start:end:step, ...]`` on one axis (``select``: one index, the axis dropped)."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        self.inputs = [node.args[0]]
+        self.shape_in = shape_of(node.args[0])
+        n = len(self.shape_in)
+        args = list(node.args[1:])
+        dim = _dim(args[0] if args else node.kwargs.get("dim", 0), n)
+        if node.target is aten.select.int:
+            sel = args[1] if len(args) > 1 else node.kwargs["index"]
+        elif node.target is aten.narrow.default:
+            start = args[1] % self.shape_in[dim]
+            sel = slice(start, start + args[2])
+        else:
+            start = args[1] if len(args) > 1 else node.kwargs.get("start")
+            end = args[2] if len(args) > 2 else node.kwargs.get("end")
+            step = args[3] if len(args) > 3 else node.kwargs.get("step", 1)
+            sel = slice(start, end, step)
+        self.index = (slice(None),) * dim + (sel,)
+
+
+class SplitItem(_Indexed):
+    """One output of ``split`` / ``split_with_sizes`` / ``chunk`` / ``unbind`` (a ``getitem`` of it):
+    a slice of the split's input. The front end gives it the split's node as ``split``."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        split, i = node.args
+        self.inputs = [split.args[0]]
+        self.shape_in = shape_of(split.args[0])
+        n = len(self.shape_in)
+        t = split.target
+        if t is aten.unbind.int:
+            dim = _dim(split.args[1] if len(split.args) > 1 else 0, n)
+            self.index = (slice(None),) * dim + (i,)
+            return
+        dim = _dim(split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0), n)
+        sizes = [v.shape[dim] for v in split.meta["val"]]
+        start = sum(sizes[:i])
+        self.index = (slice(None),) * dim + (slice(start, start + sizes[i]),)
+
+
+#: the multi-output operations whose ``getitem`` outputs are :class:`SplitItem`
+SPLITS = (aten.split.Tensor, aten.split_with_sizes.default, aten.chunk.default, aten.unbind.int)
+
+
+@rule(aten.cat.default, aten.concat.default)
+class Cat(LinearOp):
+    """Concatenation along one axis; its transpose splits the adjoint."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        self.inputs = list(node.args[0])
+        n = len(shape_of(node))
+        self.dim = _dim(node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0), n)
+        self.sizes = [shape_of(a)[self.dim] for a in self.inputs]
+
+    def apply(self, xs, batched):
+        return torch.cat(list(xs), self.dim + batched)
+
+    def transpose(self, g, batched):
+        return list(torch.split(g, self.sizes, self.dim + batched))
+
+
+@rule(aten.stack.default)
+class Stack(LinearOp):
+    """Stacking along a new axis; its transpose unbinds the adjoint."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        self.inputs = list(node.args[0])
+        n = len(shape_of(node))
+        self.dim = _dim(node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0), n)
+
+    def apply(self, xs, batched):
+        return torch.stack(list(xs), self.dim + batched)
+
+    def transpose(self, g, batched):
+        return list(torch.unbind(g, self.dim + batched))
+
+
+@rule(aten.index.Tensor)
+class Index(LinearOp):
+    """``x[i_1, ..., i_k]`` with index tensors that do not depend on the parameters (adjacent index
+    axes); the transpose accumulates the adjoint at the indexed places."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        self.inputs = [node.args[0]]
+        self.shape_in = shape_of(node.args[0])
+        self.index_nodes = list(node.args[1])
+
+    def bind(self, index: list) -> None:
+        """The index tensors' values (the front end evaluates them once, before the sweeps)."""
+        self.raw = list(index)
+        self.index = tuple(slice(None) if i is None else i for i in index)
+
+    def apply(self, xs, batched):
+        x = xs[0]
+        return x[(slice(None), *self.index)] if batched else x[self.index]
+
+    def transpose(self, g, batched):
+        shape = (g.shape[0], *self.shape_in) if batched else self.shape_in
+        idx = [None, *self.raw] if batched else self.raw
+        return [aten.index_put.default(g.new_zeros(shape), idx, g, True)]
+
+
+@rule(aten.gather.default)
+class Gather(LinearOp):
+    """``torch.gather(x, dim, index)`` with an index that does not depend on the parameters."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        self.inputs = [node.args[0]]
+        self.shape_in = shape_of(node.args[0])
+        self.dim = _dim(node.args[1], len(self.shape_in))
+        self.index_nodes = [node.args[2]]
+
+    def bind(self, index: list) -> None:
+        """The index tensor's value (evaluated once, before the sweeps)."""
+        self.index = index[0]
+
+    def apply(self, xs, batched):
+        x = xs[0]
+        idx = self.index.expand(x.shape[0], *self.index.shape) if batched else self.index
+        return x.gather(self.dim + batched, idx)
+
+    def transpose(self, g, batched):
+        shape = (g.shape[0], *self.shape_in) if batched else self.shape_in
+        idx = self.index.expand(g.shape[0], *self.index.shape) if batched else self.index
+        return [g.new_zeros(shape).scatter_add_(self.dim + batched, idx, g)]

@@ -1,0 +1,262 @@
+"""The sweeps over a captured graph (:mod:`.capture`): values and adjoints once, then for each
+block of K parameter entries their tangents forward and the adjoints' tangents back.
+
+H[rows of the block, :] is the adjoint tangent at the parameters. The blocks take the parameters
+in the order of their first use in the graph: a block's sweep runs forward from its first seeded
+operation and back to it only, and the columns of the parameters used before are the transposed
+rows of the earlier blocks (:func:`fill_transposes`). The same sweep with arbitrary tangents gives
+Hessian-vector products (:func:`hvp_sweep`)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import torch
+from torch.fx import Node
+
+from .capture import Captured
+from .contract import tadd
+
+
+def _value(env: dict, arg):
+    return torch.fx.node.map_arg(arg, lambda n: env[n])
+
+
+class Run:
+    """One captured graph evaluated on its inputs: values of every node, adjoints of the
+    differentiated ones, and the sweeps of tangents."""
+
+    def __init__(self, cap: Captured):
+        self.cap = cap
+        self.env: dict[Node, object] = dict(cap.leaves)
+        self.adj: dict[Node, torch.Tensor] = {}
+        steps = {s.node: s for s in cap.steps}
+        with torch.no_grad():
+            for node in cap.graph.nodes:
+                if node.op != "call_function":
+                    continue
+                step = steps.get(node)
+                if step is None:
+                    if node in cap.live and node.target not in _passive_targets():
+                        continue  # a metadata check on a differentiated value
+                    self.env[node] = node.target(*_value(self.env, node.args), **_value(self.env, node.kwargs))
+                    continue
+                op = step.op
+                idx = getattr(op, "index_nodes", None)
+                if idx is not None:
+                    op.bind([self.env[i] if isinstance(i, Node) else i for i in idx])
+                if op.forward is None:
+                    self.env[node] = node.target(*_value(self.env, node.args), **_value(self.env, node.kwargs))
+                else:
+                    self.env[node] = _as_recorded(op.forward([self.env[i] for i in op.inputs]), node)
+            self.loss = self.env[cap.loss]
+            if not torch.isfinite(self.loss):
+                raise ValueError(f"exact_hessian: the loss is {float(self.loss)} on these inputs and weights")
+            self._adjoints()
+        # position of each selected parameter: the first step that reads one of its placeholders
+        first_use = {}
+        for step in cap.steps:
+            for i in step.op.inputs:
+                first_use.setdefault(i, step.pos)
+        self.rank = {n: min(first_use.get(ph, len(cap.steps)) for ph in cap.placeholders[n]) for n in cap.names}
+
+    def _adjoints(self) -> None:
+        cap = self.cap
+        adj = {cap.loss: torch.ones((), dtype=self.loss.dtype, device=self.loss.device)}
+        for step in reversed(cap.steps):
+            g = adj.get(step.node)
+            if g is None:
+                continue
+            op = step.op
+            need = [i in cap.live for i in op.inputs]
+            xs = [self.env[i] for i in op.inputs]
+            for i, gi, nd in zip(op.inputs, op.adjoint(xs, self.env[step.node], g, need), need, strict=True):
+                if nd and gi is not None:
+                    adj[i] = adj[i] + gi if i in adj else gi
+        self.adj = adj
+
+    def gradient(self) -> torch.Tensor:
+        """dL/dtheta over the selected parameters (H's order)."""
+        parts = []
+        for n in self.cap.names:
+            g = None
+            for ph in self.cap.placeholders[n]:
+                g = tadd(g, self.adj.get(ph))
+            parts.append(torch.zeros(self.cap.shapes[n], dtype=self.cap.dtype, device=self.cap.device).reshape(-1) if g is None else g.reshape(-1))
+        return torch.cat(parts)
+
+    def sweep(self, seeds: dict[str, torch.Tensor], first: int = 0) -> dict[str, torch.Tensor]:
+        """Tangents ``seeds`` (name -> (K, *shape)) forward from step ``first`` and their adjoints'
+        tangents back to it: name -> (K, *shape) adjoint tangent of every selected parameter whose
+        first use is at or after ``first`` (the others' are incomplete and left out)."""
+        cap, env = self.cap, self.env
+        tan: dict[Node, torch.Tensor] = {}
+        for n, t in seeds.items():
+            for ph in cap.placeholders[n]:
+                tan[ph] = t
+        steps = cap.steps[first:]
+        with torch.no_grad():
+            for step in steps:
+                op = step.op
+                ts = [tan.get(i) for i in op.inputs]
+                if any(t is not None for t in ts):
+                    t = op.tangent([env[i] for i in op.inputs], ts, env[step.node])
+                    if t is not None:
+                        tan[step.node] = t
+            adjt: dict[Node, torch.Tensor] = {}
+            for step in reversed(steps):
+                node, op = step.node, step.op
+                g = self.adj.get(node)
+                if g is None:
+                    continue
+                gt = adjt.pop(node, None)
+                ts = [tan.get(i) for i in op.inputs]
+                if gt is None and all(t is None for t in ts):
+                    continue
+                need = [i in cap.live for i in op.inputs]
+                xs = [env[i] for i in op.inputs]
+                res = op.adjoint_tangent(xs, ts, env[node], g, gt, need)
+                for i, gi, nd in zip(op.inputs, res, need, strict=True):
+                    if nd and gi is not None:
+                        adjt[i] = adjt[i] + gi if i in adjt else gi
+        out = {}
+        for n in cap.names:
+            if self.rank[n] < first:
+                continue
+            total = None
+            for ph in cap.placeholders[n]:
+                total = tadd(total, adjt.get(ph))
+            out[n] = total
+        return out
+
+    def tangent_bytes(self) -> int:
+        """Bytes of one tangent of every differentiated value (the memory of one entry of a block,
+        roughly thrice this with the adjoint tangents and temporaries)."""
+        total = 0
+        for step in self.cap.steps:
+            v = self.env.get(step.node)
+            if isinstance(v, torch.Tensor):
+                total += v.numel() * v.element_size()
+        return total
+
+
+def _as_recorded(v, node: Node):
+    """A rule's value in the memory layout torch's own kernel gave at capture (a later ``view``
+    may depend on it, e.g. on fused attention's output layout)."""
+    rec = node.meta.get("val")
+    if not isinstance(v, torch.Tensor) or not isinstance(rec, torch.Tensor) or v.stride() == rec.stride():
+        return v
+    if tuple(v.shape) != tuple(rec.shape):
+        return v
+    out = torch.empty_strided(tuple(rec.shape), tuple(rec.stride()), dtype=v.dtype, device=v.device)
+    return out.copy_(v)
+
+
+def _passive_targets():
+    from .ops.shape import SPLITS
+
+    return set(SPLITS)
+
+
+def columns(cap: Captured) -> dict[str, slice]:
+    """name -> its columns of H (the selected parameters flattened one after the other)."""
+    cols, off = {}, 0
+    for n in cap.names:
+        size = math.prod(cap.shapes[n])
+        cols[n] = slice(off, off + size)
+        off += size
+    return cols
+
+
+def blocks(run: Run, K: int) -> list[list[tuple[str, int, int]]]:
+    """The selected entries in the order of first use, in blocks of at most K: (name, a0, a1) pieces."""
+    out, cur, room = [], [], K
+    for n in sorted(run.cap.names, key=lambda n: run.rank[n]):
+        size, a = math.prod(run.cap.shapes[n]), 0
+        while a < size:
+            take = min(room, size - a)
+            cur.append((n, a, a + take))
+            a += take
+            room -= take
+            if room == 0:
+                out.append(cur)
+                cur, room = [], K
+    if cur:
+        out.append(cur)
+    return out
+
+
+def seeds_of(run: Run, pieces: list[tuple[str, int, int]]) -> dict[str, torch.Tensor]:
+    """One-hot tangents of a block's entries, per parameter: (K, *shape)."""
+    cap = run.cap
+    K = sum(a1 - a0 for _, a0, a1 in pieces)
+    seeds, k = {}, 0
+    for n, a0, a1 in pieces:
+        size = math.prod(cap.shapes[n])
+        t = seeds.get(n)
+        if t is None:
+            t = seeds[n] = torch.zeros((K, size), dtype=cap.dtype, device=cap.device)
+        rows = torch.arange(a1 - a0, device=cap.device)
+        t[k + rows, a0 + rows] = 1.0
+        k += a1 - a0
+    return {n: t.view(K, *cap.shapes[n]) for n, t in seeds.items()}
+
+
+def dense_hessian(run: Run, K: int, progress: Callable[[int, int], None] | None = None) -> torch.Tensor:
+    """The (P, P) Hessian, block by block (rows), the missing columns filled by transposes."""
+    cap = run.cap
+    cols = columns(cap)
+    P = sum(s.stop - s.start for s in cols.values())
+    H = torch.zeros(P, P, dtype=cap.dtype, device=cap.device)
+    todo = blocks(run, K)
+    for b, pieces in enumerate(todo):
+        first = min(run.rank[n] for n, _, _ in pieces)
+        res = run.sweep(seeds_of(run, pieces), first)
+        rows = torch.cat([torch.arange(cols[n].start + a0, cols[n].start + a1, device=cap.device) for n, a0, a1 in pieces])
+        for n, t in res.items():
+            if t is not None:
+                H[rows, cols[n]] = t.reshape(t.shape[0], -1)
+        # columns of the parameters used before this block: the earlier blocks' rows
+        for n in cap.names:
+            if run.rank[n] < first:
+                H[rows, cols[n]] = H[cols[n]][:, rows].T
+        if progress is not None:
+            progress(b + 1, len(todo))
+    return (H + H.T) / 2
+
+
+def hvp_sweep(run: Run, V: torch.Tensor) -> torch.Tensor:
+    """H V for V of shape (P,) or (P, K): one sweep with the K columns as tangents."""
+    cap = run.cap
+    cols = columns(cap)
+    vec = V.dim() == 1
+    Vm = V.unsqueeze(1) if vec else V
+    seeds = {n: Vm[cols[n]].T.reshape(Vm.shape[1], *cap.shapes[n]).to(cap.dtype) for n in cap.names}
+    res = run.sweep(seeds, 0)
+    parts = []
+    for n in cap.names:
+        t = res.get(n)
+        size = cols[n].stop - cols[n].start
+        parts.append(Vm.new_zeros(Vm.shape[1], size) if t is None else t.reshape(t.shape[0], -1))
+    out = torch.cat(parts, 1).T
+    return out[:, 0] if vec else out
+
+
+class Progress:
+    """A progress line every few seconds for long dense Hessians (blocks done, estimate of the rest)."""
+
+    def __init__(self, every: float = 10.0, stream=None):
+        self.every, self.t0, self.last = every, time.perf_counter(), time.perf_counter()
+        self.stream = stream
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.perf_counter()
+        if now - self.last < self.every or done == total:
+            return
+        self.last = now
+        rest = (now - self.t0) / done * (total - done)
+        import sys
+
+        print(f"exact_hessian: block {done}/{total}, about {rest:.0f} s left", file=self.stream or sys.stderr, flush=True)
