@@ -123,10 +123,10 @@ class Addmm(Op):
             gb = sum_to(gt, self.b_shape, True) * self.beta
         if need[1]:
             gx = tadd(None if gt is None else gt @ M.T, None if tM is None else torch.matmul(g, tM.transpose(1, 2)))
-            gx = None if gx is None or a == 1 else gx * a
+            gx = gx if gx is None or a == 1 else gx * a
         if need[2]:
             gM = tadd(None if gt is None else x.T @ gt, None if tx is None else tx.transpose(1, 2) @ g)
-            gM = None if gM is None or a == 1 else gM * a
+            gM = gM if gM is None or a == 1 else gM * a
         return [gb, gx, gM]
 
 
