@@ -38,6 +38,7 @@ LAYERS: dict[str, int] = {
     "core": CORE,  # the model, dense and matrix-free Hessians, the saved Hessian's check, statistics, Theorem 7
     "theory": CORE,  # the paper's closed forms
     "encoder": CORE,  # exact_hessian by curvature propagation
+    "engine": CORE,  # exact_hessian of any torch model: capture, operation contract, rules, sweeps
     "data": DATA,  # data sets, their files and readers
     "config": CONFIG,  # validation, cross-key checks, the typed sections, the schema
     "train": TRAIN,  # training, checkpoints, the train rule's result paths

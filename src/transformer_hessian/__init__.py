@@ -25,9 +25,11 @@ ALL_GROUPS = GROUPS + LN_GROUPS
 
 #: The public API by group: group -> {name: the module (relative to this package) that defines it}.
 API: dict[str, dict[str, str]] = {
-    "exact Hessians of torch Transformers": {
-        "exact_hessian": "encoder",
-        "hessian_blocks": "encoder",
+    "exact Hessians of any torch model": {
+        "exact_hessian": "engine.api",
+        "hessian_blocks": "engine.api",
+        "hvp": "engine.api",
+        "HessianOperator": "engine.api",
         "split_heads": "encoder",
     },
     "the paper's model": {

@@ -99,6 +99,19 @@ def ritz(alpha: torch.Tensor, beta: torch.Tensor):
     return theta, S, (beta[:, -1:] * S[:, -1, :]).abs()
 
 
+def as_matvec(matvec, w: torch.Tensor | None) -> tuple[Matvec, torch.Tensor]:
+    """(rows matvec, a vector like the operator's) from a row-wise ``matvec`` and ``w``, or from an
+    operator with ``shape``, ``dtype``, ``device`` and ``@`` (``transformer_hessian.HessianOperator``:
+    any model's exact Hessian, ``w`` may then be None)."""
+    if hasattr(matvec, "shape") and hasattr(matvec, "__matmul__") and not callable(matvec):
+        op = matvec
+        like = torch.zeros(op.shape[1], dtype=op.dtype, device=op.device) if w is None else w
+        return (lambda V: (op @ V.T).T), like
+    if w is None:
+        raise ValueError("w: needed with a plain matvec (only an operator with a shape can go without)")
+    return matvec, w
+
+
 def _gaussian(n: int, P: int, seed: int, like: torch.Tensor) -> torch.Tensor:
     gen = torch.Generator().manual_seed(int(seed))
     return torch.randn(n, P, generator=gen, dtype=like.dtype).to(like.device)
@@ -107,6 +120,7 @@ def _gaussian(n: int, P: int, seed: int, like: torch.Tensor) -> torch.Tensor:
 def lanczos_runs(matvec: Matvec, w: torch.Tensor, n: int, steps: int, seed: int = 0):
     """:func:`ritz` of ``n`` Lanczos runs from seeded Gaussian starts (one batched run): the runs
     behind both :func:`top_eigenvalues` and :func:`slq_density`, so one set serves both."""
+    matvec, w = as_matvec(matvec, w)
     alpha, beta = lanczos_tridiagonal(matvec, _gaussian(int(n), w.numel(), int(seed) + 271, w), steps, seed)
     return ritz(alpha, beta)
 
@@ -140,6 +154,7 @@ def hutchinson_trace(matvec: Matvec, w: torch.Tensor, n_probes: int, seed: int =
     Each term is unbiased (``E[z z^T] = I``); ``stderr = std(z_i^T A z_i, ddof=1) / sqrt(n)``
     is the standard error of the mean. Returns ``mean``, ``stderr``, ``n_probes``.
     """
+    matvec, w = as_matvec(matvec, w)
     if n_probes < 2:
         raise ValueError(f"spectrum.n_probes: Hutchinson needs at least 2 probes for a standard error, got {n_probes}")
     gen = torch.Generator().manual_seed(int(seed) + 31337)

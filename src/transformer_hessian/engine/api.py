@@ -32,12 +32,16 @@ def _check_inputs(inputs) -> None:
         where = f"inputs[{list(inputs)[i]!r}]" if isinstance(inputs, dict) else ("inputs" if len(leaves) == 1 else f"inputs[{i}]")
         if x.device.type == "meta":
             raise ValueError(f"{where}: on the meta device (it has no values)")
-        if x.numel() == 0 or (x.dim() > 0 and x.shape[0] == 0):
+        if x.dim() > 0 and x.shape[0] == 0:
             raise ValueError(f"{where}: empty (shape {tuple(x.shape)}); the loss of no samples is undefined")
         if x.dim() > 1 and x.shape[1] == 0:
             raise ValueError(f"{where}: no tokens (shape {tuple(x.shape)})")
-        if x.is_floating_point() and not torch.isfinite(x).all():
-            raise ValueError(f"{where}: has non-finite entries (nan or inf)")
+        if x.numel() == 0:
+            raise ValueError(f"{where}: empty (shape {tuple(x.shape)})")
+        if x.is_floating_point() and torch.isnan(x).any():
+            raise ValueError(f"{where}: has nan entries")
+        if x.is_floating_point() and "mask" not in where and torch.isinf(x).any():
+            raise ValueError(f"{where}: has infinite entries")
 
 
 def prepare(model, inputs, targets, *, loss="mse", params=None, head=None) -> Run:
@@ -129,3 +133,86 @@ class HessianOperator:
 def hvp(model, inputs, targets, v: torch.Tensor, *, loss="mse", params=None, head=None) -> torch.Tensor:
     """H v (v: (P,) or (P, K)) in one sweep; for many products build a :class:`HessianOperator` once."""
     return HessianOperator(model, inputs, targets, loss=loss, params=params, head=head) @ v
+
+
+def _torch_encoder(model) -> bool:
+    from torch import nn
+
+    return isinstance(model, (nn.TransformerEncoderLayer, nn.TransformerEncoder))
+
+
+def exact_hessian(
+    model,
+    inputs,
+    targets,
+    *,
+    loss="mse",
+    params=None,
+    head=None,
+    mask=None,
+    is_causal=False,
+    src_key_padding_mask=None,
+    engine: str = "auto",
+    progress: bool = True,
+    **encoder_options,
+) -> torch.Tensor:
+    """Dense (P, P) Hessian of the loss of any torch model w.r.t. ``params``, exact (float64 to
+    rounding): the second-order chain rule carried through every captured operation.
+
+    ``model``, ``inputs``, ``loss``, ``params``, ``head``: see the module docstring. Torch's
+    encoder modules (``nn.TransformerEncoderLayer`` / ``nn.TransformerEncoder`` on a ``(B, T, d)``
+    tensor) take ``mask`` (torch's ``src_mask``, (T, T)), ``is_causal`` and
+    ``src_key_padding_mask`` ((B, T), True = padding); they go through the encoder engine with its
+    factored sweeps and the paper block's closed form (``engine="encoder"``, options
+    ``chunk_bytes``, ``tangent_block``, ``fast_path``, ``workers``), except with a key-padding mask,
+    which the graph engine takes (``engine="graph"``, what every other model uses). Rows and
+    columns in the order of ``params`` (each flattened), in the parameters' dtype and device.
+    """
+    if engine not in ("auto", "graph", "encoder"):
+        raise ValueError(f"engine: 'auto', 'graph' or 'encoder', got {engine!r}")
+    encoder = _torch_encoder(model)
+    if not encoder and (mask is not None or is_causal or src_key_padding_mask is not None):
+        raise ValueError(
+            "mask, is_causal, src_key_padding_mask: only for torch encoder modules; pass the model's own mask "
+            "in inputs (e.g. {'input_ids': ..., 'attention_mask': ...})"
+        )
+    if engine == "encoder" and not encoder:
+        raise ValueError(f"engine='encoder': model is {type(model).__name__}, not a torch encoder module")
+    if engine == "encoder" and src_key_padding_mask is not None:
+        raise ValueError("engine='encoder' does not take src_key_padding_mask (use engine='graph' or 'auto')")
+    use_encoder = encoder and isinstance(inputs, torch.Tensor) and src_key_padding_mask is None and engine != "graph"
+    if encoder_options and not use_encoder:
+        raise TypeError(f"{sorted(encoder_options)}: options of the encoder engine, not used by the graph engine")
+    from .capture import parameter_names, select
+
+    names = select(parameter_names(model, head), params, [n for n, _ in model.named_parameters()])
+    _check_inputs(inputs)
+    if use_encoder:
+        from ..encoder.api import exact_hessian as encoder_hessian
+
+        return encoder_hessian(
+            model, inputs, targets, loss=loss, head=head, params=names, mask=mask, is_causal=is_causal, **encoder_options
+        )
+    if encoder and isinstance(inputs, torch.Tensor):
+        from torch import nn
+
+        key = "src_mask" if isinstance(model, nn.TransformerEncoderLayer) else "mask"
+        kpm = src_key_padding_mask
+        if kpm is not None and (not isinstance(kpm, torch.Tensor) or tuple(kpm.shape) != tuple(inputs.shape[:2])):
+            shape = tuple(kpm.shape) if isinstance(kpm, torch.Tensor) else type(kpm).__name__
+            raise ValueError(f"src_key_padding_mask: expected {tuple(inputs.shape[:2])} (B, T), got {shape}")
+        inputs = {"src": inputs, key: mask, "src_key_padding_mask": kpm, "is_causal": bool(is_causal)}
+        if mask is None and is_causal:
+            T = inputs["src"].shape[1]
+            inputs[key] = torch.nn.Transformer.generate_square_subsequent_mask(T, dtype=inputs["src"].dtype)
+    return hessian(model, inputs, targets, loss=loss, params=names, head=head, progress=progress)
+
+
+def hessian_blocks(model, inputs, targets, **kwargs) -> dict[tuple[str, str], torch.Tensor]:
+    """:func:`exact_hessian` as named blocks: ``(name_i, name_j) -> (numel_i, numel_j)`` views."""
+    from .capture import parameter_names, select
+
+    named = parameter_names(model, kwargs.get("head"))
+    names = select(named, kwargs.get("params"), [n for n, _ in model.named_parameters()])
+    H = exact_hessian(model, inputs, targets, **{**kwargs, "params": names})
+    return hessian_blocks_of(H, names, {n: tuple(named[n].shape) for n in names})

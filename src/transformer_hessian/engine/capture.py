@@ -107,11 +107,11 @@ def parameter_names(model: nn.Module, head: nn.Module | None) -> dict[str, nn.Pa
     return named
 
 
-def select(named: dict[str, nn.Parameter], params) -> list[str]:
+def select(named: dict[str, nn.Parameter], params, default: list[str] | None = None) -> list[str]:
     """The selected names, in the order asked: names or glob patterns (``"transformer.h.0.attn.*"``);
-    a single string is one name or pattern; None selects every parameter of the model."""
+    a single string is one name or pattern; None selects ``default`` (every name)."""
     if params is None:
-        return [n for n in named if not n.startswith("head.")] or list(named)
+        return list(named) if default is None else list(default)
     if isinstance(params, str):
         params = [params]
     try:
@@ -194,7 +194,7 @@ def capture(model: nn.Module, inputs, targets, *, loss="mse", head=None, params=
     if head is not None and loss != "cross_entropy":
         raise ValueError("head: only used with loss='cross_entropy' (the head on the token mean)")
     named = parameter_names(model, head)
-    names = select(named, params)
+    names = select(named, params, [n for n, _ in model.named_parameters()])
     args, kwargs = model_inputs(model, inputs)
     wrapped = _Wrapped(model, head, loss_fn)
     try:

@@ -204,7 +204,7 @@ def seeds_of(run: Run, pieces: list[tuple[str, int, int]]) -> dict[str, torch.Te
     return {n: t.view(K, *cap.shapes[n]) for n, t in seeds.items()}
 
 
-def dense_hessian(run: Run, K: int, progress: Callable[[int, int], None] | None = None) -> torch.Tensor:
+def dense_hessian(run: Run, K: int, progress: Callable[[int, int], None] | None = None, symmetrize_in_place: bool = True) -> torch.Tensor:
     """The (P, P) Hessian, block by block (rows), the missing columns filled by transposes."""
     cap = run.cap
     cols = columns(cap)
@@ -214,16 +214,23 @@ def dense_hessian(run: Run, K: int, progress: Callable[[int, int], None] | None 
     for b, pieces in enumerate(todo):
         first = min(run.rank[n] for n, _, _ in pieces)
         res = run.sweep(seeds_of(run, pieces), first)
-        rows = torch.cat([torch.arange(cols[n].start + a0, cols[n].start + a1, device=cap.device) for n, a0, a1 in pieces])
-        for n, t in res.items():
-            if t is not None:
-                H[rows, cols[n]] = t.reshape(t.shape[0], -1)
-        # columns of the parameters used before this block: the earlier blocks' rows
-        for n in cap.names:
-            if run.rank[n] < first:
-                H[rows, cols[n]] = H[cols[n]][:, rows].T
+        k = 0
+        for n, a0, a1 in pieces:  # rows of H of this piece: a contiguous range
+            rows = slice(cols[n].start + a0, cols[n].start + a1)
+            for m, t in res.items():
+                if t is not None:
+                    H[rows, cols[m]] = t[k : k + a1 - a0].reshape(a1 - a0, -1)
+            # columns of the parameters used before this block: the earlier blocks' rows
+            for m in cap.names:
+                if run.rank[m] < first:
+                    H[rows, cols[m]] = H[cols[m], rows].T
+            k += a1 - a0
         if progress is not None:
             progress(b + 1, len(todo))
+    if symmetrize_in_place:
+        from ..encoder.ops import symmetrize_
+
+        return symmetrize_(H)
     return (H + H.T) / 2
 
 

@@ -233,6 +233,11 @@ def _add_bench_parsers(sub) -> None:
     )
     b.add_argument("--quick", action="store_true", help="with --growth: a seconds-long sweep at toy sizes")
     b.add_argument("--factors", nargs="+", default=None, help="with --growth: the sweeps to run (d nhead T layers)")
+    b = bsub.add_parser("models", help="the engine's dense Hessian and HVPs of language models vs every correct peer")
+    b.add_argument("--cases", nargs="+", default=["gpt2-like", "llama-like"], help="gpt2-like llama-like tiny")
+    b.add_argument("--rows", type=int, default=256, help="rows of H each peer computes (its time is scaled to P rows)")
+    b.add_argument("--hvps", type=int, default=8, help="Hessian-vector products timed per method")
+    b.add_argument("--out-dir", default="results/bench", help="folder for models_bench.{json,md}")
     s.set_defaults(func=commands.cmd_bench)
 
 

@@ -101,6 +101,11 @@ def cmd_bench(a) -> None:
 
         cmd_bench_encoder(a)
         return
+    if a.bench == "models":
+        from ..bench.models import cmd_bench_models
+
+        cmd_bench_models(a)
+        return
     if a.bench == "train":
         from ..bench.train import run_train_bench
 

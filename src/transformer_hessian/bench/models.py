@@ -1,0 +1,212 @@
+"""``transformer-hessian bench models``: the engine's dense Hessian and Hessian-vector products of
+language models against every correct peer, in one run.
+
+Peers (float64, one process, the same model and batch):
+
+- reverse-over-reverse autograd (``torch.autograd.grad`` of the gradient, the math attention
+  kernel, the model as it is): rows of H one at a time;
+- ``torch.func`` ``vmap(jvp(grad))`` in blocks of rows, on a copy with LayerNorm written by hand
+  (``native_layer_norm``'s saved statistics carry zero tangents in torch 2.14.1, which makes it
+  wrong on nn.LayerNorm);
+- for Hessian-vector products: autograd's double backward through a kept gradient graph.
+
+A dense Hessian of ~30k parameters takes a peer an hour, so each peer is timed on ``--rows`` rows
+(its cost per row does not depend on which row) and its whole-matrix time is that times P / rows;
+the rows it computed are checked against the engine's. The engine's own time is the whole matrix.
+The gemm rate of the machine (float64, 2048^2) and the engine's share of it come from torch's
+flop counter on one block.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from ..engine.api import block_size, prepare
+from ..engine.ops.losses import causal_lm
+from ..engine.sweep import Progress, blocks, dense_hessian, seeds_of
+from .lm_models import NanoGPT, TinyLlama
+
+log = logging.getLogger(__name__)
+
+#: the issue's cases: (model builder, batch, sequence length, vocabulary)
+CASES = {
+    "gpt2-like": dict(kind="gpt", vocab=64, T=32, d=32, h=4, layers=2, B=8),
+    "llama-like": dict(kind="llama", vocab=64, T=32, d=32, h=4, kv=2, d_ff=64, layers=1, B=8),
+    "tiny": dict(kind="gpt", vocab=11, T=6, d=8, h=2, layers=1, B=2),
+}
+
+
+def build(case: dict, hand_norm: bool = False, seed: int = 0):
+    """(model in float64 eval mode, token ids) of a case."""
+    torch.manual_seed(seed)
+    if case["kind"] == "gpt":
+        model = NanoGPT(case["vocab"], case["T"], case["d"], case["h"], case["layers"], hand_norm=hand_norm)
+    else:
+        model = TinyLlama(case["vocab"], case["T"], case["d"], case["h"], case["kv"], case["d_ff"], case["layers"])
+    ids = torch.randint(0, case["vocab"], (case["B"], case["T"]), generator=torch.Generator().manual_seed(seed + 1))
+    return model.to(torch.float64).eval(), ids
+
+
+def _flat_loss(model, ids):
+    names = [n for n, _ in model.named_parameters()]
+    shapes = [p.shape for _, p in model.named_parameters()]
+    sizes = [math.prod(s) for s in shapes]
+    w0 = torch.cat([p.detach().reshape(-1) for _, p in model.named_parameters()])
+
+    def loss(w):
+        ps = {n: t.view(s) for n, t, s in zip(names, torch.split(w, sizes), shapes, strict=True)}
+        return causal_lm(torch.func.functional_call(model, ps, (ids,)), ids)
+
+    return loss, w0
+
+
+def autograd_rows(model, ids, rows: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """Rows of H by reverse-over-reverse autograd (math kernel), and the seconds they took."""
+    loss, w0 = _flat_loss(model, ids)
+    t0 = time.perf_counter()
+    with sdpa_kernel(SDPBackend.MATH):
+        w = w0.clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(loss(w), w, create_graph=True)
+        out = torch.stack([torch.autograd.grad(g[i], w, retain_graph=True)[0] for i in rows.tolist()])
+    return out, time.perf_counter() - t0
+
+
+def func_rows(model, ids, rows: torch.Tensor, chunk: int = 64) -> tuple[torch.Tensor, float]:
+    """Rows of H by torch.func vmap(jvp(grad)) (math kernel), and the seconds they took."""
+    loss, w0 = _flat_loss(model, ids)
+    g = torch.func.grad(loss)
+    eye = torch.zeros(len(rows), w0.numel(), dtype=w0.dtype)
+    eye[torch.arange(len(rows)), rows] = 1.0
+    t0 = time.perf_counter()
+    with sdpa_kernel(SDPBackend.MATH):
+        out = torch.cat(
+            [torch.func.vmap(lambda v: torch.func.jvp(g, (w0,), (v,))[1])(eye[i : i + chunk]) for i in range(0, len(rows), chunk)]
+        )
+    return out, time.perf_counter() - t0
+
+
+def autograd_hvp(model, ids, V: torch.Tensor, math_kernel: bool = True) -> tuple[torch.Tensor, float]:
+    """H v for each column of V by double backward through one kept gradient graph (seconds per product)."""
+    loss, w0 = _flat_loss(model, ids)
+    ctx = sdpa_kernel(SDPBackend.MATH) if math_kernel else _null()
+    with ctx:
+        w = w0.clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(loss(w), w, create_graph=True)
+        t0 = time.perf_counter()
+        out = torch.stack([torch.autograd.grad(g @ V[:, j], w, retain_graph=True)[0] for j in range(V.shape[1])], 1)
+    return out, (time.perf_counter() - t0) / V.shape[1]
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def gemm_rate(n: int = 2048, repeats: int = 3) -> float:
+    """The machine's float64 matrix-product rate (GFLOP/s), best of ``repeats``."""
+    a = torch.randn(n, n, dtype=torch.float64)
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ a
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best / 1e9
+
+
+def engine_flops_per_block(run, K: int) -> float:
+    """Floating-point operations of one block's sweep, from torch's flop counter."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    pieces = blocks(run, K)[0]
+    with FlopCounterMode(display=False) as fc:
+        run.sweep(seeds_of(run, pieces), 0)
+    return float(fc.get_total_flops())
+
+
+def bench_case(name: str, rows: int, hvps: int) -> dict:
+    """One case: the engine's dense H and HVP against the peers."""
+    case = CASES[name]
+    model, ids = build(case)
+    P = sum(p.numel() for p in model.parameters())
+    log.info("%s: P = %d, dense H %.2f GiB", name, P, P * P * 8 / 2**30)
+    t0 = time.perf_counter()
+    run = prepare(model, ids, ids, loss="causal_lm")
+    K = block_size(run, 1 << 30)
+    H = dense_hessian(run, K, Progress(), symmetrize_in_place=True)
+    t_engine = time.perf_counter() - t0
+    n_blocks = len(blocks(run, K))
+    flops = engine_flops_per_block(run, K) * n_blocks
+    sample = torch.linspace(0, P - 1, min(rows, P)).round().long()
+    out = {"case": name, "P": P, "config": case, "engine_s": t_engine, "block": K, "blocks": n_blocks, "rows_timed": len(sample)}
+    R, t = autograd_rows(model, ids, sample)
+    out["autograd_s"] = t * P / len(sample)
+    out["autograd_err"] = float((H[sample] - R).norm() / R.norm())
+    if case["kind"] == "gpt":
+        hand, _ = build(case, hand_norm=True)
+        hand.load_state_dict(model.state_dict())
+        R2, t2 = func_rows(hand, ids, sample)
+        out["func_hand_ln_s"] = t2 * P / len(sample)
+        out["func_hand_ln_err"] = float((H[sample] - R2).norm() / R2.norm())
+        R3, _ = func_rows(model, ids, sample[: min(64, len(sample))])
+        out["func_nn_layernorm_err"] = float((H[sample[: len(R3)]] - R3).norm() / R3.norm())
+    peers = {k[:-2]: v for k, v in out.items() if k.endswith("_s") and k != "engine_s" and out.get(k[:-2] + "_err", 1) < 1e-8}
+    best = min(peers, key=peers.get)
+    out["fastest_correct_peer"], out["speedup"] = best, peers[best] / t_engine
+    out["engine_gflops"] = flops / t_engine / 1e9
+    # Hessian-vector products
+    V = torch.randn(P, hvps, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    from ..engine.api import HessianOperator
+
+    op = HessianOperator(model, ids, ids, loss="causal_lm")
+    t0 = time.perf_counter()
+    HV = torch.stack([op @ V[:, j] for j in range(hvps)], 1)
+    out["engine_hvp_s"] = (time.perf_counter() - t0) / hvps
+    out["engine_hvp_err"] = float((HV - H @ V).norm() / (H @ V).norm())
+    AV, out["autograd_hvp_s"] = autograd_hvp(model, ids, V)
+    out["autograd_hvp_err"] = float((AV - H @ V).norm() / (H @ V).norm())
+    out["hvp_speedup"] = out["autograd_hvp_s"] / out["engine_hvp_s"]
+    try:
+        autograd_hvp(model, ids, V[:, :1], math_kernel=False)
+        out["autograd_hvp_fused_kernel"] = "ran"
+    except RuntimeError as err:
+        out["autograd_hvp_fused_kernel"] = f"fails: {str(err).splitlines()[0][:160]}"
+    del H
+    return out
+
+
+def cmd_bench_models(a) -> None:
+    """Run the cases and write models_bench.{json,md}."""
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    rate = gemm_rate()
+    results = [bench_case(c, a.rows, a.hvps) for c in a.cases]
+    for r in results:
+        r["gemm_gflops"] = rate
+        r["gemm_share"] = r["engine_gflops"] / rate
+    outdir = Path(a.out_dir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    (outdir / "models_bench.json").write_text(json.dumps(results, indent=1))
+    lines = [
+        "| case | P | engine s | fastest correct peer | its s (from rows) | speed-up | HVP engine ms | HVP autograd ms | HVP speed-up | err vs autograd | gemm share |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['case']} | {r['P']} | {r['engine_s']:.1f} | {r['fastest_correct_peer']} | {r[r['fastest_correct_peer'] + '_s']:.1f} | "
+            f"{r['speedup']:.1f}x | {1e3 * r['engine_hvp_s']:.1f} | {1e3 * r['autograd_hvp_s']:.1f} | {r['hvp_speedup']:.1f}x | "
+            f"{r['autograd_err']:.1e} | {r['gemm_share']:.2f} |"
+        )
+    (outdir / "models_bench.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    for r in results:
+        print(f"{r['case']}: torch.func on nn.LayerNorm: {r.get('func_nn_layernorm_err', 'n/a')}; autograd HVP with the fused kernel: {r['autograd_hvp_fused_kernel']}")

@@ -1,0 +1,127 @@
+"""The engine's library calls: Hessian-vector products and the operator, parameter globs, the
+Krylov tools on the operator, and every bad input refused with the argument's name."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from transformer_hessian import HessianOperator, exact_hessian, hessian_blocks, hvp
+from transformer_hessian.core.spectral import hutchinson_trace, top_eigenvalues
+from transformer_hessian.engine.capture import UnsupportedOperation
+
+from .models import DT, TOL, NanoGPT, rel_err
+
+
+def _gpt(seed=0, vocab=7, T=4, d=4, h=2, layers=1):
+    torch.manual_seed(seed)
+    return NanoGPT(vocab, T, d, h, layers).to(DT).eval(), torch.randint(0, vocab, (2, T))
+
+
+def test_hvp_and_operator_equal_the_dense_hessian_on_random_vectors():
+    model, ids = _gpt(seed=11, vocab=6, T=3, d=6, h=3)
+    H = exact_hessian(model, ids, ids, loss="causal_lm", progress=False)
+    op = HessianOperator(model, ids, ids, loss="causal_lm")
+    P = H.shape[0]
+    assert op.shape == (P, P) and op.dtype == DT and op.device.type == "cpu"
+    gen = torch.Generator().manual_seed(5)
+    v, V = torch.randn(P, generator=gen, dtype=DT), torch.randn(P, 4, generator=gen, dtype=DT)
+    assert rel_err(op @ v, H @ v) <= TOL
+    assert rel_err(op @ V, H @ V) <= TOL
+    assert rel_err(hvp(model, ids, ids, v, loss="causal_lm"), H @ v) <= TOL
+    # scipy takes it
+    lo = op.to_scipy()
+    assert np.allclose(lo.matvec(v.numpy()), (H @ v).numpy(), rtol=1e-10, atol=1e-14)
+    # the project's Krylov tools take it: the top eigenvalue and the trace of the dense matrix
+    top = top_eigenvalues(op, None, k=1, steps=P, seed=0)["eigenvalues"][0]
+    assert abs(top - float(torch.linalg.eigvalsh(H)[-1])) <= 1e-8 * float(H.norm())
+    tr = hutchinson_trace(op, None, n_probes=400, seed=1)
+    assert abs(tr["mean"] - float(H.trace())) <= 5 * tr["stderr"] + 1e-12
+
+
+def test_params_names_globs_blocks_and_tied_weights():
+    model, ids = _gpt(seed=2, layers=2)
+    H = exact_hessian(model, ids, ids, loss="causal_lm", progress=False)
+    names = [n for n, _ in model.named_parameters()]
+    sizes = {n: p.numel() for n, p in model.named_parameters()}
+    off = {n: sum(sizes[m] for m in names[: names.index(n)]) for n in names}
+    sub = exact_hessian(model, ids, ids, loss="causal_lm", params=["h.1.c_fc.weight", "wte.weight"], progress=False)
+    a, b = slice(off["h.1.c_fc.weight"], off["h.1.c_fc.weight"] + sizes["h.1.c_fc.weight"]), slice(off["wte.weight"], off["wte.weight"] + sizes["wte.weight"])
+    ref = torch.cat([torch.cat([H[a, a], H[a, b]], 1), torch.cat([H[b, a], H[b, b]], 1)], 0)
+    assert rel_err(sub, ref) <= TOL
+    glob = exact_hessian(model, ids, ids, loss="causal_lm", params="h.0.*", progress=False)
+    h0 = [n for n in names if n.startswith("h.0.")]
+    idx = torch.cat([torch.arange(off[n], off[n] + sizes[n]) for n in h0])
+    assert rel_err(glob, H[idx][:, idx]) <= TOL
+    blocks = hessian_blocks(model, ids, ids, loss="causal_lm", params="h.1.ln_*", progress=False)
+    assert set(blocks) == {(x, y) for x in ("h.1.ln_1.weight", "h.1.ln_1.bias", "h.1.ln_2.weight", "h.1.ln_2.bias") for y in ("h.1.ln_1.weight", "h.1.ln_1.bias", "h.1.ln_2.weight", "h.1.ln_2.bias")}
+    # the tied lm_head weight is wte.weight: one parameter, both uses in its rows
+    assert "lm_head.weight" not in names
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "words"),
+    [
+        ({"params": "nope.*"}, KeyError, "params: 'nope.*' matches no parameter"),
+        ({"params": ["h.0.c_fc.weight", "h.0.c_fc.*"]}, ValueError, "selected twice"),
+        ({"params": [3]}, TypeError, "params: expected names"),
+        ({"loss": "hinge"}, ValueError, "loss: 'hinge' is not supported"),
+        ({"mask": torch.zeros(4, 4)}, ValueError, "mask, is_causal, src_key_padding_mask: only for torch encoder"),
+        ({"engine": "encoder"}, ValueError, "engine='encoder': model is NanoGPT"),
+    ],
+)
+def test_bad_arguments_name_the_argument(kwargs, error, words):
+    model, ids = _gpt()
+    with pytest.raises(error, match=words.replace("(", r"\(").replace("*", r"\*").replace(".", r"\.")):
+        exact_hessian(model, ids, ids, **{"loss": "causal_lm", **kwargs})
+
+
+def test_bad_inputs_and_weights_are_refused():
+    model, ids = _gpt()
+    with pytest.raises(ValueError, match=r"inputs: empty"):
+        exact_hessian(model, ids[:0], ids[:0], loss="causal_lm")
+    with pytest.raises(ValueError, match=r"inputs: no tokens"):
+        exact_hessian(model, ids[:, :0], ids[:, :0], loss="causal_lm")
+    with pytest.raises(ValueError, match=r"inputs: on the meta device"):
+        exact_hessian(model, ids.to("meta"), ids, loss="causal_lm")
+    layer = nn.TransformerEncoderLayer(4, 2, 6, dropout=0.0, batch_first=True).to(DT).eval()
+    x = torch.randn(2, 3, 4, dtype=DT)
+    x[0, 1, 2] = float("nan")
+    with pytest.raises(ValueError, match=r"inputs: has nan entries"):
+        exact_hessian(layer, x, torch.zeros_like(x))
+    with torch.no_grad():
+        model.h[0].c_fc.weight[0, 0] = float("inf")
+    with pytest.raises(ValueError, match=r"params: 'h\.0\.c_fc\.weight' has non-finite entries"):
+        exact_hessian(model, ids, ids, loss="causal_lm", progress=False)
+    # a (B, T) key-padding mask with B == T is never read as a (T, T) attention mask: it has its own argument
+    x = torch.randn(3, 3, 4, dtype=DT)
+    kpm = torch.tensor([[False, False, True]] * 3)
+    Hk = exact_hessian(layer, x, torch.zeros_like(x), src_key_padding_mask=kpm, progress=False)
+    Hm = exact_hessian(layer, x, torch.zeros_like(x), mask=kpm)
+    assert rel_err(Hk, Hm) > 1e-3
+    with pytest.raises(ValueError, match=r"src_key_padding_mask: expected \(3, 3\)"):
+        exact_hessian(layer, x, torch.zeros_like(x), src_key_padding_mask=kpm[:, :2])
+
+
+class _Cumulative(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return torch.cumprod(self.lin(x), dim=-1)
+
+
+def test_an_operation_without_a_rule_is_refused_with_its_module_and_line():
+    model = _Cumulative().to(DT)
+    x = torch.randn(2, 3, dtype=DT)
+    with pytest.raises(UnsupportedOperation) as err:
+        exact_hessian(model, x, torch.zeros_like(x), progress=False)
+    msg = str(err.value)
+    assert "aten.cumprod" in msg and "test_api.py" in msg and "torch.cumprod(self.lin(x), dim=-1)" in msg
+    # dropout that is on is refused too (never a wrong matrix)
+    drop = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5)).to(DT).train()
+    with pytest.raises(UnsupportedOperation, match=r"call model\.eval\(\)"):
+        exact_hessian(drop, x, torch.zeros_like(x), progress=False)

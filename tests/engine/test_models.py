@@ -1,0 +1,150 @@
+"""exact_hessian of any model against reverse-over-reverse autograd (float64), on property-drawn
+tiny configurations: a nanoGPT-style GPT, Hugging Face GPT-2, Llama, BERT with padding, ViT, a
+hand-written model (RMSNorm, SwiGLU, attention by hand), torch's encoder and the paper's ViT."""
+
+from __future__ import annotations
+
+import fnmatch
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from transformer_hessian import exact_hessian
+from transformer_hessian.engine.ops.losses import causal_lm, cross_entropy, mse_loss
+
+from .models import DT, TOL, HandAttentionRMS, NanoGPT, bert, gpt2, llama, reference, rel_err, vit
+
+pytestmark = pytest.mark.slow
+SETTINGS = settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+
+
+def _names(model, pattern=None):
+    names = [n for n, _ in model.named_parameters()]
+    return names if pattern is None else [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+
+
+@SETTINGS
+@given(
+    vocab=st.integers(5, 11), T=st.integers(2, 6), h=st.sampled_from([1, 2, 3]), dh=st.integers(2, 3),
+    layers=st.integers(1, 2), bias=st.booleans(), B=st.integers(1, 3), seed=st.integers(0, 2**16),
+)  # fmt: skip
+def test_nanogpt_causal_lm(vocab, T, h, dh, layers, bias, B, seed):
+    torch.manual_seed(seed)
+    model = NanoGPT(vocab, T, h * dh, h, layers, bias).to(DT).eval()
+    ids = torch.randint(0, vocab, (B, T))
+    H = exact_hessian(model, ids, ids, loss="causal_lm", progress=False)
+    assert rel_err(H, reference(model, ids, ids, causal_lm, _names(model))) <= TOL
+
+
+@SETTINGS
+@given(vocab=st.integers(5, 12), T=st.integers(2, 6), h=st.sampled_from([1, 2]), B=st.integers(1, 3), seed=st.integers(0, 2**16))
+def test_gpt2_lm_head_model_with_a_glob(vocab, T, h, B, seed):
+    torch.manual_seed(seed)
+    model = gpt2(vocab, T, 2 * h, h, 2)
+    ids = torch.randint(0, vocab, (B, T))
+    ids[0, -1] = -100 if B > 1 else ids[0, -1]  # an ignored label position
+    labels = ids.clone()
+    ids = ids.clamp(min=0)
+    H = exact_hessian(model, {"input_ids": ids}, labels, loss="causal_lm", params="transformer.h.1.*", progress=False)
+    names = _names(model, "transformer.h.1.*")
+    assert rel_err(H, reference(model, {"input_ids": ids}, labels, causal_lm, names)) <= TOL
+    # the whole model (tied wte / lm_head weight) on the first seed only: it is the slowest case
+    if seed % 3 == 0:
+        H = exact_hessian(model, {"input_ids": ids}, labels, loss="causal_lm", progress=False)
+        assert rel_err(H, reference(model, {"input_ids": ids}, labels, causal_lm, _names(model))) <= TOL
+
+
+@SETTINGS
+@given(
+    heads=st.sampled_from([(2, 1), (2, 2), (4, 2)]), dh=st.sampled_from([2, 4]), T=st.integers(2, 5),
+    B=st.integers(1, 2), seed=st.integers(0, 2**16),
+)  # fmt: skip
+def test_llama_rmsnorm_swiglu_rope_gqa(heads, dh, T, B, seed):
+    torch.manual_seed(seed)
+    h, kv = heads
+    model = llama(11, 8, h * dh, h, kv, 6, 1)
+    ids = torch.randint(0, 11, (B, T))
+    H = exact_hessian(model, {"input_ids": ids}, ids, loss="causal_lm", progress=False)
+    assert rel_err(H, reference(model, {"input_ids": ids}, ids, causal_lm, _names(model))) <= TOL
+
+
+@SETTINGS
+@given(T=st.integers(3, 6), pad=st.integers(1, 2), h=st.sampled_from([1, 2]), seed=st.integers(0, 2**16))
+def test_bert_sequence_classification_with_padding(T, pad, h, seed):
+    torch.manual_seed(seed)
+    model = bert(9, 8, 4 * h, h, 5, 1, 3)
+    ids = torch.randint(1, 9, (2, T))
+    mask = torch.ones(2, T, dtype=torch.long)
+    mask[1, T - pad :] = 0
+    y = torch.randint(0, 3, (2,))
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    names = _names(model, "bert.encoder.*") + ["classifier.weight"]
+    H = exact_hessian(model, inputs, y, loss="cross_entropy", params=names, progress=False)
+    assert rel_err(H, reference(model, inputs, y, cross_entropy, names)) <= TOL
+    # the padding changes the Hessian (the mask is read, not dropped)
+    H0 = exact_hessian(model, {"input_ids": ids}, y, loss="cross_entropy", params=names, progress=False)
+    assert rel_err(H0, H) > 1e-9
+
+
+@SETTINGS
+@given(patch=st.sampled_from([2, 4]), h=st.sampled_from([1, 2]), B=st.integers(1, 3), seed=st.integers(0, 2**16))
+def test_vit_image_classification(patch, h, B, seed):
+    torch.manual_seed(seed)
+    model = vit(8, patch, 1, 2 * h, h, 5, 1, 3)
+    x = torch.randn(B, 1, 8, 8, dtype=DT)
+    y = torch.randint(0, 3, (B,))
+    H = exact_hessian(model, (x,), y, loss="cross_entropy", progress=False)
+    assert rel_err(H, reference(model, (x,), y, cross_entropy, _names(model))) <= TOL
+
+
+@SETTINGS
+@given(T=st.integers(2, 5), h=st.sampled_from([1, 2]), dh=st.integers(2, 3), B=st.integers(1, 3), seed=st.integers(0, 2**16))
+def test_hand_written_attention_rmsnorm_swiglu(T, h, dh, B, seed):
+    torch.manual_seed(seed)
+    model = HandAttentionRMS(h * dh, h, 5, 3).to(DT).eval()
+    x = torch.randn(B, T, h * dh, dtype=DT)
+    y = torch.randint(0, 3, (B,))
+    H = exact_hessian(model, x, y, loss="cross_entropy", progress=False)
+    assert rel_err(H, reference(model, x, y, cross_entropy, _names(model))) <= TOL
+    # a callable loss built from supported operations
+    fn = lambda out, t: ((torch.softmax(out, -1) - t) ** 2).sum(-1).mean()  # noqa: E731
+    t = torch.rand(B, 3, dtype=DT)
+    H = exact_hessian(model, x, t, loss=fn, params="qkv.*", progress=False)
+    assert rel_err(H, reference(model, x, t, fn, ["qkv.weight", "qkv.bias"])) <= TOL
+
+
+@SETTINGS
+@given(
+    d=st.sampled_from([4, 6]), nhead=st.sampled_from([1, 2]), norm_first=st.booleans(), act=st.sampled_from(["relu", "gelu"]),
+    B=st.integers(2, 3), T=st.integers(2, 4), seed=st.integers(0, 2**16),
+)  # fmt: skip
+def test_torch_encoder_graph_engine_equals_encoder_engine(d, nhead, norm_first, act, B, T, seed):
+    from torch import nn
+
+    torch.manual_seed(seed)
+    layer = nn.TransformerEncoderLayer(d, nhead, 7, dropout=0.0, activation=act, batch_first=True, norm_first=norm_first)
+    model = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).to(DT).eval()
+    x, t = torch.randn(B, T, d, dtype=DT), torch.randn(B, T, d, dtype=DT)
+    Hg = exact_hessian(model, x, t, engine="graph", is_causal=True, progress=False)
+    He = exact_hessian(model, x, t, engine="encoder", is_causal=True)
+    assert rel_err(Hg, He) <= TOL
+    # a key-padding mask (the graph engine's), against autograd
+    kpm = torch.zeros(B, T, dtype=torch.bool)
+    kpm[1, T - 1] = True
+    Hk = exact_hessian(model, x, t, src_key_padding_mask=kpm, progress=False)
+    ref = reference(model, {"src": x, "src_key_padding_mask": kpm}, t, mse_loss, _names(model))
+    assert rel_err(Hk, ref) <= TOL
+    assert rel_err(Hk, Hg) > 1e-8 or T == 1
+
+
+def test_the_papers_vit_through_the_graph_engine():
+    from transformer_hessian.core.model import ModelConfig, ViT
+
+    torch.manual_seed(3)
+    cfg = ModelConfig(image_size=8, channels=1, num_classes=3, patch_size=4, width=6, depth=1, d_k=3, d_ff=5, ffn_bias=True)
+    model = ViT(cfg).to(DT).eval()
+    x, y = torch.randn(3, 1, 8, 8, dtype=DT), torch.randint(0, 3, (3,))
+    H = exact_hessian(model, x, y, loss="cross_entropy", progress=False)
+    assert rel_err(H, reference(model, x, y, cross_entropy, _names(model))) <= TOL
