@@ -97,7 +97,7 @@ def test_bad_inputs_and_weights_are_refused():
         exact_hessian(model, ids, ids, loss="causal_lm", progress=False)
     # a (B, T) key-padding mask with B == T is never read as a (T, T) attention mask: it has its own argument
     x = torch.randn(3, 3, 4, dtype=DT)
-    kpm = torch.tensor([[False, False, True]] * 3)
+    kpm = torch.tensor([[False, False, False], [False, False, True], [False, True, True]])
     Hk = exact_hessian(layer, x, torch.zeros_like(x), src_key_padding_mask=kpm, progress=False)
     Hm = exact_hessian(layer, x, torch.zeros_like(x), mask=kpm)
     assert rel_err(Hk, Hm) > 1e-3
