@@ -29,7 +29,11 @@ class HandAttentionRMS(nn.Module):
         self.h = h
         self.norm = nn.RMSNorm(d, eps=1e-6)
         self.qkv = nn.Linear(d, 3 * d)
-        self.gate, self.up, self.down = nn.Linear(d, d_ff, bias=False), nn.Linear(d, d_ff, bias=False), nn.Linear(d_ff, d)
+        self.gate, self.up, self.down = (
+            nn.Linear(d, d_ff, bias=False),
+            nn.Linear(d, d_ff, bias=False),
+            nn.Linear(d_ff, d),
+        )
         self.classifier = nn.Linear(d, classes)
 
     def forward(self, x):
@@ -55,7 +59,9 @@ def hf():
 
 def gpt2(vocab, T, d, h, layers):
     tr = hf()
-    cfg = tr.GPT2Config(vocab_size=vocab, n_positions=T, n_embd=d, n_layer=layers, n_head=h, bos_token_id=0, eos_token_id=0)
+    cfg = tr.GPT2Config(
+        vocab_size=vocab, n_positions=T, n_embd=d, n_layer=layers, n_head=h, bos_token_id=0, eos_token_id=0
+    )
     return tr.GPT2LMHeadModel(cfg).to(DT).eval()
 
 
@@ -103,7 +109,13 @@ def reference(model, inputs, targets, loss_fn, names, head=None) -> torch.Tensor
         ps = dict(base)
         ps.update(dict(zip(names, flat, strict=True)))
         mp = {n: v for n, v in ps.items() if n in own}
-        args = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs) if isinstance(inputs, (tuple, list)) else ()
+        args = (
+            (inputs,)
+            if isinstance(inputs, torch.Tensor)
+            else tuple(inputs)
+            if isinstance(inputs, (tuple, list))
+            else ()
+        )
         kwargs = dict(inputs) if isinstance(inputs, dict) else {}
         out = functional_call(model, mp, args, kwargs)
         out = out.logits if hasattr(out, "logits") else out[0] if isinstance(out, tuple) else out

@@ -48,7 +48,10 @@ def test_params_names_globs_blocks_and_tied_weights():
     sizes = {n: p.numel() for n, p in model.named_parameters()}
     off = {n: sum(sizes[m] for m in names[: names.index(n)]) for n in names}
     sub = exact_hessian(model, ids, ids, loss="causal_lm", params=["h.1.c_fc.weight", "wte.weight"], progress=False)
-    a, b = slice(off["h.1.c_fc.weight"], off["h.1.c_fc.weight"] + sizes["h.1.c_fc.weight"]), slice(off["wte.weight"], off["wte.weight"] + sizes["wte.weight"])
+    a, b = (
+        slice(off["h.1.c_fc.weight"], off["h.1.c_fc.weight"] + sizes["h.1.c_fc.weight"]),
+        slice(off["wte.weight"], off["wte.weight"] + sizes["wte.weight"]),
+    )
     ref = torch.cat([torch.cat([H[a, a], H[a, b]], 1), torch.cat([H[b, a], H[b, b]], 1)], 0)
     assert rel_err(sub, ref) <= TOL
     glob = exact_hessian(model, ids, ids, loss="causal_lm", params="h.0.*", progress=False)
@@ -56,7 +59,11 @@ def test_params_names_globs_blocks_and_tied_weights():
     idx = torch.cat([torch.arange(off[n], off[n] + sizes[n]) for n in h0])
     assert rel_err(glob, H[idx][:, idx]) <= TOL
     blocks = hessian_blocks(model, ids, ids, loss="causal_lm", params="h.1.ln_*", progress=False)
-    assert set(blocks) == {(x, y) for x in ("h.1.ln_1.weight", "h.1.ln_1.bias", "h.1.ln_2.weight", "h.1.ln_2.bias") for y in ("h.1.ln_1.weight", "h.1.ln_1.bias", "h.1.ln_2.weight", "h.1.ln_2.bias")}
+    assert set(blocks) == {
+        (x, y)
+        for x in ("h.1.ln_1.weight", "h.1.ln_1.bias", "h.1.ln_2.weight", "h.1.ln_2.bias")
+        for y in ("h.1.ln_1.weight", "h.1.ln_1.bias", "h.1.ln_2.weight", "h.1.ln_2.bias")
+    }
     # the tied lm_head weight is wte.weight: one parameter, both uses in its rows
     assert "lm_head.weight" not in names
 

@@ -39,7 +39,13 @@ def test_nanogpt_causal_lm(vocab, T, h, dh, layers, bias, B, seed):
 
 
 @SETTINGS
-@given(vocab=st.integers(5, 12), T=st.integers(2, 6), h=st.sampled_from([1, 2]), B=st.integers(1, 3), seed=st.integers(0, 2**16))
+@given(
+    vocab=st.integers(5, 12),
+    T=st.integers(2, 6),
+    h=st.sampled_from([1, 2]),
+    B=st.integers(1, 3),
+    seed=st.integers(0, 2**16),
+)
 def test_gpt2_lm_head_model_with_a_glob(vocab, T, h, B, seed):
     torch.manual_seed(seed)
     model = gpt2(vocab, T, 2 * h, h, 2)
@@ -100,7 +106,13 @@ def test_vit_image_classification(patch, h, B, seed):
 
 
 @SETTINGS
-@given(T=st.integers(2, 5), h=st.sampled_from([1, 2]), dh=st.integers(2, 3), B=st.integers(1, 3), seed=st.integers(0, 2**16))
+@given(
+    T=st.integers(2, 5),
+    h=st.sampled_from([1, 2]),
+    dh=st.integers(2, 3),
+    B=st.integers(1, 3),
+    seed=st.integers(0, 2**16),
+)
 def test_hand_written_attention_rmsnorm_swiglu(T, h, dh, B, seed):
     torch.manual_seed(seed)
     model = HandAttentionRMS(h * dh, h, 5, 3).to(DT).eval()
@@ -124,7 +136,9 @@ def test_torch_encoder_graph_engine_equals_encoder_engine(d, nhead, norm_first, 
     from torch import nn
 
     torch.manual_seed(seed)
-    layer = nn.TransformerEncoderLayer(d, nhead, 7, dropout=0.0, activation=act, batch_first=True, norm_first=norm_first)
+    layer = nn.TransformerEncoderLayer(
+        d, nhead, 7, dropout=0.0, activation=act, batch_first=True, norm_first=norm_first
+    )
     model = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).to(DT).eval()
     x, t = torch.randn(B, T, d, dtype=DT), torch.randn(B, T, d, dtype=DT)
     Hg = exact_hessian(model, x, t, engine="graph", is_causal=True, progress=False)
@@ -143,7 +157,9 @@ def test_the_papers_vit_through_the_graph_engine():
     from transformer_hessian.core.model import ModelConfig, ViT
 
     torch.manual_seed(3)
-    cfg = ModelConfig(image_size=8, channels=1, num_classes=3, patch_size=4, width=6, depth=1, d_k=3, d_ff=5, ffn_bias=True)
+    cfg = ModelConfig(
+        image_size=8, channels=1, num_classes=3, patch_size=4, width=6, depth=1, d_k=3, d_ff=5, ffn_bias=True
+    )
     model = ViT(cfg).to(DT).eval()
     x, y = torch.randn(3, 1, 8, 8, dtype=DT), torch.randint(0, 3, (3,))
     H = exact_hessian(model, x, y, loss="cross_entropy", progress=False)

@@ -74,9 +74,17 @@ class LlamaBlock(nn.Module):
         super().__init__()
         self.h, self.kv, self.dh = h, kv, d // h
         self.norm1, self.norm2 = nn.RMSNorm(d, eps=1e-6), nn.RMSNorm(d, eps=1e-6)
-        self.q, self.k, self.v = nn.Linear(d, d, bias=False), nn.Linear(d, kv * self.dh, bias=False), nn.Linear(d, kv * self.dh, bias=False)
+        self.q, self.k, self.v = (
+            nn.Linear(d, d, bias=False),
+            nn.Linear(d, kv * self.dh, bias=False),
+            nn.Linear(d, kv * self.dh, bias=False),
+        )
         self.o = nn.Linear(d, d, bias=False)
-        self.gate, self.up, self.down = nn.Linear(d, d_ff, bias=False), nn.Linear(d, d_ff, bias=False), nn.Linear(d_ff, d, bias=False)
+        self.gate, self.up, self.down = (
+            nn.Linear(d, d_ff, bias=False),
+            nn.Linear(d, d_ff, bias=False),
+            nn.Linear(d_ff, d, bias=False),
+        )
 
     def forward(self, x, cos, sin):
         B, T, C = x.shape

@@ -25,11 +25,21 @@ DEFAULT_BLOCK_BYTES = 1 << 30
 
 
 def _check_inputs(inputs) -> None:
-    leaves = list(inputs.values()) if isinstance(inputs, dict) else list(inputs) if isinstance(inputs, (tuple, list)) else [inputs]
+    leaves = (
+        list(inputs.values())
+        if isinstance(inputs, dict)
+        else list(inputs)
+        if isinstance(inputs, (tuple, list))
+        else [inputs]
+    )
     for i, x in enumerate(leaves):
         if not isinstance(x, torch.Tensor):
             continue
-        where = f"inputs[{list(inputs)[i]!r}]" if isinstance(inputs, dict) else ("inputs" if len(leaves) == 1 else f"inputs[{i}]")
+        where = (
+            f"inputs[{list(inputs)[i]!r}]"
+            if isinstance(inputs, dict)
+            else ("inputs" if len(leaves) == 1 else f"inputs[{i}]")
+        )
         if x.device.type == "meta":
             raise ValueError(f"{where}: on the meta device (it has no values)")
         if x.dim() > 0 and x.shape[0] == 0:
@@ -71,7 +81,9 @@ def block_size(run: Run, block_bytes: int) -> int:
     return max(1, min(P, block_bytes // per))
 
 
-def hessian(model, inputs, targets, *, loss="mse", params=None, head=None, block_bytes: int = DEFAULT_BLOCK_BYTES, progress=True) -> torch.Tensor:
+def hessian(
+    model, inputs, targets, *, loss="mse", params=None, head=None, block_bytes: int = DEFAULT_BLOCK_BYTES, progress=True
+) -> torch.Tensor:
     """Dense (P, P) Hessian of the loss w.r.t. the selected parameters (rows and columns in the
     order of ``params``, each flattened), in the parameters' dtype and on their device."""
     run = prepare(model, inputs, targets, loss=loss, params=params, head=head)
@@ -191,7 +203,15 @@ def exact_hessian(
         from ..encoder.api import exact_hessian as encoder_hessian
 
         return encoder_hessian(
-            model, inputs, targets, loss=loss, head=head, params=names, mask=mask, is_causal=is_causal, **encoder_options
+            model,
+            inputs,
+            targets,
+            loss=loss,
+            head=head,
+            params=names,
+            mask=mask,
+            is_causal=is_causal,
+            **encoder_options,
         )
     if encoder and isinstance(inputs, torch.Tensor):
         from torch import nn

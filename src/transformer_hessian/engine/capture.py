@@ -88,7 +88,9 @@ def model_inputs(model: nn.Module, inputs) -> tuple[tuple, dict]:
     elif isinstance(inputs, dict):
         args, kwargs = (), dict(inputs)
     else:
-        raise TypeError(f"inputs: expected a tensor, a tuple of inputs or a dict of keyword inputs, got {type(inputs).__name__}")
+        raise TypeError(
+            f"inputs: expected a tensor, a tuple of inputs or a dict of keyword inputs, got {type(inputs).__name__}"
+        )
     try:
         takes_cache = "use_cache" in inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
@@ -263,7 +265,9 @@ def _check_parameters(named, names, p0) -> None:
     for n in names:
         p = named[n]
         if not p.is_floating_point() or p.dtype != p0.dtype:
-            raise ValueError(f"params: {n!r} is {p.dtype}; every selected parameter must share one floating dtype ({p0.dtype})")
+            raise ValueError(
+                f"params: {n!r} is {p.dtype}; every selected parameter must share one floating dtype ({p0.dtype})"
+            )
         if p.device.type == "meta":
             raise ValueError(f"params: {n!r} is on the meta device (it has no values)")
         if p.device != p0.device:

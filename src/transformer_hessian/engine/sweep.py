@@ -84,7 +84,11 @@ class Run:
             g = None
             for ph in self.cap.placeholders[n]:
                 g = tadd(g, self.adj.get(ph))
-            parts.append(torch.zeros(self.cap.shapes[n], dtype=self.cap.dtype, device=self.cap.device).reshape(-1) if g is None else g.reshape(-1))
+            parts.append(
+                torch.zeros(self.cap.shapes[n], dtype=self.cap.dtype, device=self.cap.device).reshape(-1)
+                if g is None
+                else g.reshape(-1)
+            )
         return torch.cat(parts)
 
     def sweep(self, seeds: dict[str, torch.Tensor], first: int = 0) -> dict[str, torch.Tensor]:
@@ -204,7 +208,9 @@ def seeds_of(run: Run, pieces: list[tuple[str, int, int]]) -> dict[str, torch.Te
     return {n: t.view(K, *cap.shapes[n]) for n, t in seeds.items()}
 
 
-def dense_hessian(run: Run, K: int, progress: Callable[[int, int], None] | None = None, symmetrize_in_place: bool = True) -> torch.Tensor:
+def dense_hessian(
+    run: Run, K: int, progress: Callable[[int, int], None] | None = None, symmetrize_in_place: bool = True
+) -> torch.Tensor:
     """The (P, P) Hessian, block by block (rows), the missing columns filled by transposes."""
     cap = run.cap
     cols = columns(cap)
@@ -266,4 +272,6 @@ class Progress:
         rest = (now - self.t0) / done * (total - done)
         import sys
 
-        print(f"exact_hessian: block {done}/{total}, about {rest:.0f} s left", file=self.stream or sys.stderr, flush=True)
+        print(
+            f"exact_hessian: block {done}/{total}, about {rest:.0f} s left", file=self.stream or sys.stderr, flush=True
+        )

@@ -85,7 +85,9 @@ class ScaledDotProductAttention(Op):
             S = S + M
         A = torch.softmax(S, -1)
         if M is not None and torch.isinf(M).all(-1).any():
-            raise ValueError("scaled_dot_product_attention: a row of the mask masks every key (its softmax is undefined)")
+            raise ValueError(
+                "scaled_dot_product_attention: a row of the mask masks every key (its softmax is undefined)"
+            )
         o = A @ v
         self.q, self.k, self.v, self.A, self.o = q, k, v, A, o
         self._tan = None

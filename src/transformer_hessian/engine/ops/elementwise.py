@@ -3,9 +3,8 @@ sign changes, selections with a fixed mask, and sums and means over axes."""
 
 from __future__ import annotations
 
-from torch.fx import Node
-
 import torch
+from torch.fx import Node
 
 from ..contract import LinearOp, Op, as_tangent, rule, shape_of, sum_to, tadd
 
@@ -41,7 +40,11 @@ class AddSub(LinearOp):
     def apply(self, xs, batched):
         out = None
         for x, c in zip(xs, self.coef, strict=True):
-            term = (as_tangent(x, self.out) if batched else x) * c if c != 1 else (as_tangent(x, self.out) if batched else x)
+            term = (
+                (as_tangent(x, self.out) if batched else x) * c
+                if c != 1
+                else (as_tangent(x, self.out) if batched else x)
+            )
             out = term if out is None else out + term
         if batched:
             return _full(out, self.out)

@@ -253,7 +253,12 @@ class Conv2d(Op):
             raise NotImplementedError(f"conv2d padding={padding!r}")
         self.inputs = [v for v in (x, W, b) if v is not None]
         self.has_b = b is not None
-        self.conf = ([*stride] * (2 // len(stride)), [*padding] * (2 // len(padding)), [*dilation] * (2 // len(dilation)), groups)
+        self.conf = (
+            [*stride] * (2 // len(stride)),
+            [*padding] * (2 // len(padding)),
+            [*dilation] * (2 // len(dilation)),
+            groups,
+        )
         self.x_shape, self.w_shape = shape_of(x), shape_of(W)
 
     def _conv(self, x, W):

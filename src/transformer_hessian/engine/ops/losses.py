@@ -31,9 +31,7 @@ def causal_lm(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     ``labels``: cross-entropy of ``logits[:, :-1]`` against ``targets[:, 1:]``, positions with
     ``-100`` not counted, the mean over the counted positions."""
     V = logits.shape[-1]
-    return F.cross_entropy(
-        logits[:, :-1].reshape(-1, V), targets[:, 1:].reshape(-1).long(), ignore_index=IGNORE_INDEX
-    )
+    return F.cross_entropy(logits[:, :-1].reshape(-1, V), targets[:, 1:].reshape(-1).long(), ignore_index=IGNORE_INDEX)
 
 
 class _Loss(Op):

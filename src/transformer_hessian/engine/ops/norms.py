@@ -59,7 +59,13 @@ class LayerNorm(_Norm):
         super().__init__(node)
         a = list(node.args) + [None] * 5
         eps = a[4] if a[4] is not None else node.kwargs.get("eps", 1e-5)
-        self._setup(node, a[0], a[1], a[2] if len(node.args) > 2 else node.kwargs.get("weight"), a[3] if len(node.args) > 3 else node.kwargs.get("bias"))
+        self._setup(
+            node,
+            a[0],
+            a[1],
+            a[2] if len(node.args) > 2 else node.kwargs.get("weight"),
+            a[3] if len(node.args) > 3 else node.kwargs.get("bias"),
+        )
         self.eps = eps
 
     def _stats(self, x):
@@ -116,7 +122,11 @@ class LayerNorm(_Norm):
         # gamma, beta: g_gamma = sum g n, g_beta = sum g
         ggt = None
         if self.has_g:
-            parts = [t for t in (None if gt2 is None else (gt2 * n).sum(1), None if nt is None else (g2 * nt).sum(1)) if t is not None]
+            parts = [
+                t
+                for t in (None if gt2 is None else (gt2 * n).sum(1), None if nt is None else (g2 * nt).sum(1))
+                if t is not None
+            ]
             ggt = None if not parts else (parts[0] if len(parts) == 1 else parts[0] + parts[1])
         gbt = None if gt2 is None else gt2.sum(1)
         # x: g_n' = g' gamma + g gamma'
@@ -199,7 +209,11 @@ class RMSNorm(_Norm):
             nt, a = self._n_tangent(tx)
         ggt = None
         if self.has_g:
-            parts = [t for t in (None if gt2 is None else (gt2 * n).sum(1), None if nt is None else (g2 * nt).sum(1)) if t is not None]
+            parts = [
+                t
+                for t in (None if gt2 is None else (gt2 * n).sum(1), None if nt is None else (g2 * nt).sum(1))
+                if t is not None
+            ]
             ggt = None if not parts else (parts[0] if len(parts) == 1 else parts[0] + parts[1])
         gn = g2 * gam if gam is not None else g2
         gnt = None if gt2 is None else (gt2 * gam if gam is not None else gt2)

@@ -5,7 +5,6 @@ of any model": shape operations)."""
 
 from __future__ import annotations
 
-
 import torch
 
 from ..contract import LinearOp, rule, shape_of, sum_to
