@@ -15,6 +15,7 @@ class HandLayerNorm(nn.LayerNorm):
     """nn.LayerNorm written out (mean, variance, rsqrt): the same function, no ``native_layer_norm``."""
 
     def forward(self, x):
+        """The module applied to its inputs (see the class docstring)."""
         mu = x.mean(-1, keepdim=True)
         var = ((x - mu) ** 2).mean(-1, keepdim=True)
         y = (x - mu) * torch.rsqrt(var + self.eps)
@@ -35,6 +36,7 @@ class NanoBlock(nn.Module):
         self.c_fc, self.mlp_proj = nn.Linear(d, 4 * d, bias=bias), nn.Linear(4 * d, d, bias=bias)
 
     def forward(self, x):
+        """The module applied to its inputs (see the class docstring)."""
         B, T, C = x.shape
         q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
         q, k, v = (t.view(B, T, self.h, C // self.h).transpose(1, 2) for t in (q, k, v))
@@ -56,6 +58,7 @@ class NanoGPT(nn.Module):
         self.lm_head.weight = self.wte.weight
 
     def forward(self, idx):
+        """The module applied to its inputs (see the class docstring)."""
         x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
         for block in self.h:
             x = block(x)
@@ -87,6 +90,7 @@ class LlamaBlock(nn.Module):
         )
 
     def forward(self, x, cos, sin):
+        """The module applied to its inputs (see the class docstring)."""
         B, T, C = x.shape
         y = self.norm1(x)
         q = self.q(y).view(B, T, self.h, self.dh).transpose(1, 2)
@@ -116,6 +120,7 @@ class TinyLlama(nn.Module):
         self.register_buffer("sin", ang.sin(), persistent=False)
 
     def forward(self, idx):
+        """The module applied to its inputs (see the class docstring)."""
         T = idx.shape[1]
         x = self.emb(idx)
         cos, sin = self.cos[:T].to(x.dtype), self.sin[:T].to(x.dtype)

@@ -72,12 +72,15 @@ class Op:
     forward: Callable[[Sequence[torch.Tensor]], torch.Tensor] | None = None
 
     def tangent(self, xs, ts: Sequence[Tangent], y) -> Tangent:
+        """y' = sum_i J_i x_i' for the K tangents (None: zero)."""
         raise NotImplementedError
 
     def adjoint(self, xs, y, g, need: Sequence[bool]) -> list[Tangent]:
+        """g_i = J_i^T g for each input (None where not needed or zero)."""
         raise NotImplementedError
 
     def adjoint_tangent(self, xs, ts, y, g, gt: Tangent, need: Sequence[bool]) -> list[Tangent]:
+        """g_i' = J_i^T g' + sum_j <g, d^2 f/dx_i dx_j> x_j' for each input."""
         raise NotImplementedError
 
 
@@ -95,12 +98,15 @@ class LinearOp(Op):
     y' = apply(x'), g_i' = transpose(g')_i."""
 
     def apply(self, xs, batched: bool):
+        """The map on values, or with ``batched`` on a leading axis of K tangents."""
         raise NotImplementedError
 
     def transpose(self, g, batched: bool) -> list[torch.Tensor]:
+        """The transposed map: the inputs' adjoints from the output's."""
         raise NotImplementedError
 
     def tangent(self, xs, ts, y):
+        """y' = sum_i J_i x_i' for the K tangents (None: zero)."""
         if all(t is None for t in ts):
             return None
         K = next(t.shape[0] for t in ts if t is not None)
@@ -108,9 +114,11 @@ class LinearOp(Op):
         return self.apply(full, batched=True)
 
     def adjoint(self, xs, y, g, need):
+        """g_i = J_i^T g for each input (None where not needed or zero)."""
         return self.transpose(g, batched=False)
 
     def adjoint_tangent(self, xs, ts, y, g, gt, need):
+        """g_i' = J_i^T g' + sum_j <g, d^2 f/dx_i dx_j> x_j' for each input."""
         return [None] * len(self.inputs) if gt is None else self.transpose(gt, batched=True)
 
 
@@ -123,19 +131,24 @@ class Pointwise(Op):
         self.inputs = [node.args[0]]
 
     def d1(self, x, y):
+        """f'(x) (y = f(x) given too)."""
         raise NotImplementedError
 
     def d2(self, x, y):
+        """f''(x); None when f is affine."""
         return None
 
     def tangent(self, xs, ts, y):
+        """y' = sum_i J_i x_i' for the K tangents (None: zero)."""
         (t,) = ts
         return None if t is None else t * self.d1(xs[0], y)
 
     def adjoint(self, xs, y, g, need):
+        """g_i = J_i^T g for each input (None where not needed or zero)."""
         return [g * self.d1(xs[0], y)]
 
     def adjoint_tangent(self, xs, ts, y, g, gt, need):
+        """g_i' = J_i^T g' + sum_j <g, d^2 f/dx_i dx_j> x_j' for each input."""
         (x,), (t,) = xs, ts
         out = None if gt is None else gt * self.d1(x, y)
         d2 = None if t is None else self.d2(x, y)

@@ -265,6 +265,7 @@ class Progress:
         self.stream = stream
 
     def __call__(self, done: int, total: int) -> None:
+        """Report ``done`` of ``total`` blocks when ``every`` seconds have passed."""
         now = time.perf_counter()
         if now - self.last < self.every or done == total:
             return
