@@ -129,8 +129,8 @@ def test_hand_written_attention_rmsnorm_swiglu(T, h, dh, B, seed):
 
 @SETTINGS
 @given(
-    d=st.sampled_from([4, 6]), nhead=st.sampled_from([1, 2]), norm_first=st.booleans(), act=st.sampled_from(["relu", "gelu"]),
-    B=st.integers(2, 3), T=st.integers(2, 4), seed=st.integers(0, 2**16),
+    d=st.just(4), nhead=st.sampled_from([1, 2]), norm_first=st.booleans(), act=st.sampled_from(["relu", "gelu"]),
+    B=st.integers(2, 3), T=st.integers(2, 3), seed=st.integers(0, 2**16),
 )  # fmt: skip
 def test_torch_encoder_graph_engine_equals_encoder_engine(d, nhead, norm_first, act, B, T, seed):
     from torch import nn

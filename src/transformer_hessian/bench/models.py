@@ -144,8 +144,10 @@ def bench_case(name: str, rows: int, hvps: int) -> dict:
     log.info("%s: P = %d, dense H %.2f GiB", name, P, P * P * 8 / 2**30)
     t0 = time.perf_counter()
     run = prepare(model, ids, ids, loss="causal_lm")
-    K = block_size(run, 1 << 30)
-    H = dense_hessian(run, K, Progress(), symmetrize_in_place=True)
+    from ..engine.api import DEFAULT_BLOCK_BYTES
+
+    K = block_size(run, DEFAULT_BLOCK_BYTES)
+    H = dense_hessian(run, K, Progress())
     t_engine = time.perf_counter() - t0
     n_blocks = len(blocks(run, K))
     flops = engine_flops_per_block(run, K) * n_blocks

@@ -1,0 +1,28 @@
+"""`transformer-hessian bench models` on its tiny case: every peer's rows equal the engine's, the
+record names the fastest correct peer, and autograd's HVP through the fused attention kernel is
+recorded as failing (torch has no double backward there) while the engine's works."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from transformer_hessian.bench.models import cmd_bench_models
+
+pytestmark = pytest.mark.slow
+
+
+def test_bench_models_tiny_case(tmp_path, capsys):
+    cmd_bench_models(SimpleNamespace(cases=["tiny"], rows=12, hvps=2, out_dir=str(tmp_path)))
+    (rec,) = json.loads((tmp_path / "models_bench.json").read_text())
+    errs = {k: v for k, v in rec.items() if k.endswith("_err")}
+    assert {"autograd_err", "func_err", "func_hand_ln_err", "engine_hvp_err", "autograd_hvp_err"} <= set(errs)
+    assert max(errs.values()) < 1e-10, errs
+    assert rec["fastest_correct_peer"] in ("autograd", "func", "func_hand_ln")
+    assert rec["speedup"] == pytest.approx(rec[rec["fastest_correct_peer"] + "_s"] / rec["engine_s"])
+    # wte 11x8, wpe 6x8, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, ln_f (lm_head tied to wte)
+    assert rec["P"] == 88 + 48 + 16 + (192 + 24) + (64 + 8) + 16 + (256 + 32) + (256 + 8) + 16
+    assert rec["autograd_hvp_fused_kernel"] == "ran" or rec["autograd_hvp_fused_kernel"].startswith("fails")
+    assert "| tiny |" in (tmp_path / "models_bench.md").read_text()
