@@ -11,6 +11,7 @@ that cannot be repeated on the other (the local rerun and report, the report in 
 import csv
 import json
 import math
+import re
 
 import matplotlib.image as mpimg
 import numpy as np
@@ -279,15 +280,38 @@ def test_claims_verdicts_printed_and_in_summary(run):
     assert "Open first: paper/figures/fig3.png" in text
 
 
+def _unfolded(text: str) -> list[str]:
+    """The lines of a run's output with the shell commands that the terminal folded (`` \\`` at the
+    end of a line, transformer_hessian.pipeline.terminal) joined again."""
+    return re.sub(r" \\\n\s*", " ", text).splitlines()
+
+
 def test_command_lines_stay_short(run):
     """Settings travel as files (@results/settings/...), not as inlined config sections."""
     out = (run / "run_output.txt").read_text()
-    commands = [line for line in out.splitlines() if "transformer-hessian " in line and "--out" in line]
+    commands = [line for line in _unfolded(out) if "transformer-hessian " in line and "--out" in line]
     assert commands, "the run printed no shell commands (printshellcmds in profiles/default)"
     assert "@results/settings/" in out and '{"' not in "".join(commands)
     # what is left of their length is file paths (the summary rule lists every figure and table);
     # on the embedded default the longest went from 3,851 characters (inlined config) to 1,368
     assert max(len(line) for line in commands) < 1500
+
+
+def test_terminal_lines_stay_short(run):
+    """No line of the run's terminal output is longer than 300 characters (snakemake printed rule
+    all's input list on one line of 2,085 on the embedded default); the folded shell commands, joined
+    again, are the commands snakemake ran, and the recap is still the last thing printed."""
+    from transformer_hessian.pipeline.terminal import WIDTH
+
+    out = (run / "run_output.txt").read_text()
+    longest = max(out.splitlines(), key=len)
+    assert len(longest) <= min(300, WIDTH), longest[:400]
+    assert any(line.endswith(" \\") for line in out.splitlines()), "no command was folded: the check tests nothing"
+    joined = [line for line in _unfolded(out) if line.startswith("Shell command: transformer-hessian summary ")]
+    assert joined and len(joined[0]) > WIDTH
+    assert "--figures " in joined[0] and "--sections @results/settings/" in joined[0]
+    stdout = (run / "run_stdout.txt").read_text().rstrip("\n").splitlines()
+    assert any(line.startswith("Finished in ") for line in stdout[-20:])
 
 
 def test_figure_provenance_hashes_the_inputs(run):
@@ -391,6 +415,7 @@ RUN_CHECKS = {
     "test_executed_notebooks_have_no_errors": test_executed_notebooks_have_no_errors,
     "test_claims_verdicts_printed_and_in_summary": test_claims_verdicts_printed_and_in_summary,
     "test_command_lines_stay_short": test_command_lines_stay_short,
+    "test_terminal_lines_stay_short": test_terminal_lines_stay_short,
     "test_figure_provenance_hashes_the_inputs": test_figure_provenance_hashes_the_inputs,
     "test_bounds_outputs_hold_and_are_complete": test_bounds_outputs_hold_and_are_complete,
     "test_scaling_outputs": test_scaling_outputs,

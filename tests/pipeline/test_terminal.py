@@ -1,0 +1,58 @@
+"""Folding of snakemake's long terminal lines (transformer_hessian.pipeline.terminal)."""
+
+import logging
+import shlex
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from transformer_hessian.pipeline.terminal import WIDTH, install, wrap_long_lines
+
+NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_./-", min_size=1, max_size=60)
+
+
+@given(st.lists(NAMES, min_size=1, max_size=120))
+def test_file_lists_fold_at_commas_and_lose_nothing(files):
+    line = "    input: " + ", ".join(files)
+    out = wrap_long_lines(line).split("\n")
+    assert all(len(piece) <= WIDTH for piece in out)
+    assert " ".join(piece.strip() for piece in out).removeprefix("input: ").split(", ") == files
+    assert out[0].startswith("    input:") and all(p.startswith(" " * 11) for p in out[1:])
+
+
+@given(st.lists(st.tuples(NAMES, st.text(alphabet="ab c'", max_size=20)), min_size=1, max_size=40))
+def test_shell_commands_fold_between_words_and_still_parse(args):
+    cmd = "transformer-hessian --threads 1 probe " + " ".join(f"--{k} {shlex.quote(v)}" for k, v in args)
+    out = wrap_long_lines("Shell command: " + cmd)
+    lines = out.split("\n")
+    assert all(len(piece) <= WIDTH for piece in lines)
+    assert all(piece.endswith(" \\") for piece in lines[:-1])
+    # pasted into a shell, the folded command is the same command
+    assert shlex.split(out.removeprefix("Shell command: ").replace("\\\n", " ")) == shlex.split(cmd)
+
+
+def test_short_lines_pass_unchanged():
+    text = "rule train:\n    input: a, b\n\nFinished in 1 min 02 s."
+    assert wrap_long_lines(text) == text
+
+
+def test_installed_formatter_folds_and_keeps_the_inner_formatters_state(capsys):
+    class Inner(logging.Formatter):
+        quiet = {"reason"}
+
+        def format(self, record):
+            return "    output: " + ", ".join(f"results/file_{i}.json" for i in range(50))
+
+    logger = logging.getLogger("test_terminal")
+    handler = logging.StreamHandler()
+    handler.setFormatter(Inner())
+    logger.addHandler(handler)
+    try:
+        install(logger)
+        install(logger)  # idempotent: one fold, not two wrappers
+        assert handler.formatter.quiet == {"reason"} and not hasattr(handler.formatter.inner, "inner")
+        logger.warning("x")
+        err = capsys.readouterr().err
+        assert max(len(line) for line in err.splitlines()) <= WIDTH and "results/file_49.json" in err
+    finally:
+        logger.removeHandler(handler)
