@@ -1,7 +1,7 @@
-"""Short terminal lines for a workflow run: snakemake prints each job's inputs and outputs as one
+r"""Short terminal lines for a workflow run: snakemake prints each job's inputs and outputs as one
 comma-separated line and each shell command on one line (``rule all`` alone listed its 80 inputs on
 a line of 2,085 characters). :func:`wrap_long_lines` folds such lines, losing nothing:
-a file list at its commas, a shell command at the spaces between its words, with `` \\`` at the end
+a file list at its commas, a shell command at the spaces between its words, with `` \`` at the end
 of each folded line so that the command still runs when pasted into a shell.
 
 The Snakefile installs it on snakemake's terminal handler (:func:`install`), so that both
