@@ -281,6 +281,26 @@ def snakemake_dry_run(root, workdir, env, *args, timeout=180):
     )
 
 
+@pytest.fixture(scope="session")
+def slurm_cluster(root, env):
+    """The private one-node SLURM cluster (tests/slurm_cluster.py), or the reason there is none;
+    stopped at the end of the session."""
+    from slurm_cluster import start_cluster
+
+    cluster = start_cluster(root, env)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def tiny_run(root, env, slurm_cluster, tmp_path_factory):
+    """The one tiny workflow run of the session (tests/slurm_cluster.py): on the SLURM cluster when
+    it is up, else local. Every test of a finished run reads it; none runs a second one."""
+    from slurm_cluster import run_tiny_workflow
+
+    return run_tiny_workflow(root, env, tmp_path_factory.mktemp("workflow"), slurm_cluster)
+
+
 @pytest.fixture(scope="module")
 def reference_run(tmp_path_factory):
     """A 4-epoch tiny run, uninterrupted: the weights every recovery must reproduce bit for bit

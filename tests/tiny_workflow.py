@@ -1,11 +1,10 @@
 """The tiny workflow of the integration tests: its config (``TINY``) and the checks of a finished
 run of it.
 
-Not a test module (pytest does not collect it by itself): the checks are collected where they are
-imported, by ``tests/test_workflow.py`` (a local run) and ``tests/test_slurm.py`` (the same config on
-a SLURM cluster), each of which supplies the ``run`` fixture (the run's folder). A test of one run
-that cannot be repeated on the other (the local rerun and report, the report in Chromium) stays in
-``test_workflow.py``.
+Not a test module (pytest does not collect it by itself): the checks are collected by
+``tests/test_workflow.py`` on the session's one tiny run (the ``tiny_run`` fixture of conftest.py,
+tests/slurm_cluster.py: through the SLURM profile on a private cluster where one can be started, else
+local); ``tests/test_slurm.py`` checks that the run's jobs ran on SLURM.
 """
 
 import csv
