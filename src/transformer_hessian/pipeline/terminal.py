@@ -24,37 +24,74 @@ _LIST = re.compile(r"^(\s*)(\w[\w ]*: )(.*, .*)$")
 _SHELL = "Shell command: "
 
 
-def _words_outside_quotes(text: str) -> list[str]:
-    """``text`` split at the spaces that are not inside single or double quotes."""
-    words, cur, quote = [], [], None
-    for ch in text:
-        if quote:
+def _shell_words(text: str) -> list[str] | None:
+    r"""``text`` split at the spaces a shell splits at (outside quotes, not escaped), with each
+    unquoted newline as a word of its own; None when a quote is left open (then the text
+    is not folded)."""
+    words, cur, quote, i = [], [], None, 0
+    while i < len(text):
+        ch = text[i]
+        if quote == "'":
             cur.append(ch)
-            if ch == quote:
+            quote = None if ch == "'" else quote
+        elif quote == '"':
+            cur.append(ch)
+            if ch == "\\" and i + 1 < len(text):
+                cur.append(text[i + 1])
+                i += 1
+            elif ch == '"':
                 quote = None
+        elif ch == "\\" and i + 1 < len(text):
+            cur += [ch, text[i + 1]]
+            i += 1
         elif ch in "'\"":
             quote = ch
             cur.append(ch)
-        elif ch == " ":
+        elif ch in " \n":
             if cur:
                 words.append("".join(cur))
             cur = []
+            if ch == "\n":
+                words.append("\n")
         else:
             cur.append(ch)
+        i += 1
     if cur:
         words.append("".join(cur))
-    return words
+    return None if quote else words
 
 
-def _fill(first: str, pieces: list[str], indent: str, sep: str, tail: str, width: int) -> list[str]:
+def _fold_shell(text: str, width: int) -> str:
+    r"""A shell command folded between its words with `` \`` at the end of each folded line (so
+    that it runs as it did when pasted into a shell); unchanged where no line is too long or a
+    quote is left open."""
+    words = _shell_words(text)
+    if not words or all(len(line) <= width for line in text.split("\n")):
+        return text
+    indent = "    "
+    out = words[0]
+    for word in words[1:]:
+        if word == "\n":
+            out += "\n"
+            continue
+        at_start = out.endswith("\n")
+        line_len = len(out) - out.rfind("\n") - 1
+        first = word.split("\n", 1)[0]
+        if not at_start and line_len + 1 + len(first) + 2 > width:
+            out += " \\\n" + indent + word
+        else:
+            out += ("" if at_start else " ") + word
+    return out
+
+
+def _fill(first: str, pieces: list[str], indent: str, sep: str, width: int) -> list[str]:
     """``pieces`` joined by ``sep`` after ``first``, in lines of at most ``width`` characters (a piece
-    longer than that alone on its line); every line but the last ends in ``tail``, every line but the
-    first starts with ``indent``."""
+    longer than that alone on its line); every line but the first starts with ``indent``."""
     lines, cur = [], first
     for piece in pieces:
         joined = cur + sep + piece if cur.strip() else cur + piece
-        if len(joined) + len(tail) > width and cur.strip():
-            lines.append(cur + tail)
+        if len(joined) > width and cur.strip():
+            lines.append(cur)
             cur = indent + piece
         else:
             cur = joined
@@ -65,23 +102,22 @@ def _fill(first: str, pieces: list[str], indent: str, sep: str, tail: str, width
 def _wrap_line(line: str, width: int) -> list[str]:
     if len(line) <= width:
         return [line]
-    lead = line[: len(line) - len(line.lstrip())]
-    body = line.lstrip()
-    if body.startswith(_SHELL) or body.split(" ", 1)[0] in ("transformer-hessian", "papermill"):
-        words = _words_outside_quotes(body)
-        return _fill(lead + words[0], words[1:], lead + "    ", " ", " \\", width)
     m = _LIST.match(line)
     if m:
         indent, label, rest = m.groups()
         items = rest.split(", ")
         pieces = [item + "," for item in items[:-1]] + [items[-1]]
-        return _fill(indent + label.rstrip(), pieces, indent + " " * len(label), " ", "", width)
-    return _fill(lead, body.split(" "), lead + "  ", " ", "", width)
+        return _fill(indent + label.rstrip(), pieces, indent + " " * len(label), " ", width)
+    lead = line[: len(line) - len(line.lstrip())]
+    return _fill(lead, line.lstrip().split(" "), lead + "  ", " ", width)
 
 
 def wrap_long_lines(text: str, width: int = WIDTH) -> str:
-    """``text`` with every line longer than ``width`` folded as the module docstring says; shorter
-    lines are returned unchanged, and joining the folded pieces gives back the words of the line."""
+    """``text`` (one message) with every line longer than ``width`` folded as the module docstring
+    says; a message that is a shell command (``Shell command: ...``) is folded as one command, also
+    across the newlines inside its quotes. Shorter lines are returned unchanged."""
+    if text.startswith(_SHELL):
+        return _fold_shell(text, width)
     return "\n".join(piece for line in text.split("\n") for piece in _wrap_line(line, width))
 
 
