@@ -37,6 +37,16 @@ def _argv(cmd: str) -> bytes:
     return subprocess.run(["bash", "-c", printing], capture_output=True, check=True, timeout=30).stdout
 
 
+def test_reasons_quoting_long_captions_fold_at_spaces():
+    caption = "Figure 6. |L_(k+1)(w*) - L_k(w*)| against the number of training samples k, " * 8
+    line = (
+        f'    reason: Missing output files: a.json, b.json; Params have changed: before: "{caption}" now: "{caption}"'
+    )
+    out = wrap_long_lines(line).split("\n")
+    assert all(len(piece) <= WIDTH for piece in out) and len(out) > 2
+    assert " ".join(p.strip() for p in out).split() == line.split()
+
+
 def test_short_lines_pass_unchanged():
     text = "rule train:\n    input: a, b\n\nFinished in 1 min 02 s."
     assert wrap_long_lines(text) == text

@@ -107,7 +107,14 @@ def _wrap_line(line: str, width: int) -> list[str]:
         indent, label, rest = m.groups()
         items = rest.split(", ")
         pieces = [item + "," for item in items[:-1]] + [items[-1]]
-        return _fill(indent + label.rstrip(), pieces, indent + " " * len(label), " ", width)
+        cont = indent + " " * len(label)
+        lines = _fill(indent + label.rstrip(), pieces, cont, " ", width)
+        # an item with spaces of its own (a reason quoting a changed caption) folds at its spaces
+        return [
+            piece
+            for line in lines
+            for piece in ([line] if len(line) <= width else _fill("", line.split(" "), cont, " ", width))
+        ]
     lead = line[: len(line) - len(line.lstrip())]
     return _fill(lead, line.lstrip().split(" "), lead + "  ", " ", width)
 
