@@ -257,6 +257,26 @@ def func_hessian(model, images, labels):
     return torch.cat([torch.cat([H[a][b].reshape(W[a].numel(), W[b].numel()) for b in names], 1) for a in names], 0)
 
 
+def unfold_terminal(text: str) -> str:
+    """snakemake's output with the lines that transformer_hessian.pipeline.terminal folded joined
+    again: a shell command's `` \\`` continuations, and a job's file list (``    input: a, b,`` then
+    lines indented to the first item) back on one line each, as snakemake printed them."""
+    import re
+
+    text = re.sub(r" \\\n\s+", " ", text)
+    out: list[str] = []
+    cont = None  # the indentation of a folded item's continuation lines
+    for line in text.split("\n"):
+        lead = len(line) - len(line.lstrip(" "))
+        if cont is not None and line.strip() and lead == cont:
+            out[-1] += " " + line.strip()
+            continue
+        m = re.match(r"^(\s*)(\w[\w ]*: )", line)
+        cont = len(m.group(1)) + len(m.group(2)) if m else None
+        out.append(line)
+    return "\n".join(out)
+
+
 def snakemake_dry_run(root, workdir, env, *args, timeout=180):
     """``snakemake -n`` of this repository's Snakefile in ``workdir`` (completed process, output captured)."""
     import subprocess

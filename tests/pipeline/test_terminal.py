@@ -4,6 +4,7 @@ import logging
 import shlex
 import subprocess
 
+from conftest import unfold_terminal
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -45,6 +46,16 @@ def test_reasons_quoting_long_captions_fold_at_spaces():
     out = wrap_long_lines(line).split("\n")
     assert all(len(piece) <= WIDTH for piece in out) and len(out) > 2
     assert " ".join(p.strip() for p in out).split() == line.split()
+
+
+@given(st.lists(NAMES, min_size=1, max_size=120), st.lists(NAMES, min_size=1, max_size=60))
+def test_the_tests_unfold_gives_back_what_snakemake_printed(inputs, args):
+    """tests/conftest.py's unfold_terminal (the tests that parse snakemake's listing use it), on a
+    job's info and its shell command, two messages as snakemake logs them."""
+    job = "rule train:\n    input: " + ", ".join(inputs) + "\n    output: results/a.json"
+    shell = "Shell command: transformer-hessian " + " ".join(args)
+    printed = wrap_long_lines(job) + "\n" + wrap_long_lines(shell) + "\n"
+    assert unfold_terminal(printed) == job + "\n" + shell + "\n"
 
 
 def test_short_lines_pass_unchanged():
