@@ -62,9 +62,10 @@ test-explore: setup
 	HYPOTHESIS_PROFILE=explore PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest $(ARGS) $(PYTEST_ARGS)
 
 # Only the SLURM integration test (part of `make test`): as root, installs slurm-wlm + munge with
-# apt-get where missing, runs the tiny workflow on a private one-node cluster, stops it by PID.
+# apt-get where missing, runs the tiny workflow on a private one-node cluster (the session's one tiny
+# run, whose outputs tests/test_workflow.py checks), stops it by PID.
 test-slurm: setup
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -v tests/test_slurm.py
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -v tests/test_slurm.py tests/test_workflow.py
 
 # Every CUDA path in one short run (docs/gpu.md): gpu-check-out/gpu_check.{json,md}. Needs no venv
 # (the GPU machine has none): GPU_PYTHON is the python with torch, GPU_SITE a folder of unpacked

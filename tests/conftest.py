@@ -257,6 +257,26 @@ def func_hessian(model, images, labels):
     return torch.cat([torch.cat([H[a][b].reshape(W[a].numel(), W[b].numel()) for b in names], 1) for a in names], 0)
 
 
+def unfold_terminal(text: str) -> str:
+    """snakemake's output with the lines that transformer_hessian.pipeline.terminal folded joined
+    again: a shell command's `` \\`` continuations, and a job's file list (``    input: a, b,`` then
+    lines indented to the first item) back on one line each, as snakemake printed them."""
+    import re
+
+    text = re.sub(r" \\\n\s+", " ", text)
+    out: list[str] = []
+    cont = None  # the indentation of a folded item's continuation lines
+    for line in text.split("\n"):
+        lead = len(line) - len(line.lstrip(" "))
+        if cont is not None and line.strip() and lead == cont:
+            out[-1] += " " + line.strip()
+            continue
+        m = re.match(r"^(\s*)(\w[\w ]*: )", line)
+        cont = len(m.group(1)) + len(m.group(2)) if m else None
+        out.append(line)
+    return "\n".join(out)
+
+
 def snakemake_dry_run(root, workdir, env, *args, timeout=180):
     """``snakemake -n`` of this repository's Snakefile in ``workdir`` (completed process, output captured)."""
     import subprocess
@@ -279,6 +299,26 @@ def snakemake_dry_run(root, workdir, env, *args, timeout=180):
         env=env,
         timeout=timeout,
     )
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(root, env):
+    """The private one-node SLURM cluster (tests/slurm_cluster.py), or the reason there is none;
+    stopped at the end of the session."""
+    from slurm_cluster import start_cluster
+
+    cluster = start_cluster(root, env)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def tiny_run(root, env, slurm_cluster, tmp_path_factory):
+    """The one tiny workflow run of the session (tests/slurm_cluster.py): on the SLURM cluster when
+    it is up, else local. Every test of a finished run reads it; none runs a second one."""
+    from slurm_cluster import run_tiny_workflow
+
+    return run_tiny_workflow(root, env, tmp_path_factory.mktemp("workflow"), slurm_cluster)
 
 
 @pytest.fixture(scope="module")

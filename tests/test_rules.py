@@ -8,7 +8,7 @@ from io import StringIO
 from pathlib import Path
 
 import pytest
-from conftest import snakemake_dry_run
+from conftest import snakemake_dry_run, unfold_terminal
 
 ROOT = Path(__file__).resolve().parents[1]
 _PATH = re.compile(r"(?:results|paper)/[^\s\"']*[^\s\"'.,;:)]")
@@ -103,7 +103,7 @@ def _jobs(out: str) -> dict[str, list[str]]:
     """rule name -> the input lines of its jobs in a dry run's listing."""
     jobs: dict[str, list[str]] = {}
     rule = None
-    for line in out.splitlines():
+    for line in unfold_terminal(out).splitlines():
         m = re.match(r"^(?:local)?rule (\w+):$", line.strip())
         if m:
             rule = m.group(1)

@@ -8,7 +8,7 @@ import re
 
 import pytest
 import yaml
-from conftest import snakemake_dry_run
+from conftest import snakemake_dry_run, unfold_terminal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,7 +26,7 @@ def _dry_run(root, workdir, env, *args):
 def _job_resources(out):
     """[(rule, {resource: value})] for every job of a dry run's listing."""
     jobs, rule = [], None
-    for line in out.splitlines():
+    for line in unfold_terminal(out).splitlines():
         m = re.match(r"^(?:local)?rule (\w+):$", line)
         if m:
             rule = m.group(1)

@@ -1,4 +1,5 @@
-"""Integration: the whole workflow on a tiny config in a temporary folder."""
+"""Integration: the whole workflow on a tiny config in a temporary folder (the session's one tiny
+run, tests/slurm_cluster.py: on the private SLURM cluster where one can be started, else local)."""
 
 import json
 import re
@@ -7,16 +8,17 @@ import sys
 
 import pytest
 import yaml
-from tiny_workflow import RUN_CHECKS, TINY
+from tiny_workflow import RUN_CHECKS
 
-pytestmark = pytest.mark.workflow  # make test-fast leaves these out
+# the first test that asks for the run may also start the cluster (apt-get install included)
+pytestmark = [pytest.mark.workflow, pytest.mark.timeout(1800)]  # make test-fast leaves these out
 
-# The checks of the finished run (tiny_workflow.py), collected here on the `run` below; test_slurm.py
-# collects them a second time on its SLURM run.
+# The checks of the finished run (tiny_workflow.py), collected here on the session's tiny run.
 globals().update(RUN_CHECKS)
 
 
-def _snakemake(root, workdir, env, *args, timeout=900):
+def _snakemake(root, workdir, env, config_args, *args, timeout=900):
+    """A local snakemake in the run's folder, with the config of the run (``config_args``)."""
     return subprocess.run(
         [
             sys.executable,
@@ -26,8 +28,7 @@ def _snakemake(root, workdir, env, *args, timeout=900):
             str(root / "Snakefile"),
             "--directory",
             str(workdir),
-            "--configfile",
-            str(workdir / "tiny.yaml"),
+            *config_args,
             "--cores",
             "2",
             *args,
@@ -40,14 +41,8 @@ def _snakemake(root, workdir, env, *args, timeout=900):
 
 
 @pytest.fixture(scope="module")
-def run(root, env, tmp_path_factory):
-    work = tmp_path_factory.mktemp("workflow")
-    (work / "tiny.yaml").write_text(yaml.safe_dump(TINY))
-    proc = _snakemake(root, work, env)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    (work / "run_output.txt").write_text(proc.stdout + proc.stderr)
-    (work / "run_stdout.txt").write_text(proc.stdout)
-    return work
+def run(tiny_run):
+    return tiny_run.work
 
 
 def _report_results(html: str) -> dict:
@@ -57,11 +52,11 @@ def _report_results(html: str) -> dict:
     return json.loads(m.group(1))
 
 
-def test_rerun_does_nothing_and_report_builds(run, root, env):
-    proc = _snakemake(root, run, env, "-n")
+def test_rerun_does_nothing_and_report_builds(run, tiny_run, root, env):
+    proc = _snakemake(root, run, env, tiny_run.config_args, "-n")
     assert proc.returncode == 0
     assert "Nothing to be done" in proc.stdout + proc.stderr
-    rep = _snakemake(root, run, env, "--report", str(run / "paper/report.html"))
+    rep = _snakemake(root, run, env, tiny_run.config_args, "--report", str(run / "paper/report.html"))
     assert rep.returncode == 0, rep.stderr[-3000:]
     assert "ERROR/" not in rep.stdout + rep.stderr  # docutils errors in captions
     html = (run / "paper/report.html").read_text(errors="replace")

@@ -1,16 +1,16 @@
 """The tiny workflow of the integration tests: its config (``TINY``) and the checks of a finished
 run of it.
 
-Not a test module (pytest does not collect it by itself): the checks are collected where they are
-imported, by ``tests/test_workflow.py`` (a local run) and ``tests/test_slurm.py`` (the same config on
-a SLURM cluster), each of which supplies the ``run`` fixture (the run's folder). A test of one run
-that cannot be repeated on the other (the local rerun and report, the report in Chromium) stays in
-``test_workflow.py``.
+Not a test module (pytest does not collect it by itself): the checks are collected by
+``tests/test_workflow.py`` on the session's one tiny run (the ``tiny_run`` fixture of conftest.py,
+tests/slurm_cluster.py: through the SLURM profile on a private cluster where one can be started, else
+local); ``tests/test_slurm.py`` checks that the run's jobs ran on SLURM.
 """
 
 import csv
 import json
 import math
+import re
 
 import matplotlib.image as mpimg
 import numpy as np
@@ -279,15 +279,38 @@ def test_claims_verdicts_printed_and_in_summary(run):
     assert "Open first: paper/figures/fig3.png" in text
 
 
+def _unfolded(text: str) -> list[str]:
+    """The lines of a run's output with the shell commands that the terminal folded (`` \\`` at the
+    end of a line, transformer_hessian.pipeline.terminal) joined again."""
+    return re.sub(r" \\\n\s*", " ", text).splitlines()
+
+
 def test_command_lines_stay_short(run):
     """Settings travel as files (@results/settings/...), not as inlined config sections."""
     out = (run / "run_output.txt").read_text()
-    commands = [line for line in out.splitlines() if "transformer-hessian " in line and "--out" in line]
+    commands = [line for line in _unfolded(out) if "transformer-hessian " in line and "--out" in line]
     assert commands, "the run printed no shell commands (printshellcmds in profiles/default)"
     assert "@results/settings/" in out and '{"' not in "".join(commands)
     # what is left of their length is file paths (the summary rule lists every figure and table);
     # on the embedded default the longest went from 3,851 characters (inlined config) to 1,368
     assert max(len(line) for line in commands) < 1500
+
+
+def test_terminal_lines_stay_short(run):
+    """No line of the run's terminal output is longer than 300 characters (snakemake printed rule
+    all's input list on one line of 2,085 on the embedded default); the folded shell commands, joined
+    again, are the commands snakemake ran, and the recap is still the last thing printed."""
+    from transformer_hessian.pipeline.terminal import WIDTH
+
+    out = (run / "run_output.txt").read_text()
+    longest = max(out.splitlines(), key=len)
+    assert len(longest) <= min(300, WIDTH), longest[:400]
+    assert any(line.endswith(" \\") for line in out.splitlines()), "no command was folded: the check tests nothing"
+    joined = [line for line in _unfolded(out) if line.startswith("Shell command: transformer-hessian summary ")]
+    assert joined and len(joined[0]) > WIDTH
+    assert "--figures " in joined[0] and "--sections @results/settings/" in joined[0]
+    stdout = (run / "run_stdout.txt").read_text().rstrip("\n").splitlines()
+    assert any(line.startswith("Finished in ") for line in stdout[-20:])
 
 
 def test_figure_provenance_hashes_the_inputs(run):
@@ -391,6 +414,7 @@ RUN_CHECKS = {
     "test_executed_notebooks_have_no_errors": test_executed_notebooks_have_no_errors,
     "test_claims_verdicts_printed_and_in_summary": test_claims_verdicts_printed_and_in_summary,
     "test_command_lines_stay_short": test_command_lines_stay_short,
+    "test_terminal_lines_stay_short": test_terminal_lines_stay_short,
     "test_figure_provenance_hashes_the_inputs": test_figure_provenance_hashes_the_inputs,
     "test_bounds_outputs_hold_and_are_complete": test_bounds_outputs_hold_and_are_complete,
     "test_scaling_outputs": test_scaling_outputs,

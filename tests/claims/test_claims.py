@@ -217,6 +217,17 @@ def test_collect_validates_rows_in_order():
         claims.collect_claims([{k: v for k, v in base[0].items() if k != "measured"}])
 
 
+def test_summary_counts_and_names_the_claims_not_reproduced():
+    rows = claims.training_claim_rows(metrics(0.2), metrics(0.9), "a", "b")
+    text = claims.render_summary(rows, "docs/claims.md")
+    assert "1 reproduced, 1 not reproduced, 0 not testable on this data set (of 2 claims)." in text
+    failed = [r for r in rows if r["verdict"] == claims.NOT_REPRODUCED]
+    assert len(failed) == 1 and f"- `{failed[0]['id']}` (" in text and "[docs/claims.md](docs/claims.md)" in text
+    assert not [r for r in rows if r not in failed and f"`{r['id']}`" in text]
+    long = [{**failed[0], "source": "x" * 400}]
+    assert max(len(line) for line in claims.render_summary(long, "d.md").splitlines()) <= 200
+
+
 def test_markdown_lists_every_row_and_counts():
     rows = claims.training_claim_rows(metrics(0.2), metrics(0.9), "a", "b")
     text = claims.render_markdown(rows)
@@ -228,8 +239,12 @@ def test_markdown_lists_every_row_and_counts():
 def test_readme_section_matches_the_committed_snapshot():
     doc = json.loads((REPO / "docs" / "claims_default.json").read_text())
     readme = (REPO / "README.md").read_text()
-    assert claims.update_readme(readme, doc["claims"]) == readme, (
-        "README's claims section is stale: run `transformer-hessian claims-readme --claims docs/claims_default.json`"
+    tables = (REPO / claims.CLAIMS_DOC).read_text()
+    refresh = "run `transformer-hessian claims-readme --claims docs/claims_default.json`"
+    # the full table lives in docs/claims.md, the README holds its summary and links it
+    assert claims.update_readme(tables, doc["claims"]) == tables, f"docs/claims.md's table is stale: {refresh}"
+    assert claims.update_readme(readme, doc["claims"], summary_link=claims.CLAIMS_DOC) == readme, (
+        f"README's claims summary is stale: {refresh}"
     )
     ids = [r["id"] for r in doc["claims"]]
     assert {
@@ -242,8 +257,12 @@ def test_readme_section_matches_the_committed_snapshot():
         "fig6_slope",
         "theorem7_bound_at_wstar",
     } <= set(ids)
+    section = readme.split(claims.README_START)[1].split(claims.README_END)[0]
+    failed = [r["id"] for r in doc["claims"] if r["verdict"] == claims.NOT_REPRODUCED]
+    assert all(f"`{i}`" in section for i in failed) and "(docs/claims.md)" in section
+    assert not [r["id"] for r in doc["claims"] if r["verdict"] != claims.NOT_REPRODUCED and f"`{r['id']}`" in section]
     # the section changes with the rows, and a README without markers is refused
-    changed = claims.update_readme(readme, doc["claims"][:1])
-    assert changed != readme and ids[1] not in changed.split(claims.README_START)[1].split(claims.README_END)[0]
+    changed = claims.update_readme(tables, doc["claims"][:1])
+    assert changed != tables and ids[1] not in changed.split(claims.README_START)[1].split(claims.README_END)[0]
     with pytest.raises(ValueError, match="markers"):
         claims.update_readme("# no markers\n", doc["claims"])

@@ -58,7 +58,29 @@ def test_tagged_readme_sections_are_independent():
 def test_readme_mnist_section_matches_the_committed_snapshot():
     doc = json.loads((REPO / "docs" / "claims_mnist.json").read_text())
     readme = (REPO / "README.md").read_text()
-    assert claims.update_readme(readme, doc["claims"], "claims-mnist") == readme, (
-        "README's real-MNIST claims section is stale: run "
-        "`transformer-hessian claims-readme --claims docs/claims_mnist.json --tag claims-mnist`"
+    tables = (REPO / claims.CLAIMS_DOC).read_text()
+    refresh = "run `transformer-hessian claims-readme --claims docs/claims_mnist.json --tag claims-mnist`"
+    assert claims.update_readme(tables, doc["claims"], "claims-mnist") == tables, (
+        f"docs/claims.md's real-MNIST table is stale: {refresh}"
     )
+    assert claims.update_readme(readme, doc["claims"], "claims-mnist", claims.CLAIMS_DOC) == readme, (
+        f"README's real-MNIST claims summary is stale: {refresh}"
+    )
+
+
+def test_claims_readme_writes_the_table_and_the_summary_and_checks_both(tmp_path):
+    from transformer_hessian.pipeline.report_steps import claims_readme_step
+
+    rows = [row("a", "reproduced"), row("b", "not reproduced")]
+    snap = tmp_path / "snap.json"
+    snap.write_text(json.dumps({"claims": rows}))
+    (tmp_path / "docs").mkdir()
+    readme, doc = tmp_path / "README.md", tmp_path / "docs" / "claims.md"
+    for path in (readme, doc):
+        path.write_text("x\n<!-- claims:start -->\n<!-- claims:end -->\n")
+    with pytest.raises(ValueError, match="differs"):
+        claims_readme_step(str(snap), str(readme), check=True, doc=str(doc))
+    claims_readme_step(str(snap), str(readme), doc=str(doc))
+    claims_readme_step(str(snap), str(readme), check=True, doc=str(doc))  # up to date: no error
+    assert "| `b`:" in doc.read_text() and "| `b`" not in readme.read_text()
+    assert "- `b` (" in readme.read_text() and "[docs/claims.md](docs/claims.md)" in readme.read_text()

@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import yaml
-from conftest import snakemake_dry_run
+from conftest import snakemake_dry_run, unfold_terminal
 
 from transformer_hessian import registry
 
@@ -141,7 +141,7 @@ def test_generated_rules_run_the_registered_notebooks(env):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    commands = [line.strip() for line in (proc.stdout + proc.stderr).splitlines() if "papermill" in line]
+    commands = [line.strip() for line in unfold_terminal(proc.stdout + proc.stderr).splitlines() if "papermill" in line]
     for spec in registry.rule_specs(CONFIG):
         first_out = " ".join(f"-p {k} {v}" for k, v in list(spec["outs"].items())[:1])
         mine = [c for c in commands if first_out + " " in c + " "]

@@ -33,3 +33,11 @@ if not os.path.realpath(transformer_hessian.__file__).startswith(_SRC + os.sep):
         f"not from this checkout ({_SRC}); the jobs run that code",
         file=sys.stderr,
     )
+
+
+# Snakemake prints each job's file lists and shell command on one line (rule all's 80 inputs made a
+# line of 2,085 characters): fold them on its terminal, losing nothing (transformer_hessian.pipeline.terminal).
+from snakemake.logging import logger as _snakemake_logger  # noqa: E402
+from transformer_hessian.pipeline.terminal import install as _fold_long_lines  # noqa: E402
+
+_fold_long_lines(_snakemake_logger)

@@ -18,6 +18,8 @@ rule train:
     benchmark:
         "benchmarks/train/{exp}.tsv"
     # torch's intra-op threads (capped by --cores); the dynamics rule replays with the same number.
+    # (One thread would leave a core free on 2 cores, but changes the trained weights: on the
+    # embedded default the fig6_slope verdict flips.)
     threads: 4
     resources:
         **MODEL_RESOURCES,

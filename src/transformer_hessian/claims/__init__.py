@@ -36,7 +36,16 @@ the README block). Every name is re-exported here (``claims.collect_claims`` etc
 from __future__ import annotations
 
 from .collect import collect_claims
-from .render import README_END, README_START, claims_document, readme_section, render_markdown, update_readme
+from .render import (
+    CLAIMS_DOC,
+    README_END,
+    README_START,
+    claims_document,
+    readme_section,
+    render_markdown,
+    render_summary,
+    update_readme,
+)
 from .rows import training_claim_rows
 from .schema import NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, ROW_KEYS, VERDICTS, validate_row, verdict
 
@@ -45,6 +54,7 @@ __all__ = [
     "NOT_TESTABLE",
     "README_END",
     "README_START",
+    "CLAIMS_DOC",
     "REPRODUCED",
     "ROW_KEYS",
     "VERDICTS",
@@ -52,6 +62,7 @@ __all__ = [
     "collect_claims",
     "readme_section",
     "render_markdown",
+    "render_summary",
     "training_claim_rows",
     "update_readme",
     "validate_row",

@@ -219,7 +219,7 @@ class Probe(Section):
 class Spectrum(Section):
     """The matrix-free Hessian spectrum of the deep model (rule spectrum_compute, :mod:`.studies.spectrum`):
     experiment (null: ``landscape.experiment``), batch, Lanczos / Hutchinson / SLQ sizes, density
-    grid and width, and the HVP chunk."""
+    grid and width, the HVP chunk, and torch's threads in the rule."""
 
     SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "spectrum")
 
@@ -234,6 +234,7 @@ class Spectrum(Section):
     density_points: int
     density_sigma: float
     chunk: int
+    threads: int
 
 
 @dataclass(frozen=True)

@@ -150,9 +150,13 @@ def _add_claims_parsers(sub) -> None:
     s.add_argument("--out-json", required=True, help="paper/claims.json")
     s.set_defaults(func=commands.cmd_claims)
 
-    s = sub.add_parser("claims-readme", help="refresh (or --check) the README's generated claims section")
+    s = sub.add_parser(
+        "claims-readme",
+        help="refresh (or --check) the generated claims tables (docs/claims.md) and the README's summary",
+    )
     s.add_argument("--claims", required=True, help="claims JSON (paper/claims.json or docs/claims_default.json)")
-    s.add_argument("--readme", default="README.md", help="the README whose claims section is refreshed")
+    s.add_argument("--readme", default="README.md", help="the README whose claims summary is refreshed")
+    s.add_argument("--doc", default="docs/claims.md", help="the page with the full verdict tables")
     s.add_argument("--check", action="store_true", help="fail if the section differs instead of writing")
     s.add_argument(
         "--tag", default="claims", help="which table: claims (the default's) or claims-mnist (docs/claims_mnist.json)"

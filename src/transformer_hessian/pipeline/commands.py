@@ -74,10 +74,10 @@ def cmd_claims(a) -> None:
 
 
 def cmd_claims_readme(a) -> None:
-    """Refresh (or check) the README's generated claims section."""
+    """Refresh (or check) the generated claims tables (docs/claims.md) and the README's summary."""
     from .report_steps import claims_readme_step
 
-    claims_readme_step(a.claims, a.readme, check=a.check, tag=a.tag)
+    claims_readme_step(a.claims, a.readme, check=a.check, tag=a.tag, doc=a.doc)
 
 
 def cmd_claims_compare(a) -> None:

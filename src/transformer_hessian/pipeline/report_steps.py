@@ -5,6 +5,7 @@ verdicts and the registry's README, and write them (the layering of :mod:`.steps
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -91,28 +92,35 @@ def claims_step(
     return out
 
 
-def claims_readme_step(claims_path: str, readme: str, check: bool = False, tag: str = "claims") -> None:
-    """Refresh the README's generated claims section (markers ``<!-- <tag>:start -->``) from
-    ``claims_path``; with ``check``, raise :class:`ValueError` when it differs instead of writing."""
+def claims_readme_step(
+    claims_path: str, readme: str, check: bool = False, tag: str = "claims", doc: str | None = None
+) -> None:
+    """Refresh the generated claims sections (markers ``<!-- <tag>:start -->``) from ``claims_path``:
+    the full table in ``doc`` (``docs/claims.md``) and its short summary, which links ``doc``, in
+    ``readme``; with ``check``, raise :class:`ValueError` when either differs instead of writing."""
     from .. import claims
     from ..util.files import write_text
     from ..util.io import load_claims
 
     rows = load_claims(claims_path)
-    text = Path(readme).read_text()
-    new = claims.update_readme(text, rows, tag)
-    if check:
-        if new != text:
-            raise ValueError(
-                f"{readme}: the claims section differs from {claims_path}; run "
-                f"`transformer-hessian claims-readme --claims {claims_path} --readme {readme}"
-                + ("" if tag == "claims" else f" --tag {tag}")
-                + "`"
-            )
-        log.info("%s: claims section up to date", readme)
-    else:
-        write_text(new, readme)
-        log.info("%s: claims section refreshed from %s", readme, claims_path)
+    doc = doc or claims.CLAIMS_DOC
+    link = os.path.relpath(os.path.abspath(doc), os.path.dirname(os.path.abspath(readme)))
+    targets = [(doc, None), (readme, link)]
+    for path, summary_link in targets:
+        text = Path(path).read_text()
+        new = claims.update_readme(text, rows, tag, summary_link)
+        if check:
+            if new != text:
+                raise ValueError(
+                    f"{path}: the claims section differs from {claims_path}; run "
+                    f"`transformer-hessian claims-readme --claims {claims_path} --readme {readme} --doc {doc}"
+                    + ("" if tag == "claims" else f" --tag {tag}")
+                    + "`"
+                )
+            log.info("%s: claims section up to date", path)
+        else:
+            write_text(new, path)
+            log.info("%s: claims section refreshed from %s", path, claims_path)
 
 
 def registry_step(path: str, write_readme: bool = False, check: bool = False) -> None:

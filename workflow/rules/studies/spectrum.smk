@@ -25,7 +25,8 @@ rule spectrum_compute:
         f"logs/spectrum/{SEXP}.log",
     benchmark:
         f"benchmarks/spectrum/{SEXP}.tsv"
-    threads: 4
+    # spectrum.threads (the embedded default: 1, which leaves the other core to another job)
+    threads: config["spectrum"]["threads"]
     resources:
         **MODEL_RESOURCES,
     shell:
