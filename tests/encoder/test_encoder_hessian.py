@@ -310,14 +310,34 @@ def test_paper_block_is_the_special_case(seed, d, d_ff, B):
     assert rel_err(H, closed[perm][:, perm]) <= TOL
 
 
+@pytest.mark.slow
 def test_readme_example_runs(root):
-    """The README's "Use it on your own Transformer" example runs as written and is exact."""
+    """The README's "Use it on your own model" examples run as written and are exact: GPT-2's
+    attention block, a nanoGPT block with the tied embedding, torch's encoder layer."""
+    import fnmatch
+
+    from tests.engine.models import reference
+    from transformer_hessian.engine.ops.losses import causal_lm
+
     text = (root / "README.md").read_text()
-    sec = text[text.index("## Use it on your own Transformer") :]
-    code = sec[sec.index("```python\n") + 10 : sec.index("```\n", sec.index("```python"))]
+    sec = text[text.index("## Use it on your own model") :]
+    sec = sec[: sec.index("\n## ")]
     ns: dict = {}
-    exec(compile(code, "README example", "exec"), ns)  # noqa: S102 - the README's own code
-    H, layer, head, x, y = ns["H"], ns["layer"], ns["head"], ns["x"], ns["y"]
+    start = 0
+    while "```python\n" in sec[start:]:
+        a = sec.index("```python\n", start) + 10
+        b = sec.index("```\n", a)
+        exec(compile(sec[a:b], "README example", "exec"), ns)  # noqa: S102 - the README's own code
+        start = b + 4
+    model, ids, gpt = ns["model"], ns["ids"], ns["gpt"]
+    names = [n for n, _ in model.named_parameters() if fnmatch.fnmatchcase(n, "transformer.h.1.attn.*")]
+    assert rel_err(ns["H"], reference(model, {"input_ids": ids}, ids, causal_lm, names)) <= TOL
+    v = torch.randn(ns["op"].shape[0], dtype=DT)
+    assert ns["op"].shape[0] == sum(p.numel() for p in model.parameters())
+    assert torch.isfinite(ns["op"] @ v).all()
+    names = ["h.0.c_attn.weight", "h.0.c_attn.bias", "wte.weight"]
+    assert rel_err(ns["H2"], reference(gpt, ids, ids, causal_lm, names)) <= TOL
+    H, layer, head, x, y = ns["H3"], ns["layer"], ns["head"], ns["x"], ns["y"]
     assert H.shape == (sum(p.numel() for p in layer.parameters()),) * 2
     R = reference_hessian(layer, x, y, loss="cross_entropy", head=head, is_causal=True)
     assert rel_err(H, R) <= TOL

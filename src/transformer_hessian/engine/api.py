@@ -59,6 +59,8 @@ def _check_inputs(inputs) -> None:
 def prepare(model, inputs, targets, *, loss="mse", params=None, head=None) -> Run:
     """Capture the model and run its values and adjoints once: what :func:`hessian`, :func:`hvp`
     and :class:`HessianOperator` sweep."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model: expected an nn.Module, got {type(model).__name__}")
     _check_inputs(inputs)
     if isinstance(targets, torch.Tensor) and targets.is_floating_point() and not torch.isfinite(targets).all():
         raise ValueError("targets: has non-finite entries (nan or inf)")
@@ -185,6 +187,8 @@ def exact_hessian(
     which the graph engine takes (``engine="graph"``, what every other model uses). Rows and
     columns in the order of ``params`` (each flattened), in the parameters' dtype and device.
     """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model: expected an nn.Module, got {type(model).__name__}")
     if engine not in ("auto", "graph", "encoder"):
         raise ValueError(f"engine: 'auto', 'graph' or 'encoder', got {engine!r}")
     encoder = _torch_encoder(model)
