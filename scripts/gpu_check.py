@@ -30,6 +30,8 @@ long loops, and what it cuts off is recorded as skipped with the reason. Writes
   0's five groups and for the whole model, in float64 and float32, with the differences.
 - ``exact_hessian_encoder``: ``transformer_hessian.exact_hessian`` on a
   ``torch.nn.TransformerEncoderLayer`` against reverse-over-reverse autograd, when it exists.
+- ``exact_hessian_lm``: the graph engine (``exact_hessian`` and ``HessianOperator`` of any model) on
+  a one-layer nanoGPT-style GPT with the causal LM loss, against autograd on the device.
 
 ``--tiny``: sizes that run on a CPU in seconds (tests/test_gpu_check.py). The script needs torch
 2.11 or newer and nothing that is not on the GPU machine except jsonschema (config validation;
@@ -578,6 +580,44 @@ def sec_exact_hessian_encoder(chk: Check) -> dict:
     }
 
 
+def sec_exact_hessian_lm(chk: Check) -> dict:
+    """exact_hessian and HessianOperator of any model (the graph engine) on a nanoGPT-style GPT
+    with the causal LM loss, on the device, against reverse-over-reverse autograd there."""
+    from torch.func import functional_call
+
+    from transformer_hessian import HessianOperator, exact_hessian
+    from transformer_hessian.bench.lm_models import NanoGPT
+
+    e = chk.sizes.encoder
+    torch.manual_seed(0)
+    V, T, d, h = 16, e["tokens"], e["d_model"], e["nhead"]
+    model = NanoGPT(V, T, d, h, 1).to(chk.dev, torch.float64).eval()
+    ids = torch.randint(0, V, (e["batch"], T), generator=torch.Generator().manual_seed(1)).to(chk.dev)
+    H, sec = timed(chk.dev, lambda: exact_hessian(model, ids, ids, loss="causal_lm", progress=False))
+    named = list(model.named_parameters())
+    shapes, sizes = [p.shape for _, p in named], [p.numel() for _, p in named]
+
+    def f(flat):
+        params = {n: p.reshape(s) for (n, _), p, s in zip(named, torch.split(flat, sizes), shapes)}
+        logits = functional_call(model, params, (ids,))
+        return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, V), ids[:, 1:].reshape(-1))
+
+    w = torch.cat([p.detach().reshape(-1) for _, p in named])
+    R, ref_s = timed(chk.dev, lambda: _reverse_over_reverse(chk, f, w, "the language-model reference"))
+    op = HessianOperator(model, ids, ids, loss="causal_lm")
+    v = torch.randn(w.numel(), generator=torch.Generator().manual_seed(2), dtype=torch.float64).to(chk.dev)
+    Hv, hvp_s = timed(chk.dev, lambda: op @ v)
+    return {
+        "model": {"vocab": V, "T": T, "d": d, "heads": h, "layers": 1, "batch": e["batch"]},
+        "P": int(w.numel()),
+        "exact_hessian_s": sec,
+        "reference_s": ref_s,
+        "exact_vs_reference_rel": rel_diff(H, R),
+        "hvp_s": hvp_s,
+        "hvp_vs_dense_rel": rel_diff(Hv, R @ v),
+    }
+
+
 def sec_train(name: str, compile_: bool):
     """The section that times training of experiment ``name`` (compiled or not)."""
 
@@ -605,6 +645,7 @@ SECTIONS = {
     "spectrum_block": sec_spectrum_block,
     "spectrum_whole": sec_spectrum_whole,
     "exact_hessian_encoder": sec_exact_hessian_encoder,
+    "exact_hessian_lm": sec_exact_hessian_lm,
 }
 
 
@@ -660,8 +701,12 @@ def summary(name: str, r: dict) -> str:
             f"{r['trace_rel_diff']:.1e}; f64 {a['lanczos_s'] + a['hutchinson_s']:.3g} s, "
             f"f32 {b['lanczos_s'] + b['hutchinson_s']:.3g} s"
         )
-    if name == "exact_hessian_encoder":
-        return f"P={r['P']}; exact {r['exact_hessian_s']:.3g} s, autograd {r['reference_s']:.3g} s; rel {r['exact_vs_reference_rel']:.1e}"
+    if name in ("exact_hessian_encoder", "exact_hessian_lm"):
+        extra = f"; HVP {r['hvp_s']:.3g} s, rel {r['hvp_vs_dense_rel']:.1e}" if "hvp_s" in r else ""
+        return (
+            f"P={r['P']}; exact {r['exact_hessian_s']:.3g} s, autograd {r['reference_s']:.3g} s; "
+            f"rel {r['exact_vs_reference_rel']:.1e}{extra}"
+        )
     return ""
 
 

@@ -119,6 +119,8 @@ def test_gpu_check_tiny_on_cpu(tmp_path, env, fake_mnist):
         assert r["top_eigenvalue_rel_diff"] < 1e-3 and r["trace_rel_diff"] < 1e-3, r
     # the whole model's Hessian has block 0's five groups as a principal submatrix
     assert sections["spectrum_whole"]["result"]["n_params"] > sections["spectrum_block"]["result"]["n_params"]
+    lm = sections["exact_hessian_lm"]["result"]
+    assert lm["exact_vs_reference_rel"] < 1e-10 and lm["hvp_vs_dense_rel"] < 1e-10, lm
 
 
 def test_budget_and_errors_are_recorded(tmp_path, monkeypatch):
