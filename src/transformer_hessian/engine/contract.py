@@ -138,22 +138,35 @@ class Pointwise(Op):
         """f''(x); None when f is affine."""
         return None
 
+    def _f1(self, x, y):
+        """f'(x), computed once per value (every sweep reads the same)."""
+        if getattr(self, "_f1_of", None) is not x:
+            self._f1_of, self._f1_val = x, self.d1(x, y)
+        return self._f1_val
+
+    def _f2g(self, x, y, g):
+        """f''(x) g (None for an affine f), computed once per value and adjoint."""
+        if getattr(self, "_f2_of", None) is not g:
+            d2 = self.d2(x, y)
+            self._f2_of, self._f2_val = g, None if d2 is None else d2 * g
+        return self._f2_val
+
     def tangent(self, xs, ts, y):
         """y' = sum_i J_i x_i' for the K tangents (None: zero)."""
         (t,) = ts
-        return None if t is None else t * self.d1(xs[0], y)
+        return None if t is None else t * self._f1(xs[0], y)
 
     def adjoint(self, xs, y, g, need):
         """g_i = J_i^T g for each input (None where not needed or zero)."""
-        return [g * self.d1(xs[0], y)]
+        return [g * self._f1(xs[0], y)]
 
     def adjoint_tangent(self, xs, ts, y, g, gt, need):
         """g_i' = J_i^T g' + sum_j <g, d^2 f/dx_i dx_j> x_j' for each input."""
         (x,), (t,) = xs, ts
-        out = None if gt is None else gt * self.d1(x, y)
-        d2 = None if t is None else self.d2(x, y)
-        if d2 is not None:
-            own = t * (d2 * g)
+        out = None if gt is None else gt * self._f1(x, y)
+        f2g = None if t is None else self._f2g(x, y, g)
+        if f2g is not None:
+            own = t * f2g
             out = own if out is None else out + own
         return [out]
 

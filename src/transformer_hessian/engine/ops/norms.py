@@ -32,6 +32,14 @@ class _Norm(Op):
         self.x_shape = shape_of(x)
         self.d = normalized_shape[0]
 
+    def _adjoint_parts(self, g, gam):
+        """(g_n = g gamma, m = mean(g_n n)) as rows, computed once per adjoint (every sweep reads them)."""
+        if getattr(self, "_parts_of", None) is not g:
+            g2 = _rows(g, False, self.d)
+            gn = g2 * gam if gam is not None else g2
+            self._parts_of, self._parts = g, (gn, _mean(gn * self.n))
+        return self._parts
+
     def _split(self, seq):
         it = iter(seq)
         x = next(it)
@@ -130,7 +138,7 @@ class LayerNorm(_Norm):
             ggt = None if not parts else (parts[0] if len(parts) == 1 else parts[0] + parts[1])
         gbt = None if gt2 is None else gt2.sum(1)
         # x: g_n' = g' gamma + g gamma'
-        gn = g2 * gam if gam is not None else g2
+        gn, m = self._adjoint_parts(g, gam)
         gnt = None if gt2 is None else (gt2 * gam if gam is not None else gt2)
         if tg is not None:
             term = g2 * tg.unsqueeze(1)
@@ -139,13 +147,12 @@ class LayerNorm(_Norm):
         if gnt is not None:
             gxt = gnt - _mean(gnt) - n * _mean(gnt * n)
         if nt is not None:
-            m = _mean(gn * n)
             extra = -nt * m - n * _mean(gn * nt)
             gxt = extra if gxt is None else gxt + extra
         if gxt is not None:
             gxt = gxt / sigma
         if st is not None:
-            gx = (gn - _mean(gn) - n * _mean(gn * n)) / sigma
+            gx = (gn - _mean(gn) - n * m) / sigma
             gxt = gxt - gx * (st / sigma)
         gxt = None if gxt is None else gxt.reshape(gxt.shape[0], *self.x_shape)
         return self._join(gxt, ggt, gbt)
@@ -215,12 +222,11 @@ class RMSNorm(_Norm):
                 if t is not None
             ]
             ggt = None if not parts else (parts[0] if len(parts) == 1 else parts[0] + parts[1])
-        gn = g2 * gam if gam is not None else g2
+        gn, m = self._adjoint_parts(g, gam)
         gnt = None if gt2 is None else (gt2 * gam if gam is not None else gt2)
         if tg is not None:
             term = g2 * tg.unsqueeze(1)
             gnt = term if gnt is None else gnt + term
-        m = _mean(gn * n)
         gxt = None
         if gnt is not None:
             gxt = r * (gnt - n * _mean(gnt * n))
