@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from ..util.resources import available_bytes
+from ..util.resources import available_bytes, check_dense_memory
 from . import paper_kind, pooled, sweeps
 from .graph import graph_ranks
 from .ops import Hess, Slot, symmetrize_
@@ -152,14 +152,7 @@ def _spec(layers, kinds, final_norm, head, loss, inputs, slots: dict) -> SimpleN
 
 def _check_memory(P: int, dtype: torch.dtype, device: torch.device) -> int:
     """Bytes of the dense (P, P) result; MemoryError (with the numbers) when they are not available."""
-    need = P * P * torch.finfo(dtype).bits // 8
-    avail = available_bytes(device)
-    if avail is not None and need > avail:
-        raise MemoryError(
-            f"exact_hessian: the dense Hessian over P = {P} parameters needs {need} bytes "
-            f"({need / 2**30:.2f} GiB) of {dtype}; {avail} bytes are available on {device}"
-        )
-    return need
+    return check_dense_memory(P, dtype, available_bytes(device), device, "exact_hessian")
 
 
 def exact_hessian(

@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from ..util.resources import available_bytes
+from ..util.resources import available_bytes, check_dense_memory
 from .capture import capture
 from .sweep import Progress, Run, dense_hessian, hvp_sweep
 
@@ -68,13 +68,8 @@ def prepare(model, inputs, targets, *, loss="mse", params=None, head=None) -> Ru
 
 
 def _check_memory(P: int, dtype: torch.dtype, device: torch.device) -> None:
-    need = P * P * torch.finfo(dtype).bits // 8
-    avail = available_bytes(device)
-    if avail is not None and need > avail:
-        raise MemoryError(
-            f"exact_hessian: the dense Hessian over P = {P} parameters needs {need / 2**30:.2f} GiB of {dtype}; "
-            f"{avail / 2**30:.2f} GiB are available on {device} (select a block with params=, or use HessianOperator)"
-        )
+    hint = " (select a block with params=, or use HessianOperator)"
+    check_dense_memory(P, dtype, available_bytes(device), device, "exact_hessian", hint)
 
 
 def block_size(run: Run, block_bytes: int) -> int:

@@ -10,14 +10,17 @@ Hessian-vector products (:func:`hvp_sweep`)."""
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable
 
 import torch
 from torch.fx import Node
 
+from ..encoder.ops import symmetrize_
 from .capture import Captured
 from .contract import tadd
+from .ops.shape import SPLITS
 
 
 def _value(env: dict, arg):
@@ -39,7 +42,7 @@ class Run:
                     continue
                 step = steps.get(node)
                 if step is None:
-                    if node in cap.live and node.target not in _passive_targets():
+                    if node in cap.live and node.target not in SPLITS:
                         continue  # a metadata check on a differentiated value
                     self.env[node] = node.target(*_value(self.env, node.args), **_value(self.env, node.kwargs))
                     continue
@@ -158,12 +161,6 @@ def _as_recorded(v, node: Node):
     return out.copy_(v)
 
 
-def _passive_targets():
-    from .ops.shape import SPLITS
-
-    return set(SPLITS)
-
-
 def columns(cap: Captured) -> dict[str, slice]:
     """name -> its columns of H (the selected parameters flattened one after the other)."""
     cols, off = {}, 0
@@ -208,9 +205,7 @@ def seeds_of(run: Run, pieces: list[tuple[str, int, int]]) -> dict[str, torch.Te
     return {n: t.view(K, *cap.shapes[n]) for n, t in seeds.items()}
 
 
-def dense_hessian(
-    run: Run, K: int, progress: Callable[[int, int], None] | None = None, symmetrize_in_place: bool = True
-) -> torch.Tensor:
+def dense_hessian(run: Run, K: int, progress: Callable[[int, int], None] | None = None) -> torch.Tensor:
     """The (P, P) Hessian, block by block (rows), the missing columns filled by transposes."""
     cap = run.cap
     cols = columns(cap)
@@ -233,11 +228,7 @@ def dense_hessian(
             k += a1 - a0
         if progress is not None:
             progress(b + 1, len(todo))
-    if symmetrize_in_place:
-        from ..encoder.ops import symmetrize_
-
-        return symmetrize_(H)
-    return (H + H.T) / 2
+    return symmetrize_(H)
 
 
 def hvp_sweep(run: Run, V: torch.Tensor) -> torch.Tensor:
@@ -271,8 +262,6 @@ class Progress:
             return
         self.last = now
         rest = (now - self.t0) / done * (total - done)
-        import sys
-
         print(
             f"exact_hessian: block {done}/{total}, about {rest:.0f} s left", file=self.stream or sys.stderr, flush=True
         )

@@ -110,3 +110,17 @@ def available_bytes(device=None) -> int | None:
             return None
     limit = _cgroup_limit()
     return min(have, limit) if limit else have
+
+
+def check_dense_memory(P: int, dtype, avail: int | None, device, what: str, hint: str = "") -> int:
+    """Bytes of a dense (P, P) matrix of ``dtype``; MemoryError naming ``what``, the numbers and
+    ``hint`` when more than ``avail`` (:func:`available_bytes` of ``device``; None: unknown)."""
+    import torch
+
+    need = P * P * torch.finfo(dtype).bits // 8
+    if avail is not None and need > avail:
+        raise MemoryError(
+            f"{what}: the dense Hessian over P = {P} parameters needs {need} bytes ({need / 2**30:.2f} GiB) "
+            f"of {dtype}; {avail} bytes are available on {device}{hint}"
+        )
+    return need

@@ -32,6 +32,38 @@ class _Norm(Op):
         self.x_shape = shape_of(x)
         self.d = normalized_shape[0]
 
+    def tangent(self, xs, ts, y):
+        x, gam, _ = self._split(xs)
+        tx, tg, tb = self._split(ts)
+        out = None
+        if tx is not None:
+            nt, _ = self._n_tangent(tx)
+            out = nt * gam if gam is not None else nt
+        if tg is not None:
+            term = self.n * tg.unsqueeze(1)
+            out = term if out is None else out + term
+        if tb is not None:
+            term = tb.unsqueeze(1).expand(tb.shape[0], self.n.shape[0], self.d)
+            out = term if out is None else out + term
+        return None if out is None else out.reshape(out.shape[0], *self.x_shape)
+
+    def _affine_tangents(self, g2, gt2, nt, gam, tg):
+        """Of y = n gamma + beta: (g_gamma' = sum g' n + g n', g_beta' = sum g', g_n' = g' gamma +
+        g gamma'), rows of K tangents, None where zero."""
+        parts = (
+            []
+            if not self.has_g
+            else [(gt2 * self.n).sum(1) if gt2 is not None else None, (g2 * nt).sum(1) if nt is not None else None]
+        )
+        parts = [t for t in parts if t is not None]
+        ggt = None if not parts else parts[0] if len(parts) == 1 else parts[0] + parts[1]
+        gbt = None if gt2 is None else gt2.sum(1)
+        gnt = None if gt2 is None else (gt2 * gam if gam is not None else gt2)
+        if tg is not None:
+            term = g2 * tg.unsqueeze(1)
+            gnt = term if gnt is None else gnt + term
+        return ggt, gbt, gnt
+
     def _adjoint_parts(self, g, gam):
         """(g_n = g gamma, m = mean(g_n n)) as rows, computed once per adjoint (every sweep reads them)."""
         if getattr(self, "_parts_of", None) is not g:
@@ -95,21 +127,6 @@ class LayerNorm(_Norm):
         st = _mean(self.n * t)
         return (t - _mean(t) - self.n * st) / self.sigma, st
 
-    def tangent(self, xs, ts, y):
-        x, gam, _ = self._split(xs)
-        tx, tg, tb = self._split(ts)
-        out = None
-        if tx is not None:
-            nt, _ = self._n_tangent(tx)
-            out = nt * gam if gam is not None else nt
-        if tg is not None:
-            term = self.n * tg.unsqueeze(1)
-            out = term if out is None else out + term
-        if tb is not None:
-            term = tb.unsqueeze(1).expand(tb.shape[0], self.n.shape[0], self.d)
-            out = term if out is None else out + term
-        return None if out is None else out.reshape(out.shape[0], *self.x_shape)
-
     def adjoint(self, xs, y, g, need):
         x, gam, _ = self._split(xs)
         g2 = _rows(g, False, self.d)
@@ -127,22 +144,8 @@ class LayerNorm(_Norm):
         nt = st = None
         if tx is not None:
             nt, st = self._n_tangent(tx)
-        # gamma, beta: g_gamma = sum g n, g_beta = sum g
-        ggt = None
-        if self.has_g:
-            parts = [
-                t
-                for t in (None if gt2 is None else (gt2 * n).sum(1), None if nt is None else (g2 * nt).sum(1))
-                if t is not None
-            ]
-            ggt = None if not parts else (parts[0] if len(parts) == 1 else parts[0] + parts[1])
-        gbt = None if gt2 is None else gt2.sum(1)
-        # x: g_n' = g' gamma + g gamma'
+        ggt, gbt, gnt = self._affine_tangents(g2, gt2, nt, gam, tg)
         gn, m = self._adjoint_parts(g, gam)
-        gnt = None if gt2 is None else (gt2 * gam if gam is not None else gt2)
-        if tg is not None:
-            term = g2 * tg.unsqueeze(1)
-            gnt = term if gnt is None else gnt + term
         gxt = None
         if gnt is not None:
             gxt = gnt - _mean(gnt) - n * _mean(gnt * n)
@@ -185,18 +188,6 @@ class RMSNorm(_Norm):
         a = _mean(self.n * t)
         return self.r * (t - self.n * a), a
 
-    def tangent(self, xs, ts, y):
-        x, gam, _ = self._split(xs)
-        tx, tg, _ = self._split(ts)
-        out = None
-        if tx is not None:
-            nt, _ = self._n_tangent(tx)
-            out = nt * gam if gam is not None else nt
-        if tg is not None:
-            term = self.n * tg.unsqueeze(1)
-            out = term if out is None else out + term
-        return None if out is None else out.reshape(out.shape[0], *self.x_shape)
-
     def adjoint(self, xs, y, g, need):
         x, gam, _ = self._split(xs)
         g2 = _rows(g, False, self.d)
@@ -214,19 +205,8 @@ class RMSNorm(_Norm):
         nt = a = None
         if tx is not None:
             nt, a = self._n_tangent(tx)
-        ggt = None
-        if self.has_g:
-            parts = [
-                t
-                for t in (None if gt2 is None else (gt2 * n).sum(1), None if nt is None else (g2 * nt).sum(1))
-                if t is not None
-            ]
-            ggt = None if not parts else (parts[0] if len(parts) == 1 else parts[0] + parts[1])
+        ggt, _, gnt = self._affine_tangents(g2, gt2, nt, gam, tg)
         gn, m = self._adjoint_parts(g, gam)
-        gnt = None if gt2 is None else (gt2 * gam if gam is not None else gt2)
-        if tg is not None:
-            term = g2 * tg.unsqueeze(1)
-            gnt = term if gnt is None else gnt + term
         gxt = None
         if gnt is not None:
             gxt = r * (gnt - n * _mean(gnt * n))

@@ -16,6 +16,15 @@ def _dim(d: int, n: int) -> int:
     return d % n if n else 0
 
 
+class _Unary(LinearOp):
+    """A shape operation of one input: its node and the recorded shapes of input and output."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        self.inputs = [node.args[0]]
+        self.shape_in, self.shape_out = shape_of(node.args[0]), shape_of(node)
+
+
 @rule(
     aten.view.default,
     aten._unsafe_view.default,
@@ -29,13 +38,8 @@ def _dim(d: int, n: int) -> int:
     aten.view_as.default,
     aten.reshape_as.default,
 )
-class Reshape(LinearOp):
+class Reshape(_Unary):
     """Any operation that keeps the entries in order and changes only the shape."""
-
-    def __init__(self, node):
-        super().__init__(node)
-        self.inputs = [node.args[0]]
-        self.shape_in, self.shape_out = shape_of(node.args[0]), shape_of(node)
 
     def apply(self, xs, batched):
         x = xs[0]
@@ -117,13 +121,8 @@ class Permute(LinearOp):
 
 
 @rule(aten.expand.default, aten.expand_as.default, aten.broadcast_to.default)
-class Expand(LinearOp):
+class Expand(_Unary):
     """Broadcasting to a larger shape; its transpose sums over the broadcast axes."""
-
-    def __init__(self, node):
-        super().__init__(node)
-        self.inputs = [node.args[0]]
-        self.shape_in, self.shape_out = shape_of(node.args[0]), shape_of(node)
 
     def apply(self, xs, batched):
         x = xs[0]
