@@ -18,7 +18,8 @@ Modules: :mod:`.sources` (names, class counts, torchvision's url/md5 tables, :cl
 :mod:`.fetch` (download and verify raw files, the manifest; not named ``download`` so that
 ``data.download`` stays the function), :mod:`.transfer` (one file over HTTP(S) with a deadline,
 size limits and its md5 checked), :mod:`.local` (MNIST files a user already has), :mod:`.prepare` (decompress and extract verified files),
-:mod:`.datasets` (load as normalised tensors). torchvision is imported
+:mod:`.datasets` (load as normalised tensors), :mod:`.text` (the language-model study's text corpora
+and byte tokens, imported on its own: ``from transformer_hessian.data import text``). torchvision is imported
 only inside the functions that need its tables or readers (not for ``digits``).
 """
 

@@ -1,7 +1,7 @@
 """One file over HTTP(S) into place, verified (the network half of :func:`.fetch.download`).
 
-:func:`fetch_file` downloads into a temporary file next to the destination, checks its md5 and
-only then renames it into place, so no partial or corrupted file is ever left where a later run
+:func:`fetch_file` downloads into a temporary file next to the destination, checks its md5 or
+sha256 (or both) and only then renames it into place, so no partial or corrupted file is ever left where a later run
 would trust it. Each socket wait is limited by a timeout and the whole exchange by a deadline (a
 watchdog shuts the sockets down, so a server that trickles bytes cannot outlast it); a size above
 the file's known size (:data:`KNOWN_BYTES`) or beyond the free disk space is refused before it is
@@ -21,7 +21,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from ..util.files import atomic_path
+from ..util.files import atomic_path, sha256_file
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -142,19 +142,31 @@ def _opener(watchdog: _Watchdog):
     return urllib.request.build_opener(Http, Https)
 
 
-def fetch_file(url: str, dest: Path, md5: str, timeout: float, deadline: float = DEFAULT_DEADLINE) -> None:
-    """Download ``url`` into a temp file next to ``dest``, verify ``md5``, then rename into place.
+def fetch_file(
+    url: str,
+    dest: Path,
+    md5: str | None,
+    timeout: float,
+    deadline: float = DEFAULT_DEADLINE,
+    *,
+    sha256: str | None = None,
+    size: int | None = None,
+) -> None:
+    """Download ``url`` into a temp file next to ``dest``, verify its checksum, then rename into place.
 
-    Each socket wait is limited by ``timeout``, and the whole exchange (connect, status line,
-    headers, body) by ``deadline`` seconds: a watchdog shuts the socket down when it passes. A
-    Content-Length above the file's known size (:data:`KNOWN_BYTES`), a body that runs past it,
-    or a file that does not fit the free disk space is refused before it is written. Raises
-    :class:`FetchError` (any network problem, the deadline, a size, or a checksum mismatch); nothing
-    is left behind.
+    The checksum is ``md5`` (torchvision's tables), ``sha256`` (hex digest), or both; at least one
+    must be given, and every one given must match. Each socket wait is limited by ``timeout``, and
+    the whole exchange (connect, status line, headers, body) by ``deadline`` seconds: a watchdog
+    shuts the socket down when it passes. A Content-Length above the file's known size (``size``
+    when given, else :data:`KNOWN_BYTES` by md5), a body that runs past it, or a file that does not
+    fit the free disk space is refused before it is written. Raises :class:`FetchError` (any
+    network problem, the deadline, a size, or a checksum mismatch); nothing is left behind.
     """
+    if md5 is None and sha256 is None:
+        raise ValueError("fetch_file: give the file's md5 or sha256 (a download is never trusted unchecked)")
     agent = user_agent()  # imports torchvision: before the clock starts
     t_end = time.monotonic() + deadline
-    known = KNOWN_BYTES.get(md5)
+    known = size if size is not None else KNOWN_BYTES.get(md5) if md5 is not None else None
     late = (
         f"not complete after the deadline of {deadline:g} s (config key data.deadline); the server answers too slowly"
     )
@@ -201,13 +213,22 @@ def fetch_file(url: str, dest: Path, md5: str, timeout: float, deadline: float =
                     raise FetchError(f"{late} ({received} bytes received)")
                 if response.length:  # Content-Length promised more than arrived
                     raise FetchError(f"connection closed after {received} bytes, {response.length} bytes short")
-            if not check_integrity(tmp, md5):
-                got = calculate_md5(tmp)
-                raise FetchError(
-                    f"checksum mismatch: expected md5 {md5}, got {got} ({tmp.stat().st_size} bytes); file rejected"
-                )
+            mismatch = _checksum_mismatch(tmp, md5, sha256)
+            if mismatch:
+                raise FetchError(f"checksum mismatch: {mismatch} ({tmp.stat().st_size} bytes); file rejected")
     except _NETWORK_ERRORS as err:
         raise FetchError(f"{type(err).__name__}: {err}") from err
+
+
+def _checksum_mismatch(path: Path, md5: str | None, sha256: str | None) -> str | None:
+    """``"expected <kind> X, got Y"`` for the first given checksum the file at ``path`` fails, else None."""
+    if md5 is not None and not check_integrity(path, md5):
+        return f"expected md5 {md5}, got {calculate_md5(path)}"
+    if sha256 is not None:
+        got = sha256_file(path)
+        if got != sha256.lower():
+            return f"expected sha256 {sha256.lower()}, got {got}"
+    return None
 
 
 class FetchError(Exception):

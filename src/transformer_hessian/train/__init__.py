@@ -7,6 +7,8 @@
 - :mod:`.resume`: discovery of the newest valid epoch checkpoint to resume from;
 - :mod:`.memory`: the memory estimate checked before training allocates anything;
 - :mod:`.loop`: the optimiser step, the epoch and :func:`train` (checkpoint layout, metrics);
+- :mod:`.lm`: the language-model study's GPT trained the same way (:func:`train_lm`, :func:`load_lm`,
+  :func:`evaluate_lm`);
 - :mod:`.checkpoints`: atomic, verified checkpoint files; :mod:`.result`: the train rule's result paths
   (standard library only: the Snakefile reads it without torch).
 
@@ -30,7 +32,9 @@ _OWNER = {
     "epoch_permutation": ".recipe",
     "estimate_training_bytes": ".memory",
     "evaluate": ".loading",
+    "evaluate_lm": ".lm",
     "load_experiment_data": ".loading",
+    "load_lm": ".lm",
     "load_model": ".loading",
     "lr_factor": ".recipe",
     "make_batch": ".recipe",
@@ -39,6 +43,7 @@ _OWNER = {
     "per_sample_losses": ".loading",
     "train": ".loop",
     "train_epoch": ".loop",
+    "train_lm": ".lm",
     "train_step": ".loop",
 }
 
