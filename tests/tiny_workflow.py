@@ -86,6 +86,29 @@ TINY = {
         "base": {"norm_first": False, "nhead": 1, "activation": "relu", "num_layers": 1},
         "variants": {"heads_2": {"nhead": 2}, "layers_2": {"num_layers": 2}},
     },
+    # the language study at toy size: a 1-layer decoder of width 8 on the embedded corpus (P = 2816 in
+    # the Hessian), a grid of 2 widths x 3 training-set sizes
+    "lm": {
+        "enabled": True,
+        "context": 16,
+        "width": 8,
+        "depth": 1,
+        "heads": 2,
+        "val_sequences": 64,
+        "train": {"epochs": 1, "batch_size": 32, "sequences": 256},
+        "hessian_sequences": 2,
+        "n_orderings": 5,
+        "n_bootstrap": 20,
+        "batch_size": 16,
+        "gram_sequences": 24,
+        "scaling": {
+            "widths": [8, 12],
+            "depths": [1],
+            "train_sequences": [32, 64, 128],
+            "steps": 20,
+            "lanczos_iters": 5,
+        },
+    },
     "spectrum": {
         "batch_size": 16,
         "n_eigenvalues": 3,
@@ -404,6 +427,34 @@ def test_scaling_outputs(run):
     assert "scaling" in s["figure_provenance"]
 
 
+def test_language_study_outputs(run):
+    """The language study's rows (ids lm_*, marked beyond the paper), its summary section (the corpus'
+    sha256, the law's constants under their names with intervals) and its tables."""
+    s = json.loads((run / "paper/summary.json").read_text())["lm"]
+    assert len(s["corpus"]["sha256"]) == 64 and s["corpus"]["bytes"] >= 1_000_000
+    law = s["scaling_law"]
+    assert law["fitted"] and law["n_models"] == 6
+    for name in ("E", "A", "alpha", "B", "beta"):
+        assert math.isfinite(law[name]) and f"{name}_ci95" in law
+    for stage in ("init", "trained"):
+        h = s["hessian"][stage]
+        assert h["P"] == 256 * 8 + 4 * 64 + 2 * 8 * 32 and h["asymmetry"] < 1e-10
+        assert len(h["layers"]) == 1 and len(h["layers"][0]) == 25
+        a = h["approximations"]
+        assert set(a["whole"]) == {"GGN", "K-FAC", "EK-FAC", "block-diagonal"}
+        assert all(0 <= e["fro"] < 10 for e in a["whole"].values())
+    lm = [r for r in json.loads((run / "paper/claims.json").read_text())["claims"] if r["id"].startswith("lm_")]
+    assert {r["id"] for r in lm} >= {
+        "lm_vv_largest_trained",
+        "lm_fig6_slope",
+        "lm_scaling_law",
+        "lm_data_to_model_scaling",
+    }
+    assert all(r["source"].startswith("beyond the paper: language model") for r in lm)
+    for table in ("lm_approx", "lm_scaling"):
+        assert len((run / f"paper/tables/{table}.csv").read_text().splitlines()) >= 4
+
+
 # The checks above, by name: every test of a finished run that the local and the SLURM run share.
 RUN_CHECKS = {
     "test_every_declared_output_is_valid": test_every_declared_output_is_valid,
@@ -418,4 +469,5 @@ RUN_CHECKS = {
     "test_figure_provenance_hashes_the_inputs": test_figure_provenance_hashes_the_inputs,
     "test_bounds_outputs_hold_and_are_complete": test_bounds_outputs_hold_and_are_complete,
     "test_scaling_outputs": test_scaling_outputs,
+    "test_language_study_outputs": test_language_study_outputs,
 }

@@ -331,6 +331,63 @@ def build_architectures():
     return [architectures_figure(result)]
 
 
+def _lm_results():
+    """The language study's results on a micro decoder (d 4, 2 layers, context 8: P = 1408 in the
+    Hessian), its own computations, and a synthetic 4 x 2 x 4 grid for the scaling figure."""
+    from transformer_hessian.config.settings import Lm
+    from transformer_hessian.core.gpt import GPT
+    from transformer_hessian.studies.lm import compute, step
+    from transformer_hessian.studies.lm.scaling import fit_scaling_law, law_value, stationarity_verdict
+    from transformer_hessian.studies.scaling.compute import fit_power_law
+
+    s = Lm.with_defaults({"enabled": True, "context": 8, "width": 4, "depth": 2, "heads": 2, "n_orderings": 5,
+                          "n_bootstrap": 20, "gram_sequences": 16, "batch_size": 8})  # fmt: skip
+    cfg = compute.gpt_config(s)
+    seqs = torch.randint(0, 256, (64, 8), generator=torch.Generator().manual_seed(0))
+    h = {"corpus": {"name": "micro", "bytes": 512}, "model": cfg.to_dict(), "hessian_sequences": 2}
+    maps = {}
+    for stage, seed in (("init", 0), ("trained", 1)):
+        torch.manual_seed(seed)
+        model = GPT(cfg)
+        H, h[stage] = compute.hessian_stage(model, seqs[:2], cfg)
+        maps[stage] = compute.downsample_log(H)
+        h[stage]["approximations"] = step._approximations(model, seqs[:2], cfg, H)
+    h["map_groups"] = [list(g) for g in compute.hessian_groups(cfg, split_heads=False)]
+    ls = compute.landscape_analysis(GPT(cfg).eval(), seqs, s)
+    rng = np.random.default_rng(0)
+    rows = []
+    for d in (1, 2):
+        for w in (8, 12, 16, 24):
+            for n in (64, 256, 1024, 4096):
+                N = 12 * w * w * d
+                rows.append({"id": f"w{w}_d{d}_n{n}", "width": w, "depth": d, "sequences": n, "tokens": 32 * n, "N": N,
+                             "P": N + 288 * w, "val_loss": float(law_value((1.5, 30.0, 0.4, 60.0, 0.35), N, 32 * n)
+                             + rng.normal(0, 0.01)), "train_loss": 2.0, "slope": -1.0, "prefactor": 0.1 * N**0.1,
+                             "k_star": int(100 * N**0.1), "lambda_max": 0.1 * N**0.3, "largest_block": "tok.weight",
+                             "block_spectral": {"tok.weight": 1.0}})  # fmt: skip
+    fits = {q: fit_power_law([r["N"] for r in rows if r["sequences"] == 4096],
+                             [r[q] for r in rows if r["sequences"] == 4096], n_bootstrap=50) for q in ("k_star", "prefactor", "lambda_max")}  # fmt: skip
+    sc = {"rows": rows, "law": fit_scaling_law(rows, 20, 0), "fits": fits, "fit_sequences": 4096,
+          "stationarity": stationarity_verdict(rows)}  # fmt: skip
+    return h, maps, ls, sc
+
+
+def _lm(name):
+    def build():
+        from transformer_hessian.studies.lm import plot
+
+        h, maps, ls, sc = _lm_results()
+        return {
+            "lm_hessian": lambda: [plot.hessian_maps_figure(maps, h)],
+            "lm_norms": lambda: [plot.norms_figure(h)],
+            "lm_landscape": lambda: [plot.landscape_figure(ls)],
+            "lm_approx": lambda: [plot.approx_figure(h)],
+            "lm_scaling": lambda: [plot.scaling_figure(sc)],
+        }[name]()
+
+    return build
+
+
 BUILDERS = {
     "fig2": build_fig2,
     "fig3": lambda: _heatmaps("fig3"),
@@ -345,6 +402,7 @@ BUILDERS = {
     "scaling": build_scaling,
     "spectrum": build_spectrum,
     "architectures": build_architectures,
+    **{name: _lm(name) for name in ("lm_hessian", "lm_norms", "lm_landscape", "lm_approx", "lm_scaling")},
 }
 NEEDS_PROBE = {"fig1", "theorem7", "fig12"}
 

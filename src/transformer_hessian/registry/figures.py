@@ -103,8 +103,13 @@ def enabled(fig: Figure, config: dict | None) -> bool:
     """Whether ``config`` switches ``fig`` on (always when it has no ``enabled_by`` or no config is given)."""
     if fig.enabled_by is None or config is None:
         return True
+    return all(_switch(config, dotted) for dotted in fig.enabled_by.split(" and "))
+
+
+def _switch(config: dict, dotted: str) -> bool:
+    """The boolean at the dotted key ``dotted`` of ``config`` (False where it is absent)."""
     node: Any = config
-    for key in fig.enabled_by.split("."):
+    for key in dotted.split("."):
         node = node.get(key) if isinstance(node, dict) else None
     return bool(node)
 

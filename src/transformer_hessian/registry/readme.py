@@ -33,7 +33,11 @@ def render_paper_readme() -> str:
     ]
     for fig in FIGURES:
         inputs = ", ".join(f"`{placeholder_path(output)}`" for output in fig.inputs.values())
-        shows = fig.shows + (f" (optional: only with `{fig.enabled_by}: true`)" if fig.enabled_by else "")
+        shows = fig.shows + (
+            " (optional: only with " + " and ".join(f"`{k}: true`" for k in fig.enabled_by.split(" and ")) + ")"
+            if fig.enabled_by
+            else ""
+        )
         lines.append(
             f"| `figures/{fig.id}.{{pdf,png}}` | {fig.paper} (`{fig.label}`) | {shows} | "
             f"`notebooks/{fig.notebook}` | `{fig.rule}` | {inputs} | {fig.functions} |"

@@ -75,7 +75,8 @@ class Figure:
     #: Outputs the rule waits for without passing them to the notebook: a figure of a
     #: Hessian is drawn only after the ``theory`` rule has checked that Hessian.
     gate: tuple[Output, ...] = ()
-    #: Dotted config key of a boolean switch (e.g. ``"scaling.enabled"``): when it is false the
+    #: Dotted config key of a boolean switch (e.g. ``"scaling.enabled"``; several joined by ``" and "``
+    #: must all be true): when it is false the
     #: figure has no rule, is not in ``all`` or the provenance (:func:`enabled`), and
     #: ``paper/README.md`` lists it as optional. None: always drawn.
     enabled_by: str | None = None

@@ -1,0 +1,121 @@
+"""How good are the curvature approximations on a Transformer: the generalized Gauss-Newton, K-FAC
+and EK-FAC as curvlinops computes them, and the layer-block-diagonal Hessian, against the exact
+Hessian of the causal LM loss (:func:`.compute.hessian_stage`), on the decoder's weight matrices.
+
+curvlinops sees the decoder through :class:`FlatLogits` (logits of the predicted positions,
+``(B (T-1), V)``) and ``nn.CrossEntropyLoss`` against the next tokens: the mean over the counted
+positions, the causal LM loss of the engine. K-FAC and EK-FAC use the type-2 Fisher (the exact
+GGN's factors, no Monte Carlo) with the ``expand`` approximation of weight sharing across tokens;
+they take ``nn.Linear`` layers only, so the tied token embedding is outside this comparison.
+curvlinops runs inside ``sdpa_kernel(SDPBackend.MATH)``: its GGN takes forward-mode derivatives,
+which torch's fused attention kernels do not have.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ...util.files import log
+
+__all__ = ["METHODS", "FlatLogits", "approximation_errors", "approximations"]
+
+#: The approximations compared, in the order of the table.
+METHODS = ("GGN", "K-FAC", "EK-FAC", "block-diagonal")
+
+
+class FlatLogits(nn.Module):
+    """The decoder's logits of the positions that predict a next token, flattened to ``(B (T-1), V)``."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """``(B (T-1), V)`` logits of the positions that have a next token."""
+        logits = self.model(ids)
+        return logits[:, :-1].reshape(-1, logits.shape[-1])
+
+
+def weight_names(depth: int) -> list[str]:
+    """The decoder's linear weight matrices, in the Hessian's row order (:func:`.compute.hessian_params` without ``tok.weight``)."""
+    from .compute import hessian_params
+
+    return hessian_params(depth)[1:]
+
+
+def approximations(model, batch: torch.Tensor, depth: int) -> dict[str, torch.Tensor]:
+    """Dense GGN, K-FAC and EK-FAC (curvlinops) of the causal LM loss on ``batch`` w.r.t. :func:`weight_names`, float64."""
+    from curvlinops import EKFACLinearOperator, GGNLinearOperator, KFACLinearOperator
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    flat = FlatLogits(model.double())
+    named = dict(model.named_parameters())
+    params = [named[n] for n in weight_names(depth)]
+    data = [(batch, batch[:, 1:].reshape(-1))]
+    loss = nn.CrossEntropyLoss()
+    P = sum(p.numel() for p in params)
+    eye = torch.eye(P, dtype=torch.float64)
+    out = {}
+    for name, cls, kw in (
+        ("GGN", GGNLinearOperator, {}),
+        ("K-FAC", KFACLinearOperator, {"fisher_type": "type-2", "kfac_approx": "expand"}),
+        ("EK-FAC", EKFACLinearOperator, {"fisher_type": "type-2", "kfac_approx": "expand"}),
+    ):
+        with sdpa_kernel(SDPBackend.MATH):  # torch has no forward AD through its fused attention kernels
+            op = cls(flat, loss, params, data, check_deterministic=False, **kw)
+            out[name] = (op @ eye).detach()
+    return out
+
+
+def _rel(A: torch.Tensor, H: torch.Tensor) -> tuple[float, float]:
+    """(Frobenius, spectral) norm of ``A - H`` relative to ``H``'s."""
+    D = A - H
+    fro = float(torch.linalg.matrix_norm(D, "fro") / torch.linalg.matrix_norm(H, "fro"))
+    spec = float(torch.linalg.eigvalsh(D).abs().max() / torch.linalg.eigvalsh(H).abs().max())
+    return fro, spec
+
+
+def approximation_errors(
+    H_weights: torch.Tensor, approx: dict[str, torch.Tensor], depth: int, sizes: list[int]
+) -> dict[str, Any]:
+    """Relative errors of each approximation: of the whole matrix over the weights and of each
+    diagonal weight block (``blocks``: name -> method -> {"fro", "spectral"}); the layer-block-
+    diagonal Hessian keeps the blocks of one layer together (``off_layer_share``: the Frobenius
+    share of the exact Hessian outside them); ``whole[m]["norm_ratio"]`` is ``||A||_F / ||H||_F``."""
+    names = weight_names(depth)
+    offs = np.concatenate([[0], np.cumsum(sizes)])
+    per_layer = len(names) // depth
+    layer_of = np.repeat(np.arange(depth), per_layer)
+    mask = torch.zeros_like(H_weights, dtype=torch.bool)
+    for la in range(depth):
+        a0, a1 = offs[la * per_layer], offs[(la + 1) * per_layer]
+        mask[a0:a1, a0:a1] = True
+    mats = dict(approx)
+    mats["block-diagonal"] = torch.where(mask, H_weights, torch.zeros_like(H_weights))
+    whole = {m: dict(zip(("fro", "spectral"), _rel(A, H_weights))) for m, A in mats.items()}
+    for m, A in mats.items():  # how much of the Hessian's size the approximation has
+        whole[m]["norm_ratio"] = float(torch.linalg.matrix_norm(A) / torch.linalg.matrix_norm(H_weights))
+    blocks: dict[str, dict[str, dict[str, float]]] = {}
+    for i, n in enumerate(names):
+        sl = slice(int(offs[i]), int(offs[i + 1]))
+        Hb = H_weights[sl, sl]
+        blocks[n] = {m: dict(zip(("fro", "spectral"), _rel(A[sl, sl], Hb))) for m, A in mats.items()}
+    off_share = float(torch.linalg.matrix_norm(torch.where(mask, 0.0, H_weights)) / torch.linalg.matrix_norm(H_weights))
+    for m in whole:
+        log.info(
+            "lm approximations: %s relative error %.3g (Frobenius), %.3g (spectral)",
+            m,
+            whole[m]["fro"],
+            whole[m]["spectral"],
+        )
+    return {
+        "methods": [m for m in METHODS if m in mats],
+        "whole": whole,
+        "blocks": blocks,
+        "off_layer_share": off_share,
+        "layers": layer_of.tolist(),
+    }

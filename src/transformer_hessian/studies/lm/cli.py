@@ -1,0 +1,102 @@
+"""The ``transformer-hessian lm`` command (``train``, ``hessian``, ``landscape``, ``scaling-models``,
+``scaling``, ``claims``), added to the package's parser by :func:`add_parser`."""
+
+from __future__ import annotations
+
+__all__ = ["add_parser"]
+
+
+def _lm(a):
+    from ...config.settings import Lm
+
+    return Lm.from_dict(a.lm)
+
+
+def _train(a) -> None:
+    from .step import train_step
+
+    train_step(_lm(a), a.data_root, a.out_dir, a.corpus_out, device=a.device)
+
+
+def _hessian(a) -> None:
+    from .step import hessian_step
+
+    hessian_step(_lm(a), a.data_root, a.init, a.final, a.corpus, a.out, a.maps_out)
+
+
+def _landscape(a) -> None:
+    from .step import landscape_step
+
+    landscape_step(_lm(a), a.data_root, a.final, a.corpus, a.out)
+
+
+def _scaling_models(a) -> None:
+    from .step import scaling_models_step
+
+    scaling_models_step(_lm(a), a.part, a.jobs, a.data_root, a.cache_dir, a.out)
+
+
+def _scaling(a) -> None:
+    from .step import scaling_step
+
+    scaling_step(_lm(a), a.parts, a.out)
+
+
+def _claims(a) -> None:
+    from .step import claims_step
+
+    claims_step(_lm(a), a.hessian, a.landscape, a.scaling, a.metrics, a.out, a.summary_out, a.tables_dir)
+
+
+def add_parser(sub, json_arg, data_root_help: str) -> None:
+    """Add ``lm <step>`` to the subparsers ``sub``."""
+    s = sub.add_parser("lm", help="language-model study: a GPT-style decoder's Hessian, D_k, scaling law")
+    ssub = s.add_subparsers(dest="lm_command", required=True)
+
+    def common(p, data=True):
+        p.add_argument("--lm", type=json_arg, required=True, help="the validated 'lm' config section (or @FILE)")
+        if data:
+            p.add_argument("--data-root", required=True, help=data_root_help)
+
+    t = ssub.add_parser("train", help="train the study's decoder (resumable from its epoch checkpoints)")
+    common(t)
+    t.add_argument("--out-dir", required=True, help="folder of checkpoints/ and metrics.json")
+    t.add_argument("--corpus-out", required=True, help="the corpus' record (JSON: name, files, sha256)")
+    t.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
+    t.set_defaults(func=_train)
+    h = ssub.add_parser("hessian", help="exact Hessian blocks at init and trained; curvature approximations")
+    common(h)
+    h.add_argument("--init", required=True, help="checkpoint at initialisation (init.pt)")
+    h.add_argument("--final", required=True, help="trained checkpoint (final.pt)")
+    h.add_argument("--corpus", required=True, help="the training's corpus record (corpus.json)")
+    h.add_argument("--out", required=True, help="output JSON")
+    h.add_argument("--maps-out", required=True, help="print-size log10 |H| maps (npz)")
+    h.set_defaults(func=_hessian)
+    ls = ssub.add_parser("landscape", help="D_k on sequences, Theorem 7 at w*, Assumption 1")
+    common(ls)
+    ls.add_argument("--final", required=True, help="trained checkpoint (final.pt)")
+    ls.add_argument("--corpus", required=True, help="the training's corpus record (corpus.json)")
+    ls.add_argument("--out", required=True, help="output JSON")
+    ls.set_defaults(func=_landscape)
+    m = ssub.add_parser("scaling-models", help="train and measure one part of the scaling grid (cached per model)")
+    common(m)
+    m.add_argument("--part", type=int, default=0, help="this job's part (0-based)")
+    m.add_argument("--jobs", type=int, default=1, help="number of parts")
+    m.add_argument("--cache-dir", required=True, help="per-model results <id>.json")
+    m.add_argument("--out", required=True, help="output JSON of this part")
+    m.set_defaults(func=_scaling_models)
+    g = ssub.add_parser("scaling", help="the law L(N, D) and power laws in N over every part")
+    common(g, data=False)
+    g.add_argument("--parts", nargs="+", required=True, help="every part's JSON")
+    g.add_argument("--out", required=True, help="output JSON")
+    g.set_defaults(func=_scaling)
+    c = ssub.add_parser("claims", help="the study's claim rows and its summary section")
+    common(c, data=False)
+    c.add_argument("--hessian", required=True, help="lm_hessian's JSON")
+    c.add_argument("--landscape", required=True, help="lm_landscape's JSON")
+    c.add_argument("--scaling", default=None, help="lm_scaling's JSON (absent when the grid is off)")
+    c.add_argument("--metrics", required=True, help="the decoder's metrics.json")
+    c.add_argument("--out", required=True, help="claim rows (JSON list)")
+    c.add_argument("--summary-out", required=True, help="the summary section (JSON)")
+    c.add_argument("--tables-dir", default=None, help="also write the tables lm_approx, lm_scaling here")
+    c.set_defaults(func=_claims)

@@ -1,0 +1,262 @@
+"""The language study's computations: the Hessian's block layout, the per-sequence losses, the
+scaling law's fit, the reading of the paper's Discussion on a grid, the curvature approximations
+against independent computations (float64), the claim rows and the corpus check."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from transformer_hessian.config.settings import Lm
+from transformer_hessian.core.gpt import GPT, GPTConfig
+from transformer_hessian.engine.api import exact_hessian
+from transformer_hessian.studies.lm import approx, claims, compute, scaling, step
+
+torch.set_default_dtype(torch.float32)
+
+
+def _model(seed=0, width=4, depth=2, heads=2, context=6):
+    torch.manual_seed(seed)
+    cfg = GPTConfig(vocab=256, context=context, width=width, depth=depth, heads=heads)
+    return GPT(cfg).double(), cfg
+
+
+def test_hessian_groups_follow_the_parameters_and_split_heads_by_rows():
+    model, cfg = _model(width=6, depth=2, heads=3)
+    named = dict(model.named_parameters())
+    names = compute.hessian_params(cfg.depth)
+    P = sum(named[n].numel() for n in names)
+    whole = compute.hessian_groups(cfg, split_heads=False)
+    assert [g for g, _, _ in whole][:7] == ["E", "L0 W_Q", "L0 W_K", "L0 W_V", "L0 W_O", "L0 W_1", "L0 W_2"]
+    assert [b - a for _, a, b in whole] == [named[n].numel() for n in names] and whole[-1][2] == P
+    split = {g: (a, b) for g, a, b in compute.hessian_groups(cfg)}
+    a, b = split["L1 W_K h2"]
+    k0 = next(a0 for g, a0, _ in whole if g == "L1 W_K")
+    dh = cfg.width // cfg.heads
+    assert (a - k0, b - a) == (2 * dh * cfg.width, dh * cfg.width)  # rows 2 dh .. 3 dh of the (d, d) weight
+    # the head's rows of H are the Hessian w.r.t. those rows of W_K: compare with the engine on W_K alone
+    ids = torch.randint(0, 256, (2, cfg.context), generator=torch.Generator().manual_seed(1))
+    H = exact_hessian(model, ids, ids, loss="causal_lm", params=names, progress=False)
+    Hk = exact_hessian(model, ids, ids, loss="causal_lm", params=["blocks.1.attn.k.weight"], progress=False)
+    assert torch.allclose(H[a:b, a:b], Hk[2 * dh * cfg.width :, 2 * dh * cfg.width :], rtol=0, atol=1e-14)
+
+
+def test_per_sequence_losses_average_to_the_causal_lm_loss():
+    from transformer_hessian.engine.ops.losses import causal_lm
+
+    model, cfg = _model()
+    ids = torch.randint(0, 256, (5, cfg.context), generator=torch.Generator().manual_seed(2))
+    per = compute.per_sequence_losses(model, ids)
+    assert per.shape == (5,) and per.mean() == pytest.approx(float(causal_lm(model(ids), ids)), rel=1e-12)
+
+
+def test_layer_norms_have_the_hessian_studys_format_and_values():
+    model, cfg = _model()
+    ids = torch.randint(0, 256, (2, cfg.context), generator=torch.Generator().manual_seed(3))
+    H, out = compute.hessian_stage(model, ids, cfg)
+    assert out["P"] == H.shape[0] and out["asymmetry"] < 1e-12
+    blocks = out["layers"][1]
+    assert [(b["row"], b["col"]) for b in blocks][:2] == [("W_Q", "W_Q"), ("W_Q", "W_K")] and len(blocks) == 25
+    whole = {g: (a, b) for g, a, b in compute.hessian_groups(cfg, split_heads=False)}
+    a, b = whole["L1 W_V"]
+    c, d = whole["L1 W_1"]
+    vw = next(x for x in blocks if (x["row"], x["col"]) == ("W_V", "W_1"))
+    assert vw["fro"] == pytest.approx(float(torch.linalg.matrix_norm(H[a:b, c:d])), rel=1e-12)
+    assert vw["spectral"] == pytest.approx(float(torch.linalg.matrix_norm(H[a:b, c:d], 2)), rel=1e-10)
+    g = out["groups"]
+    i = g["labels"].index("E")
+    assert g["spectral_diagonal"][i] == pytest.approx(
+        float(torch.linalg.eigvalsh(H[: 256 * 4, : 256 * 4]).abs().max()), rel=1e-10
+    )
+
+
+@pytest.mark.parametrize("shape", [(300, 900), (1200, 400)])
+def test_large_block_spectral_norms_match_a_full_decomposition(shape):
+    A = torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    assert compute._spectral(A, False) == pytest.approx(float(torch.linalg.matrix_norm(A, 2)), rel=1e-12)
+    S = A[: shape[0], : shape[0]] if shape[0] <= shape[1] else A[: shape[1], : shape[1]]
+    S = S + S.T
+    assert compute._spectral(S, True) == pytest.approx(float(torch.linalg.eigvalsh(S).abs().max()), rel=1e-10)
+
+
+def test_scaling_law_recovers_its_constants():
+    theta = (1.7, 40.0, 0.45, 90.0, 0.3)
+    rows = [
+        {"N": 12 * w * w * d, "tokens": 32 * n, "val_loss": float(scaling.law_value(theta, 12 * w * w * d, 32 * n))}
+        for w in (8, 12, 16, 24)
+        for d in (1, 2)
+        for n in (64, 256, 1024, 4096)
+    ]
+    fit = scaling.fit_scaling_law(rows, n_bootstrap=20, seed=0)
+    for name, value in zip(scaling.LAW_NAMES, theta):
+        assert fit[name] == pytest.approx(value, rel=1e-3), name
+        lo, hi = fit[f"{name}_ci95"]
+        assert lo <= fit[name] * (1 + 1e-6) and fit[name] <= hi * (1 + 1e-6)
+    assert fit["rms_residual"] < 1e-6
+
+
+def test_stationarity_reading_counts_cells_on_each_side():
+    def row(w, n, loss, k_star):
+        return {"id": f"w{w}_n{n}", "width": w, "depth": 1, "sequences": n, "val_loss": loss, "k_star": k_star}
+
+    # width 8: stationary at n = 100 (k* = 50): the wider model gains 0.5, more data 0.1 -> holds;
+    # at n = 10 (no k*): more data gains 1.0, width 0.2 -> holds. Width 16 has no wider neighbour.
+    rows = [row(8, 10, 3.0, None), row(8, 100, 2.0, 50), row(8, 1000, 1.9, 50)]
+    rows += [row(16, 10, 2.8, None), row(16, 100, 1.5, 40), row(16, 1000, 1.4, 40)]
+    v = scaling.stationarity_verdict(rows)
+    assert v["stationary"] == {"cells": 1, "holds": 1} and v["before"] == {"cells": 1, "holds": 1}
+    rows[2]["val_loss"] = 1.0  # past stationarity more data now gains 1.0 against the width's 0.5: fails
+    v = scaling.stationarity_verdict(rows)
+    assert v["stationary"] == {"cells": 1, "holds": 0}
+
+
+def _exact_ggn(model, ids, names):
+    """J^T H_loss J of the causal LM loss, J by autograd's jacobian of the flattened logits."""
+    from torch.func import functional_call
+
+    flat = approx.FlatLogits(model)
+    named = dict(flat.named_parameters())
+    keys = [f"model.{n}" for n in names]
+    w0 = torch.cat([named[k].detach().reshape(-1) for k in keys])
+
+    def out(w):
+        ps, o = {}, 0
+        for k in keys:
+            n = named[k].numel()
+            ps[k] = w[o : o + n].view_as(named[k])
+            o += n
+        return functional_call(flat, ps, (ids,))
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):
+        J = torch.autograd.functional.jacobian(out, w0).reshape(-1, w0.numel())
+        z = out(w0).detach()
+    p = z.softmax(-1)
+    Hl = torch.block_diag(*[torch.diag(q) - torch.outer(q, q) for q in p]) / z.shape[0]
+    return J.T @ Hl @ J
+
+
+def test_curvlinops_ggn_matches_an_independent_ggn_and_its_hessian_the_engines():
+    from curvlinops import HessianLinearOperator
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    model, cfg = _model(seed=5, width=4, depth=1, context=5)
+    ids = torch.randint(0, 256, (2, cfg.context), generator=torch.Generator().manual_seed(6))
+    names = approx.weight_names(cfg.depth)
+    A = approx.approximations(model, ids, cfg.depth)
+    G = _exact_ggn(model, ids, names)
+    assert float((A["GGN"] - G).norm() / G.norm()) < 1e-10
+    H = exact_hessian(model, ids, ids, loss="causal_lm", params=names, progress=False)
+    named = dict(model.named_parameters())
+    with sdpa_kernel(SDPBackend.MATH):
+        op = HessianLinearOperator(
+            approx.FlatLogits(model), nn.CrossEntropyLoss(), [named[n] for n in names], [(ids, ids[:, 1:].reshape(-1))],
+            check_deterministic=False,
+        )  # fmt: skip
+        Hc = op @ torch.eye(H.shape[0], dtype=torch.float64)
+    assert float((H - Hc).norm() / H.norm()) < 1e-10
+    sizes = [named[n].numel() for n in names]
+    errors = approx.approximation_errors(H, {**A, "GGN": H.clone()}, cfg.depth, sizes)
+    assert errors["whole"]["GGN"]["fro"] == 0 and errors["whole"]["block-diagonal"]["fro"] == 0  # one layer
+    assert errors["off_layer_share"] == 0 and errors["whole"]["K-FAC"]["fro"] > 0
+
+
+def test_block_diagonal_error_is_the_share_outside_the_layers():
+    H = torch.randn(14, 14, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    H = H + H.T
+    out = approx.approximation_errors(H, {}, depth=2, sizes=[1, 2, 1, 1, 2, 1, 1, 1, 1, 1, 1, 1])
+    mask = torch.zeros(14, 14, dtype=torch.bool)
+    mask[:8, :8] = True
+    mask[8:, 8:] = True
+    off = torch.where(mask, 0.0, H)
+    assert out["off_layer_share"] == pytest.approx(float(off.norm() / H.norm()), rel=1e-12)
+    assert out["whole"]["block-diagonal"]["fro"] == pytest.approx(out["off_layer_share"], rel=1e-12)
+
+
+def _hessian_result(vv_trained: float):
+    def blocks(scale, vv):
+        groups = compute.PAPER_GROUPS
+        return [
+            {"row": r, "col": c, "fro": vv if (r, c) == ("W_V", "W_V") else scale, "spectral": scale, "max_abs": scale}
+            for r in groups
+            for c in groups
+        ]
+
+    def stage(s, vv):
+        return {
+            "layers": [blocks(s, vv), blocks(s, vv)],
+            "spread": {"q01": 1e-6, "q99": 1.0, "zero_fraction": 0.0},
+        }
+
+    return {
+        "corpus": {"name": "torch-docs", "bytes": 1_393_628, "sha256": "a" * 64},
+        "model": {"width": 4, "mlp_ratio": 4},
+        "init": stage(1.0, 1.0),
+        "trained": stage(2.0, vv_trained),
+    }
+
+
+def test_claim_rows_are_marked_and_hold_only_on_every_layer():
+    rows = claims.hessian_rows(_hessian_result(100.0), "results/lm/hessian.json")
+    by = {r["id"]: r for r in rows}
+    assert set(by) == {f"lm_{i}" for i in ("hessian_heterogeneity", "values_larger_at_init", "every_block_grows",
+                                          "vv_largest_trained", "keys_values_highest")}  # fmt: skip
+    assert all(r["source"].startswith(claims.BEYOND) for r in rows)
+    assert (
+        by["lm_vv_largest_trained"]["verdict"] == "reproduced" and "layer 1:" in by["lm_vv_largest_trained"]["measured"]
+    )
+    h = _hessian_result(100.0)
+    h["trained"]["layers"][1] = _hessian_result(0.5)["trained"]["layers"][1]  # V-V not the largest in layer 1
+    by = {r["id"]: r for r in claims.hessian_rows(h, "e")}
+    assert by["lm_vv_largest_trained"]["verdict"] == "not reproduced"
+
+
+def test_a_changed_corpus_is_refused_with_both_hashes(tmp_path):
+    s = Lm.with_defaults({"enabled": True})
+    record = tmp_path / "corpus.json"
+    from transformer_hessian.util.io import write_json
+
+    write_json({"name": "torch-docs", "sha256": "0" * 64, "files": []}, record)
+    with pytest.raises(ValueError, match="0{64}") as err:
+        step._data(s, str(tmp_path), str(record))
+    from transformer_hessian.data.text import EMBEDDED_SHA256
+
+    assert EMBEDDED_SHA256 in str(err.value)
+
+
+def test_claims_step_writes_rows_summary_and_tables(tmp_path):
+    """The study's rows and summary section from results built by its own computations on a micro
+    decoder (the scaling grid synthetic)."""
+    s = Lm.with_defaults({"enabled": True, "context": 6, "width": 4, "depth": 1, "heads": 2, "n_orderings": 4,
+                          "n_bootstrap": 20, "gram_sequences": 8, "batch_size": 4})  # fmt: skip
+    model, cfg = _model(width=4, depth=1, context=6)
+    ids = torch.randint(0, 256, (40, 6), generator=torch.Generator().manual_seed(8))
+    h = {"corpus": {"name": "micro", "bytes": 240, "sha256": "b" * 64, "source": "test", "files": []},
+         "model": cfg.to_dict(), "hessian_sequences": 2}  # fmt: skip
+    for stage in ("init", "trained"):
+        H, h[stage] = compute.hessian_stage(model, ids[:2], cfg)
+        h[stage]["approximations"] = step._approximations(model, ids[:2], cfg, H)
+    ls = {"corpus": h["corpus"], **compute.landscape_analysis(model.float(), ids, s)}
+    rows = [{"id": f"w{w}_d1_n{n}", "width": w, "depth": 1, "sequences": n, "tokens": 6 * n, "N": 12 * w * w,
+             "val_loss": float(scaling.law_value((1.0, 20.0, 0.5, 30.0, 0.4), 12 * w * w, 6 * n)), "k_star": 10,
+             "slope": -1.0, "prefactor": 0.1, "lambda_max": 1.0, "block_spectral": {"x": 1.0}}
+            for w in (4, 8, 16) for n in (8, 32, 128)]  # fmt: skip
+    sc = {"corpus": h["corpus"], "rows": rows, "law": scaling.fit_scaling_law(rows, 20, 0), "fits": {},
+          "fit_sequences": 128, "stationarity": scaling.stationarity_verdict(rows)}  # fmt: skip
+    paths = {}
+    for name, obj in (("hessian", h), ("landscape", ls), ("scaling", sc), ("metrics", {"final": {"val_loss": 5.0}})):
+        paths[name] = tmp_path / f"{name}.json"
+        paths[name].write_text(json.dumps(obj))
+    out = step.claims_step(s, paths["hessian"], paths["landscape"], paths["scaling"], paths["metrics"],
+                           tmp_path / "claims.json", tmp_path / "summary.json", tmp_path)  # fmt: skip
+    ids_ = {r["id"] for r in out}
+    assert {"lm_fig6_slope", "lm_theorem7_bound_at_wstar", "lm_assumption1_trend", "lm_scaling_law"} <= ids_
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["scaling_law"]["alpha"] == pytest.approx(0.5, rel=1e-3)
+    assert math.isfinite(summary["D_k"]["slope"]) and summary["corpus"]["sha256"] == "b" * 64
+    assert (tmp_path / "lm_approx.csv").read_text().count("\n") == 1 + 2 * 7 * 4

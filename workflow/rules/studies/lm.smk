@@ -1,0 +1,167 @@
+# Language-model study beyond the paper (transformer_hessian.studies.lm), its rules only when
+# lm.enabled is true: a GPT-style decoder trained on byte tokens (lm_train), its exact Hessian blocks
+# and the curvature approximations (lm_hessian), D_k, Theorem 7 and Assumption 1 on sequences
+# (lm_landscape), the scaling grid in lm.scaling.jobs parts (lm_scaling_models, cached per model in
+# results/lm/scaling/models/) and its law (lm_scaling), the claim rows and summary section (lm_claims).
+# The figures come from the registry (studies/lm/registry.py).
+
+
+if config["lm"]["enabled"]:
+
+    LM = config["lm"]
+    LM_SCALING = LM["scaling"]["enabled"]
+    LM_TABLES = ["lm_approx", "lm_scaling"] if LM_SCALING else ["lm_approx"]
+
+
+    rule lm_train:
+        output:
+            **produced("lm_train"),  # init, final, metrics, corpus
+        params:
+            lm=settings_file("lm", LM),
+            data_root=config["data"]["root"],
+            device=config["device"],
+            out_dir=lambda w, output: os.path.dirname(output.metrics),
+        conda:
+            "../../../environment.yml"
+        log:
+            "logs/lm/train.log",
+        benchmark:
+            "benchmarks/lm/train.tsv"
+        threads: 1
+        resources:
+            **MODEL_RESOURCES,
+        shell:
+            "transformer-hessian --threads {threads} lm train --lm {params.lm:q} --data-root {params.data_root:q} "
+            "--out-dir {params.out_dir:q} --corpus-out {output.corpus:q} --device {params.device:q} 2> {log:q}"
+
+
+    rule lm_hessian:
+        input:
+            init=rules.lm_train.output.init,
+            final=rules.lm_train.output.final,
+            corpus=rules.lm_train.output.corpus,
+        output:
+            **produced("lm_hessian"),  # json, maps
+        params:
+            lm=settings_file("lm", LM),
+            data_root=config["data"]["root"],
+        conda:
+            "../../../environment.yml"
+        log:
+            "logs/lm/hessian.log",
+        benchmark:
+            "benchmarks/lm/hessian.tsv"
+        threads: 2
+        resources:
+            **MODEL_RESOURCES,
+        shell:
+            "transformer-hessian --threads {threads} lm hessian --lm {params.lm:q} --data-root {params.data_root:q} "
+            "--init {input.init:q} --final {input.final:q} --corpus {input.corpus:q} --out {output.json:q} "
+            "--maps-out {output.maps:q} 2> {log:q}"
+
+
+    rule lm_landscape:
+        input:
+            final=rules.lm_train.output.final,
+            corpus=rules.lm_train.output.corpus,
+        output:
+            **produced("lm_landscape"),  # json
+        params:
+            lm=settings_file("lm", LM),
+            data_root=config["data"]["root"],
+        conda:
+            "../../../environment.yml"
+        log:
+            "logs/lm/landscape.log",
+        benchmark:
+            "benchmarks/lm/landscape.tsv"
+        threads: 1
+        resources:
+            **MODEL_RESOURCES,
+        shell:
+            "transformer-hessian --threads {threads} lm landscape --lm {params.lm:q} --data-root {params.data_root:q} "
+            "--final {input.final:q} --corpus {input.corpus:q} --out {output.json:q} 2> {log:q}"
+
+
+    if LM_SCALING:
+
+        rule lm_scaling_models:
+            output:
+                **produced("lm_scaling_models"),  # json (wildcards part, jobs)
+            wildcard_constraints:
+                part="[0-9]+",
+                jobs="[0-9]+",
+            params:
+                lm=settings_file("lm", LM),
+                data_root=config["data"]["root"],
+            conda:
+                "../../../environment.yml"
+            log:
+                "logs/lm/scaling_part{part}of{jobs}.log",
+            benchmark:
+                "benchmarks/lm/scaling_part{part}of{jobs}.tsv"
+            threads: 1
+            resources:
+                **MODEL_RESOURCES,
+            shell:
+                "transformer-hessian --threads {threads} lm scaling-models --lm {params.lm:q} "
+                "--data-root {params.data_root:q} --part {wildcards.part:q} --jobs {wildcards.jobs:q} "
+                "--cache-dir results/lm/scaling/models --out {output.json:q} 2> {log:q}"
+
+
+        rule lm_law:
+            input:
+                expand(
+                    rules.lm_scaling_models.output.json,
+                    part=range(LM["scaling"]["jobs"]),
+                    jobs=LM["scaling"]["jobs"],
+                ),
+            output:
+                **produced("lm_law"),  # json
+            params:
+                lm=settings_file("lm", LM),
+            conda:
+                "../../../environment.yml"
+            log:
+                "logs/lm/law.log",
+            benchmark:
+                "benchmarks/lm/law.tsv"
+            threads: 1
+            resources:
+                mem_mb=2000,
+                runtime=20,
+            shell:
+                "transformer-hessian lm scaling --lm {params.lm:q} --parts {input:q} --out {output.json:q} 2> {log:q}"
+
+
+    rule lm_claims:
+        input:
+            hessian=rules.lm_hessian.output.json,
+            landscape=rules.lm_landscape.output.json,
+            metrics=rules.lm_train.output.metrics,
+            scaling=[rules.lm_law.output.json] if LM_SCALING else [],
+        output:
+            **produced("lm_claims"),  # claims, summary
+            tables=table_files(LM_TABLES),
+        params:
+            lm=settings_file("lm", LM),
+            scaling=lambda w, input: f"--scaling {shlex.quote(input.scaling[0])}" if input.scaling else "",
+        conda:
+            "../../../environment.yml"
+        log:
+            "logs/lm/claims.log",
+        benchmark:
+            "benchmarks/lm/claims.tsv"
+        threads: 1
+        resources:
+            mem_mb=1000,
+            runtime=10,
+        shell:
+            "transformer-hessian lm claims --lm {params.lm:q} --hessian {input.hessian:q} "
+            "--landscape {input.landscape:q} {params.scaling} --metrics {input.metrics:q} --out {output.claims:q} "
+            "--summary-out {output.summary:q} --tables-dir paper/tables 2> {log:q}"
+
+
+    ALL_TABLES.extend(LM_TABLES)
+    CLAIM_ROW_FILES.append((90, rules.lm_claims.output.claims))
+    SUMMARY_SECTIONS.append(("lm", rules.lm_claims.output.summary))
