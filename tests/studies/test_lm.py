@@ -260,3 +260,26 @@ def test_claims_step_writes_rows_summary_and_tables(tmp_path):
     assert summary["scaling_law"]["alpha"] == pytest.approx(0.5, rel=1e-3)
     assert math.isfinite(summary["D_k"]["slope"]) and summary["corpus"]["sha256"] == "b" * 64
     assert (tmp_path / "lm_approx.csv").read_text().count("\n") == 1 + 2 * 7 * 4
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"heads": 3}, "lm.width: 16 is not a multiple of lm.heads = 3"),
+        ({"scaling": {"widths": [8, 9]}}, "lm.scaling.widths: 9 is not a multiple of lm.heads = 2"),
+        ({"corpus": "local"}, "lm.local: lm.corpus is 'local'"),
+        ({"scaling": {"train_sequences": [64]}}, "needs 2 model sizes and 2 training-set sizes"),
+        ({"scaling": {"jobs": 100}}, "lm.scaling.jobs: 100 jobs for 32 models"),
+    ],
+)
+def test_bad_lm_sections_are_refused_naming_the_key(change, message):
+    import copy
+    from pathlib import Path
+
+    from transformer_hessian.config.validate import ConfigError, load_config, validate_config
+
+    cfg = copy.deepcopy(load_config(Path(__file__).resolve().parents[2] / "config" / "lm.yaml"))
+    for k, v in change.items():
+        cfg["lm"][k] = {**cfg["lm"][k], **v} if isinstance(v, dict) else v
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        validate_config(cfg)

@@ -215,7 +215,37 @@ def scaling_errors(config: dict) -> list[str]:
     return out
 
 
+def lm_errors(config: dict) -> list[str]:
+    """Cross-key problems of an enabled ``lm:`` section (each names the key to change)."""
+    s = config.get("lm") or {}
+    if not s.get("enabled"):
+        return []
+    out = []
+    g = s["scaling"]
+    widths = [("lm.width", s["width"])] + ([("lm.scaling.widths", w) for w in g["widths"]] if g["enabled"] else [])
+    for key, w in widths:
+        if w % s["heads"]:
+            out.append(f"  {key}: {w} is not a multiple of lm.heads = {s['heads']}")
+    if s["corpus"] == "local" and not s["local"]:
+        out.append("  lm.local: lm.corpus is 'local' but no .txt file or folder is given")
+    if g["enabled"]:
+        for key in ("widths", "depths", "train_sequences"):
+            if len(set(g[key])) != len(g[key]):
+                out.append(f"  lm.scaling.{key}: {g[key]} lists a value twice")
+        n = len(g["widths"]) * len(g["depths"]) * len(g["train_sequences"])
+        if len(set(g["widths"])) * len(set(g["depths"])) < 2 or len(set(g["train_sequences"])) < 2:
+            out.append("  lm.scaling: the law L(N, D) needs 2 model sizes and 2 training-set sizes at least")
+        if g["jobs"] > n:
+            out.append(f"  lm.scaling.jobs: {g['jobs']} jobs for {n} models; at most one job per model")
+    return out
+
+
 def cross_key_errors(config: dict) -> list[str]:
     """Every cross-key problem of a schema-validated ``config`` (one indented line each, naming the key):
-    experiments and Hessian, the scaling sweep and the architecture study."""
-    return _cross_key_errors(config) + scaling_errors(config) + architecture_errors(config, DATASET_SHAPES)
+    experiments and Hessian, the scaling sweep, the architecture study and the language study."""
+    return (
+        _cross_key_errors(config)
+        + scaling_errors(config)
+        + architecture_errors(config, DATASET_SHAPES)
+        + lm_errors(config)
+    )

@@ -26,6 +26,8 @@ __all__ = ["LAW_NAMES", "fit_scaling_law", "grid_points", "law_value", "run_poin
 
 #: The constants of the fitted law, under the names of its formula.
 LAW_NAMES = ("E", "A", "alpha", "B", "beta")
+#: the least squares' upper bound of alpha and beta (an exponent there means no power law was found)
+EXPONENT_BOUND = 4.0
 
 
 def grid_points(s: Lm) -> list[dict[str, int]]:
@@ -203,7 +205,9 @@ def _fit_once(N, D, L) -> np.ndarray | None:
                 return law_value(th, N, D) - L
 
             try:
-                r = least_squares(resid, x0, bounds=([0, -30, 0, -30, 0], [np.inf, 30, 4, 30, 4]))
+                r = least_squares(
+                    resid, x0, bounds=([0, -30, 0, -30, 0], [np.inf, 30, EXPONENT_BOUND, 30, EXPONENT_BOUND])
+                )
             except (ValueError, FloatingPointError):
                 continue
             if best is None or r.cost < best.cost:
