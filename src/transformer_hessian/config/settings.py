@@ -353,6 +353,7 @@ class LmScaling(Section):
     depths: tuple[int, ...]
     train_sequences: tuple[int, ...]
     steps: int
+    eval_every: int
     batch_size: int
     lr: float
     lanczos_iters: int

@@ -1,5 +1,6 @@
 """The language study's scaling grid: decoders of ``lm.scaling.widths`` x ``depths``, each trained
-on ``train_sequences`` of the corpus for the same number of AdamW steps; per model the validation
+on ``train_sequences`` of the corpus for the same number of AdamW steps and kept at the step of its
+lowest validation loss (early stopping, ``lm.scaling.eval_every``); per model the validation
 loss, the D_k curve on its own training set (slope, prefactor, k* at ``lm.tolerance``), the top
 Hessian eigenvalue (Lanczos on :class:`transformer_hessian.engine.api.HessianOperator`) and the
 largest spectral norm of a diagonal weight block; across models the law
@@ -46,18 +47,37 @@ def non_embedding(model) -> int:
     return sum(p.numel() for n, p in model.named_parameters() if not n.startswith(("tok.", "pos.")))
 
 
-def train_steps(model, seqs, steps: int, batch_size: int, lr: float, seed: int) -> list[float]:
+def train_steps(
+    model, seqs, steps: int, batch_size: int, lr: float, seed: int, val_seqs=None, eval_every: int = 0
+) -> dict[str, Any]:
     """AdamW on the causal LM loss for ``steps`` steps, batches drawn without replacement from
-    ``seqs`` (a new seeded permutation every pass); the loss of every step."""
+    ``seqs`` (a new seeded permutation every pass). With ``val_seqs`` and ``eval_every``, the
+    validation loss every ``eval_every`` steps and at the end, and the model is left at the
+    weights of the lowest one (early stopping: on a small training set many steps memorise it).
+    Returns ``{"last_loss", "best_step", "best_val_loss", "val_curve": [[step, loss], ...]}``."""
+    import copy
+
     import torch
 
     from ...engine.ops.losses import causal_lm
+    from .compute import per_sequence_losses
 
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     gen = torch.Generator().manual_seed(int(seed))
-    order, pos, out = torch.randperm(len(seqs), generator=gen), 0, []
+    order, pos, last = torch.randperm(len(seqs), generator=gen), 0, float("nan")
     b = min(batch_size, len(seqs))
-    for _ in range(steps):
+    best, curve = (math.inf, 0, None), []
+
+    def evaluate(step: int):
+        nonlocal best
+        model.eval()
+        v = float(per_sequence_losses(model, val_seqs).mean())
+        model.train()
+        curve.append([step, v])
+        if v < best[0]:
+            best = (v, step, copy.deepcopy(model.state_dict()))
+
+    for step in range(1, steps + 1):
         if pos + b > len(order):
             order, pos = torch.randperm(len(seqs), generator=gen), 0
         ids = seqs[order[pos : pos + b]]
@@ -66,8 +86,12 @@ def train_steps(model, seqs, steps: int, batch_size: int, lr: float, seed: int) 
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        out.append(float(loss))
-    return out
+        last = float(loss)
+        if val_seqs is not None and eval_every and (step % eval_every == 0 or step == steps):
+            evaluate(step)
+    if best[2] is not None:
+        model.load_state_dict(best[2])
+    return {"last_loss": last, "best_step": best[1], "best_val_loss": best[0], "val_curve": curve}
 
 
 def _lanczos_extremes(matvec_rows, n: int, steps: int, seed: int) -> tuple[float, float]:
@@ -139,7 +163,7 @@ def run_point(p: dict[str, int], s: Lm, train_seqs, val_seqs, cache_dir: str | P
     torch.manual_seed(s.train.seed)
     model = GPT(cfg)
     seqs = train_seqs[: p["sequences"]]
-    steps_loss = train_steps(model, seqs, g.steps, g.batch_size, g.lr, s.train.seed)
+    trained = train_steps(model, seqs, g.steps, g.batch_size, g.lr, s.train.seed, val_seqs, g.eval_every)
     model.eval()
     val = per_sequence_losses(model, val_seqs)
     train = per_sequence_losses(model, seqs)
@@ -161,7 +185,9 @@ def run_point(p: dict[str, int], s: Lm, train_seqs, val_seqs, cache_dir: str | P
         "N": int(non_embedding(model)),
         "val_loss": float(val.mean()),
         "train_loss": float(train.mean()),
-        "last_step_loss": steps_loss[-1],
+        "last_step_loss": trained["last_loss"],
+        "best_step": trained["best_step"],
+        "val_curve": trained["val_curve"],
         "slope": slope,
         "slope_ci95": [lo, hi],
         "prefactor": prefactor,
