@@ -83,8 +83,8 @@ def test_one_json_encoding(tmp_path):
 
 
 def test_one_theorem7_right_hand_side():
+    from transformer_hessian.core.landscape import analyse_landscape
     from transformer_hessian.core.theorem7 import landscape_bound, theorem7_rhs
-    from transformer_hessian.studies.landscape.compute import analyse_landscape
 
     rng = np.random.default_rng(7)
     k = np.arange(1, 40.0)

@@ -67,6 +67,9 @@ MOVED = {
     "encoder.bench": "bench.encoder",
     "encoder.growth": "bench.growth",
     "encoder.problems": "bench.encoder_problems",
+    # analyses more than one study uses, moved down to the library (the language study)
+    "studies.landscape.compute": "core.landscape",
+    "studies.probe.assumption1": "core.assumption1",
 }
 
 

@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_hessian import GROUPS, claims
-from transformer_hessian.studies.hessian.claims import block_sizes, entry_spread, hessian_claim_rows
-from transformer_hessian.studies.landscape.claims import landscape_claim_rows
-from transformer_hessian.studies.landscape.compute import analyse_landscape
+from transformer_hessian.core.landscape import analyse_landscape
+from transformer_hessian.studies.block_claims import block_sizes, entry_spread, hessian_claim_rows
+from transformer_hessian.studies.curve_claims import landscape_claim_rows
 from transformer_hessian.util.numfmt import fmt, fmt_interval
 
 REPO = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from transformer_hessian.config import settings as S
 from transformer_hessian.config.section import Section
 from transformer_hessian.config.validate import ConfigError, load_config, load_schema, validate_config
-from transformer_hessian.studies.landscape.compute import analyse_landscape
+from transformer_hessian.core.landscape import analyse_landscape
 
 # AdamWTrain is the keys the three training sections share (a base, not a section of the schema)
 SECTIONS = [

@@ -11,6 +11,8 @@ builder here fails ``test_every_registry_figure_is_covered``.
 
 from __future__ import annotations
 
+import functools
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -108,7 +110,7 @@ def build_fig5():
 
 
 def build_fig6():
-    from transformer_hessian.studies.landscape.compute import analyse_landscape
+    from transformer_hessian.core.landscape import analyse_landscape
 
     losses = np.random.default_rng(0).exponential(size=3000)
     out = []
@@ -331,6 +333,7 @@ def build_architectures():
     return [architectures_figure(result)]
 
 
+@functools.cache
 def _lm_results():
     """The language study's results on a micro decoder (d 4, 2 layers, context 8: P = 1408 in the
     Hessian), its own computations, and a synthetic 4 x 2 x 4 grid for the scaling figure."""

@@ -19,8 +19,8 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from transformer_hessian import GROUPS, plotting, registry  # noqa: E402
+from transformer_hessian.core.landscape import analyse_landscape  # noqa: E402
 from transformer_hessian.studies.landscape import plot as landscape_plot  # noqa: E402
-from transformer_hessian.studies.landscape.compute import analyse_landscape  # noqa: E402
 
 from .builders import block_norms_doc, random_hessian  # noqa: E402
 

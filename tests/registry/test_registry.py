@@ -137,7 +137,7 @@ def test_generated_rules_run_the_registered_notebooks(env):
         "--forceall",
         "--cores",
         "1",
-        *[f"paper/figures/{i}.pdf" for i in registry.figure_ids()],
+        *[f"paper/figures/{i}.pdf" for i in registry.figure_ids(CONFIG)],
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -17,10 +17,10 @@ from conftest import tiny_spec
 
 from transformer_hessian.config.settings import Experiment, Landscape
 from transformer_hessian.config.validate import ConfigError
+from transformer_hessian.core.landscape import analyse_landscape, ema
 from transformer_hessian.core.stats import MAX_JSON_POINTS, fit_loglog_slope
 from transformer_hessian.core.theorem7 import loss_differences, orderings
 from transformer_hessian.studies.landscape import step
-from transformer_hessian.studies.landscape.compute import analyse_landscape, ema
 
 # ----------------------------------------------------------------------------- Theorem 7 at w*
 

@@ -22,7 +22,8 @@ from transformer_hessian.core import krylov
 from transformer_hessian.core.krylov import FlatModel
 from transformer_hessian.core.model import ModelConfig, ViT
 from transformer_hessian.core.theorem7 import orderings
-from transformer_hessian.studies.probe import assumption1, compute, theorem7, verdicts
+from transformer_hessian.core import assumption1, stats
+from transformer_hessian.studies.probe import compute, theorem7, verdicts
 from transformer_hessian.util.numfmt import fmt
 
 
@@ -194,10 +195,10 @@ def test_expected_sq_grad_norm_is_the_subset_average(n):
 
 
 def test_log_grid():
-    g = theorem7.log_grid(2, 500, 30)
+    g = stats.log_grid(2, 500, 30)
     assert g[0] == 2 and g[-1] == 500 and np.all(np.diff(g) > 0)
     with pytest.raises(ValueError):
-        theorem7.log_grid(5, 4, 3)
+        stats.log_grid(5, 4, 3)
 
 
 # ----------------------------------------------------------------------------- checks

@@ -9,14 +9,14 @@ One row per claim (the shared schema)::
 typed. The rows, collected by the ``claims`` rule (:func:`transformer_hessian.pipeline.report_steps.claims_step`)
 in this order:
 
-* the Hessian study's (:func:`transformer_hessian.studies.hessian.claims.hessian_claim_rows`,
+* the Hessian study's (:func:`transformer_hessian.studies.block_claims.hessian_claim_rows`,
   norms JSON of the ``hessian`` rule + the model sizes of the Hessian experiment):
   heterogeneity (Sec. 5), Values blocks larger at initialisation (Fig. 3 caption), every block
   grows with training and the V-V block largest after training (Sec. 5, Fig. 4 caption,
   Discussion), "Keys and Values" highest (Sec. 5 after Fig. 5);
 * this module's :func:`training_claim_rows` (``metrics.json``): validation accuracy > 50 %
   (Sec. 5, both experiments);
-* the landscape study's (:func:`transformer_hessian.studies.landscape.claims.landscape_claim_rows`,
+* the landscape study's (:func:`transformer_hessian.studies.curve_claims.landscape_claim_rows`,
   landscape JSON): the log-log slope of Figure 6 is consistent with -1 (Discussion) and
   Theorem 7's bound holds at w* (Sec. 4.3);
 * the rows files of the other studies' rules (below).

@@ -1,6 +1,6 @@
 """The pipeline's own claim rows: the training accuracy of both experiments (the ``train`` rule's
-``metrics.json``). A study's rows are in its folder (``studies/hessian/claims.py``,
-``studies/landscape/claims.py``, or a rows file its rule writes)."""
+``metrics.json``). A study's rows are in its folder or in the rules several studies share (``studies/block_claims.py``,
+``studies/curve_claims.py``), or a rows file its rule writes)."""
 
 from __future__ import annotations
 

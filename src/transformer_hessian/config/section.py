@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from ..errors import ConfigError
 
-__all__ = ["Section", "from_value", "to_value"]
+__all__ = ["AdamWTrain", "Section", "from_value", "to_value"]
 
 S = TypeVar("S", bound="Section")
 
@@ -123,3 +124,16 @@ class Section:
             lines = [f"  {cls.SECTION}.{_key_path(e)}: {e.message}" for e in errors]
             raise ConfigError("invalid configuration:\n" + "\n".join(lines))
         return cls.from_dict(data)
+
+
+@dataclass(frozen=True)
+class AdamWTrain(Section):
+    """The keys every training section starts with (``experiments.<name>.train``, ``scaling.train``,
+    ``architectures.train``): AdamW epochs, batch size, learning rate, weight decay and the seed.
+    Not a section of its own: the three below add their keys and their schema node."""
+
+    epochs: int
+    batch_size: int
+    lr: float
+    weight_decay: float
+    seed: int

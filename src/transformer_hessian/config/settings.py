@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .architectures import ArchKeys
-from .section import Section
+from .lm import Lm, LmScaling, LmTrain
+from .section import AdamWTrain, Section
 
 __all__ = [
     "Model",
@@ -66,19 +67,6 @@ class Model(Section):
     d_ff: int
     ffn_bias: bool
     ln_eps: float
-
-
-@dataclass(frozen=True)
-class AdamWTrain(Section):
-    """The keys every training section starts with (``experiments.<name>.train``, ``scaling.train``,
-    ``architectures.train``): AdamW epochs, batch size, learning rate, weight decay and the seed.
-    Not a section of its own: the three below add their keys and their schema node."""
-
-    epochs: int
-    batch_size: int
-    lr: float
-    weight_decay: float
-    seed: int
 
 
 @dataclass(frozen=True)
@@ -331,63 +319,6 @@ class Architectures(Section):
     train: ArchitecturesTrain
     base: ArchitecturesBase
     variants: dict[str, dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class LmTrain(AdamWTrain):
-    """How the language study's main model is trained (``lm.train``): AdamW on the causal LM loss."""
-
-    SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "lm", "properties", "train")
-
-    sequences: int | None
-
-
-@dataclass(frozen=True)
-class LmScaling(Section):
-    """The language study's grid of model sizes and training-set sizes (``lm.scaling``)."""
-
-    SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "lm", "properties", "scaling")
-
-    enabled: bool
-    widths: tuple[int, ...]
-    depths: tuple[int, ...]
-    train_sequences: tuple[int, ...]
-    steps: int
-    eval_every: int
-    batch_size: int
-    lr: float
-    lanczos_iters: int
-    jobs: int
-
-
-@dataclass(frozen=True)
-class Lm(Section):
-    """The causal language-model study (:mod:`.studies.lm`, off unless ``enabled``): corpus, model,
-    training, the Hessian batch, the D_k analysis, the scaling grid and the approximations."""
-
-    SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "lm")
-
-    enabled: bool
-    corpus: str
-    local: str | None
-    url: str | None
-    context: int
-    val_fraction: float
-    val_sequences: int
-    width: int
-    depth: int
-    heads: int
-    train: LmTrain
-    hessian_sequences: int
-    seed: int
-    n_orderings: int
-    k_min: int
-    n_bootstrap: int
-    batch_size: int
-    gram_sequences: int
-    tolerance: float
-    approximations: bool
-    scaling: LmScaling
 
 
 @dataclass(frozen=True)

@@ -166,7 +166,7 @@ def _result(value: np.ndarray) -> float | np.ndarray:
 def theorem7_rhs(k: Any, loss_max: Any, M: Any = 0.0, dist2: Any = 0.0) -> Any:
     """Theorem 7's right-hand side as printed, ``(2 L + M ||w - w*||^2)/(k+1)``, without argument checks:
     the one place the formula is typed (:func:`landscape_bound` checks its arguments first;
-    ``studies.landscape.compute`` evaluates it at ``w*``, ``M ||w - w*||^2 = 0``, on its own curves)."""
+    ``core.landscape`` evaluates it at ``w*``, ``M ||w - w*||^2 = 0``, on its own curves)."""
     return (2.0 * loss_max + M * dist2) / (k + 1.0)
 
 

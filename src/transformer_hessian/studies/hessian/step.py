@@ -133,7 +133,7 @@ def report_step(
     ``paper/summary.json`` sections (:func:`.report.summary_sections`). Returns the claim rows."""
     from ...util.io import load_hessian, load_metrics, load_norms, load_theory_check, write_json
     from ...util.tablefmt import write_table
-    from .claims import entry_spread, hessian_claim_rows
+    from ..block_claims import entry_spread, hessian_claim_rows
     from .report import TABLE_CAPTIONS, block_norm_table, closed_form_table, summary_sections
 
     by_stage = {n["stage"]: (path, n) for path, n in ((p, load_norms(p)) for p in norms)}

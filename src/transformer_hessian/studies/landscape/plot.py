@@ -74,7 +74,7 @@ def landscape_figure(
 ) -> Figure:
     """Figure 6: ``|L_{k+1} - L_k|`` against the number of samples ``k`` on log-log axes.
 
-    ``result`` is the output of :func:`transformer_hessian.studies.landscape.compute.analyse_landscape`
+    ``result`` is the output of :func:`transformer_hessian.core.landscape.analyse_landscape`
     (or a path to the landscape JSON); the curve drawn is :func:`landscape_curve` (per-sample
     or batch-by-batch, as the result's ``granularity`` says). Draws the mean over orderings,
     its median in log-spaced bins of ``k`` (the smoother: the paper's EMA over the index ``k``

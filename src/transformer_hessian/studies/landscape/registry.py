@@ -23,6 +23,6 @@ FIGURES: list[Figure] = [
         "bootstrap 95% interval; dotted: 1/k; dashed: Theorem 7's bound at w*. The paper's EMA "
         "over k is not drawn: on log axes it lags (flat up to k ~ 100) and lies above the data.",
         shows="\\|L_{k+1}(w*) - L_k(w*)\\| vs k (per sample or per batch), binned medians, 1/k line, fitted slope (95% CI), Theorem 7 bound",
-        functions="`studies.landscape.plot.landscape_figure`; `studies.landscape.compute.analyse_landscape`, `train.per_sample_losses`",
+        functions="`studies.landscape.plot.landscape_figure`; `core.landscape.analyse_landscape`, `train.per_sample_losses`",
     ),
 ]

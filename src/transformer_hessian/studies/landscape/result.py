@@ -8,6 +8,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from ...core.landscape import PAPER_GRANULARITY, verdict_curve  # noqa: F401  (the curve choice lives with the analysis)
 from ...util.io import _load_keyed, write_json
 
 __all__ = ["OUTPUTS", "PAPER_GRANULARITY", "RESULT_KEYS", "load_landscape", "save_landscape", "verdict_curve"]
@@ -25,11 +26,6 @@ OUTPUTS: dict[str, dict[str, str]] = {
         "claims": "results/{exp}/landscape/claim_rows.json",
     },
 }
-
-#: How the paper builds Figure 6 (Sec. 5, steps 1-3 and the caption): data added batch by batch,
-#: ``|L_(k+1) - L_k|`` plotted against the number of training samples, i.e. the batch-wise curve
-#: ``D^b_j`` against ``k = j b`` (``granularity: batch``).
-PAPER_GRANULARITY = "batch"
 
 
 def save_landscape(path: str | os.PathLike[str], result: Mapping[str, Any]) -> None:
@@ -49,21 +45,3 @@ def save_landscape(path: str | os.PathLike[str], result: Mapping[str, Any]) -> N
 def load_landscape(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a file written by :func:`save_landscape`; ``KeyError`` names missing keys and the rule."""
     return _load_keyed(path, RULE, RESULT_KEYS)
-
-
-def verdict_curve(result: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """``(granularity, curve)``: the curve of a landscape ``result`` that Figure 6 draws and the
-    ``fig6_slope`` verdict uses, as its ``granularity`` says: the result itself (``"sample"``)
-    or its ``"batch"`` entry: the one place the choice is made (the figure and the claim use it; the
-    default granularity is the schema's ``landscape.granularity``, which the result records).
-    ``KeyError`` when the result names no granularity, or the batch curve is asked for but absent."""
-    if "granularity" not in result:
-        raise KeyError(
-            "landscape result has no 'granularity' entry (written by an older version); rerun the landscape rule"
-        )
-    granularity = result["granularity"]
-    if granularity == "batch":
-        if not result.get("batch"):
-            raise KeyError("landscape result has granularity 'batch' but no 'batch' entry; rerun the landscape rule")
-        return granularity, result["batch"]
-    return granularity, result

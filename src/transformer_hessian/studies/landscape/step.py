@@ -28,9 +28,9 @@ def run_step(
     written with :func:`.result.save_landscape`. Warns when the slope's 95% interval excludes -1. With
     ``claims_out`` (and ``metrics``, the experiment's training metrics) also the study's claim rows
     (:func:`.claims.landscape_claim_rows`) as a JSON list."""
+    from ...core.landscape import analyse_landscape
     from ...train import load_experiment_data, load_model, per_sample_losses
     from ...util.env import resolve_device
-    from .compute import analyse_landscape
     from .result import save_landscape
 
     data = load_experiment_data(spec, data_root)
@@ -55,7 +55,7 @@ def run_step(
     log_landscape(result)
     if claims_out:
         from ...util.io import load_metrics, write_json
-        from .claims import landscape_claim_rows
+        from ..curve_claims import landscape_claim_rows
 
         write_json(landscape_claim_rows(result, load_metrics(metrics), evidence=out), claims_out)
     return result

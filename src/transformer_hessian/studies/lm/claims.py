@@ -1,7 +1,7 @@
 """The language study's claim rows (ids ``lm_*``, sources marked "beyond the paper: language
 model"): the paper's claims on the Hessian (Figures 3-5), Figure 6 and Theorem 7 at w*, and
-Assumption 1, tested by the same rules as on the ViT (the rules of :mod:`..hessian.claims`,
-:mod:`..landscape.claims` and :mod:`..probe.verdicts`), plus the scaling law and the paper's
+Assumption 1, tested by the same rules as on the ViT (the rules of :mod:`..block_claims` and
+:mod:`..curve_claims`, shared with the Hessian, landscape and probe studies), plus the scaling law and the paper's
 reading of it on the grid."""
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def _combine(per_layer: list[dict[str, Any]]) -> dict[str, Any]:
 
 def hessian_rows(h: Mapping[str, Any], evidence: str) -> list[dict[str, Any]]:
     """The five claims on the Hessian's blocks, per layer, by the Hessian study's rules."""
-    from ..hessian.claims import hessian_claim_rows
+    from ..block_claims import hessian_claim_rows
 
     d = int(h["model"]["width"])
     metrics = {
@@ -78,15 +78,14 @@ def hessian_rows(h: Mapping[str, Any], evidence: str) -> list[dict[str, Any]]:
 def landscape_rows(ls: Mapping[str, Any], h: Mapping[str, Any], evidence: str) -> list[dict[str, Any]]:
     """Figure 6's slope and Theorem 7 at w* (the landscape study's rules) and Assumption 1 (the
     probe study's rule), on training sequences."""
-    from ..landscape.claims import landscape_claim_rows
-    from ..probe.verdicts import _assumption1_measured
+    from ..curve_claims import assumption1_measured, landscape_claim_rows
 
     name, label = h["corpus"]["name"], _corpus_label(h)
     rows = [
         _relabel(r, name, f"{label}, sequences of byte tokens", "CIFAR-100")
         for r in landscape_claim_rows(ls["curve"], {"dataset": name}, evidence)
     ]
-    measured, holds = _assumption1_measured(ls["assumption1"])
+    measured, holds = assumption1_measured(ls["assumption1"])
     rows.append(
         {
             "id": "lm_assumption1_trend",

@@ -217,7 +217,7 @@ def hessian_stage(model, batch: torch.Tensor, cfg) -> tuple[torch.Tensor, dict[s
     and its numbers: loss, group norms (heads split), the paper's 25 blocks per layer, the spread
     of the nonzero entries, the symmetry and the wall time."""
     from ...engine.api import exact_hessian
-    from ..hessian.claims import entry_spread
+    from ..block_claims import entry_spread
 
     m = model.double()
     t0 = time.perf_counter()
@@ -258,14 +258,14 @@ def per_sequence_gradients(model, seqs: torch.Tensor) -> np.ndarray:
 
 
 def landscape_analysis(model, train_seqs: torch.Tensor, s: Lm) -> dict[str, Any]:
-    """Figure 6 and Theorem 7 on sequences (:func:`.landscape.compute.analyse_landscape` of the
+    """Figure 6 and Theorem 7 on sequences (:func:`transformer_hessian.core.landscape.analyse_landscape` of the
     per-sequence losses at the trained weights, sequence by sequence and batch by batch) and
-    Assumption 1 (:func:`.probe.assumption1.assumption1_analysis` on the first
+    Assumption 1 (:func:`transformer_hessian.core.assumption1.assumption1_analysis` on the first
     ``lm.gram_sequences`` sequences' gradients)."""
+    from ...core.assumption1 import assumption1_analysis, gradient_norms
+    from ...core.landscape import analyse_landscape
+    from ...core.stats import log_grid
     from ...core.theorem7 import orderings
-    from ..landscape.compute import analyse_landscape
-    from ..probe.assumption1 import assumption1_analysis, gradient_norms
-    from ..probe.theorem7 import log_grid
 
     t0 = time.perf_counter()
     losses = per_sequence_losses(model, train_seqs)

@@ -146,9 +146,8 @@ def run_point(p: dict[str, int], s: Lm, train_seqs, val_seqs, cache_dir: str | P
 
     from ...config.validate import config_hash
     from ...core.gpt import GPT
-    from ...core.stats import bootstrap_slope_ci, fit_loglog_slope
+    from ...core.stats import bootstrap_slope_ci, fit_loglog_slope, k_star_fitted, k_star_measured
     from ...core.theorem7 import loss_differences
-    from ..scaling.compute import k_star_fitted, k_star_measured
     from .compute import gpt_config, per_sequence_losses
 
     g = s.scaling

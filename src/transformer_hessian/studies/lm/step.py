@@ -161,7 +161,7 @@ def scaling_models_step(s: Lm, part: int, jobs: int, data_root: str, cache_dir: 
 def scaling_step(s: Lm, parts: Sequence[str], out: str) -> dict[str, Any]:
     """Rule lm_law: the law L(N, D), power laws in N at the largest training set, and the
     reading of the paper's Discussion on the grid."""
-    from ..scaling.compute import fit_power_law
+    from ...core.stats import fit_power_law
     from .result import load_result
     from .scaling import fit_scaling_law, stationarity_verdict
 

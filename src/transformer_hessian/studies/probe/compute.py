@@ -33,13 +33,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from ...core.assumption1 import assumption1_analysis, gradient_norms, minimiser_shift, per_sample_gradients
 from ...core.krylov import FlatModel, per_sample_spectral_norms, top_eigenpair
+from ...core.stats import log_grid
 from ...core.theorem7 import landscape_bound, landscape_bound_tight, loss_differences, orderings
-from .assumption1 import assumption1_analysis, gradient_norms, minimiser_shift, per_sample_gradients
 from .theorem7 import (
     BOUND_RTOL,
     directional_derivatives,
-    log_grid,
     path_losses,
     prefix_means,
     taylor_check,

@@ -72,13 +72,6 @@ def prefix_means(values: Any, perms: np.ndarray) -> np.ndarray:
     return np.cumsum(ordered, axis=-1) / np.arange(1, perms.shape[1] + 1, dtype=np.float64)
 
 
-def log_grid(k_lo: int, k_hi: int, n_points: int) -> np.ndarray:
-    """Sorted distinct integers from ``k_lo`` to ``k_hi`` (both included), about log-spaced."""
-    if k_hi < k_lo:
-        raise ValueError(f"empty k range [{k_lo}, {k_hi}]")
-    return np.unique(np.rint(np.geomspace(k_lo, k_hi, max(2, n_points))).astype(np.int64))
-
-
 # ----------------------------------------------------------------------------- Theorem 7
 
 

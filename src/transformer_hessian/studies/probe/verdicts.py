@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...util.claim_schema import verdict
-from ...util.numfmt import fmt, fmt_interval, fmt_pct
+from ...util.numfmt import fmt, fmt_pct
+from ..curve_claims import assumption1_measured
 from .theorem7 import describe_break
 
 # ----------------------------------------------------------------------------- reporting
@@ -75,7 +76,7 @@ def claim_rows(
             "evidence": evidence,
         }
     )
-    measured_a1, holds_a1 = _assumption1_measured(a1)
+    measured_a1, holds_a1 = assumption1_measured(a1)
     rows.append(
         {
             "id": "assumption1_trend",
@@ -91,32 +92,6 @@ def claim_rows(
         }
     )
     return rows
-
-
-def _assumption1_measured(a1: dict[str, Any]) -> tuple[str, bool | None]:
-    """The measured text of ``assumption1_trend`` and whether the gradient at w* vanishes (None
-    where the probe result predates the zero-gradient test)."""
-    zt = a1.get("zero_gradient_test")
-    k_first, k_last = a1["k"][0], a1["k"][-1]
-    trend = (
-        f"mean ||grad L_k(w*)|| over orderings falls from {fmt(a1['grad_norm_k_mean'][0])} (k = {k_first}) to "
-        f"{fmt(a1['grad_norm_k_mean'][-1])} (k = {k_last}), log-log slope {fmt(a1['slope'])} "
-        f"{fmt_interval(*a1['slope_ci95'], reference=0)} (95% CI), median's slope {fmt(a1['slope_median'])}"
-    )
-    if zt is None:
-        measured_a1 = f"{trend}; the probe result has no zero-gradient test: rerun the probe rule"
-        holds_a1 = None
-    else:
-        measured_a1 = (
-            f"{trend}; floor ||grad L_n(w*)|| = {fmt(zt['floor'])} against the noise-only level sqrt(tr Cov/n) = "
-            f"{fmt(zt['noise_at_n'])} (n ||gbar||^2 / mean ||g_i||^2 = {fmt(zt['ratio'])}; sign-flip p = "
-            f"{fmt(zt['p_value'])}, {zt['n_flips']} flips): the gradient at w* "
-            + ("is not distinguishable from 0" if zt["vanishes"] else "does not vanish")
-            + f"; estimated ||E g_i|| = {fmt(zt['floor_unbiased'])} vs mean per-sample "
-            f"{fmt(a1['mean_per_sample_grad_norm'])}"
-        )
-        holds_a1 = bool(zt["vanishes"])
-    return measured_a1, holds_a1
 
 
 def _tolerance(probe_result: dict[str, Any]) -> float:

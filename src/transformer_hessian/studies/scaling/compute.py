@@ -45,14 +45,21 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...core.stats import bootstrap_slope_ci, fit_loglog_slope, log_binned_median, thin_indices
+from ...core.stats import (  # noqa: F401  (k_star_*, fit_power_law: moved to core.stats, used here)
+    RTOL,
+    bootstrap_slope_ci,
+    fit_loglog_slope,
+    fit_power_law,
+    k_star_fitted,
+    k_star_measured,
+    log_binned_median,
+    thin_indices,
+)
 from ...core.theorem7 import loss_differences
 
 if TYPE_CHECKING:
     from ...config.settings import Scaling
 
-#: Relative slack when comparing D_k with the tolerance (rounding only).
-RTOL = 1e-12
 #: Quantities fitted against the parameter count: result key -> label.
 QUANTITIES = {
     "decay_rate": "-slope of D_k",
@@ -102,40 +109,6 @@ def model_key(point: dict, scaling: Scaling) -> str:
 
     rest = {k: v for k, v in scaling.to_dict().items() if k not in _SWEEP_ONLY}
     return config_hash({"spec": experiment_spec(point, scaling), "analysis": rest})
-
-
-def k_star_measured(k: Any, d: Any, tolerance: float) -> int | None:
-    """Smallest ``k`` with ``d_j <= tolerance`` for every ``j >= k`` of the curve; None if the
-    last point is above it. For ``d_k = c/k`` (k = 1..n) this is ``ceil(c/tolerance)``."""
-    k_arr, d_arr = np.asarray(k), np.asarray(d, dtype=np.float64)
-    above = ~(d_arr <= tolerance * (1.0 + RTOL))
-    if above[-1]:
-        return None
-    return int(k_arr[np.flatnonzero(above)[-1] + 1]) if above.any() else int(k_arr[0])
-
-
-def k_star_fitted(prefactor: float, slope: float, tolerance: float, k_cap: float = 1e15) -> int | None:
-    """Smallest integer ``k >= 1`` with ``prefactor * k^slope <= tolerance``; None when the
-    fitted curve never gets there (``slope >= 0``) or only beyond ``k_cap``."""
-    a, b, tol = float(prefactor), float(slope), float(tolerance)
-
-    def ok(kk: int) -> bool:
-        return a * float(kk) ** b <= tol * (1.0 + RTOL)
-
-    if ok(1):
-        return 1
-    if b >= 0:
-        return None
-    log_x = (math.log(tol) - math.log(a)) / b
-    if not log_x <= math.log(k_cap):
-        return None
-    x = math.exp(log_x)
-    kk = max(1, math.ceil(x))
-    while kk > 1 and ok(kk - 1):  # guard against rounding in the power
-        kk -= 1
-    while not ok(kk):
-        kk += 1
-    return kk
 
 
 def dk_curve(losses: Any, scaling: Scaling) -> dict[str, Any]:
@@ -293,48 +266,6 @@ def run_models(points: list[dict], scaling: Scaling, data_root, cache_dir, devic
             time.perf_counter() - t0,
         )
         out.append(result)
-    return out
-
-
-def fit_power_law(p: Any, y: Any, n_bootstrap: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
-    """``y = a * P^b`` by least squares of ``log y`` on ``log P`` (points with ``y > 0``), with a
-    pairs bootstrap over the points: ``exponent`` b, ``prefactor`` a, their percentile intervals
-    ``exponent_ci``/``prefactor_ci`` at ``level``, and ``band_P``/``band_lo``/``band_hi``, the
-    pointwise interval of the fitted curve on a grid of P. Needs 2 distinct P; the intervals
-    (None otherwise) 3, as every replicate of 2 points is the same line."""
-    P, Y = np.asarray(p, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    ok = np.isfinite(Y) & (Y > 0) & (P > 0)
-    P, Y = P[ok], Y[ok]
-    b, ln_a = fit_loglog_slope(P, Y, k_min=float(P.min()) if P.size else 0.0)
-    x, z = np.log(P), np.log(Y)
-    rng = np.random.default_rng([int(seed), 0x5CA1E])
-    idx = rng.integers(0, x.size, size=(int(n_bootstrap), x.size))
-    xb, zb = x[idx], z[idx]
-    xc = xb - xb.mean(axis=1, keepdims=True)
-    sxx = (xc * xc).sum(axis=1)
-    good = sxx > 1e-12 * max(1.0, float(np.ptp(x)) ** 2)  # replicates with 2 distinct P
-    slopes = (xc * (zb - zb.mean(axis=1, keepdims=True))).sum(axis=1)[good] / sxx[good]
-    inters = zb.mean(axis=1)[good] - slopes * xb.mean(axis=1)[good]
-    alpha = (1.0 - level) / 2.0
-    grid = np.geomspace(P.min(), P.max(), 50)
-    out = {
-        "exponent": b,
-        "prefactor": math.exp(ln_a),
-        "n_points": int(P.size),
-        "n_bootstrap": int(good.sum()),
-        "level": level,
-        "band_P": grid.tolist(),
-        "exponent_ci": None,
-        "prefactor_ci": None,
-        "band_lo": None,
-        "band_hi": None,
-    }
-    if np.unique(x).size >= 3 and slopes.size >= 10:  # with 2 points every replicate is the same line
-        lines = inters[:, None] + slopes[:, None] * np.log(grid)[None, :]
-        out["exponent_ci"] = np.quantile(slopes, [alpha, 1 - alpha]).tolist()
-        out["prefactor_ci"] = np.exp(np.quantile(inters, [alpha, 1 - alpha])).tolist()
-        out["band_lo"] = np.exp(np.quantile(lines, alpha, axis=0)).tolist()
-        out["band_hi"] = np.exp(np.quantile(lines, 1 - alpha, axis=0)).tolist()
     return out
 
 

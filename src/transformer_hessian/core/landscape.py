@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from scipy import signal
 
-from ...core.stats import (
+from .stats import (
     bootstrap_slope_ci,
     check_positive_int,
     fit_loglog_slope,
@@ -33,9 +33,9 @@ from ...core.stats import (
     log_binned_median,
     thin_indices,
 )
-from ...core.theorem7 import as_losses, batch_loss_differences, loss_differences, theorem7_rhs
+from .theorem7 import as_losses, batch_loss_differences, loss_differences, theorem7_rhs
 
-__all__ = ["analyse_landscape", "ema"]
+__all__ = ["PAPER_GRANULARITY", "analyse_landscape", "ema", "verdict_curve"]
 
 
 def ema(x: Any, factor: float = 0.99) -> np.ndarray:
@@ -239,3 +239,27 @@ def _analyse_batches(
         "bound_holds": bool(np.all(diffs <= bound * (1.0 + 1e-12))),
         "bound_max_ratio": float(np.max(diffs.max(axis=0) / bound)) if loss_max > 0 else None,
     }
+
+
+#: How the paper builds Figure 6 (Sec. 5, steps 1-3 and the caption): data added batch by batch,
+#: ``|L_(k+1) - L_k|`` plotted against the number of training samples, i.e. the batch-wise curve
+#: ``D^b_j`` against ``k = j b`` (``granularity: batch``).
+PAPER_GRANULARITY = "batch"
+
+
+def verdict_curve(result: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``(granularity, curve)``: the curve of a landscape ``result`` that Figure 6 draws and the
+    ``fig6_slope`` verdict uses, as its ``granularity`` says: the result itself (``"sample"``)
+    or its ``"batch"`` entry: the one place the choice is made (the figure and the claim use it; the
+    default granularity is the schema's ``landscape.granularity``, which the result records).
+    ``KeyError`` when the result names no granularity, or the batch curve is asked for but absent."""
+    if "granularity" not in result:
+        raise KeyError(
+            "landscape result has no 'granularity' entry (written by an older version); rerun the landscape rule"
+        )
+    granularity = result["granularity"]
+    if granularity == "batch":
+        if not result.get("batch"):
+            raise KeyError("landscape result has granularity 'batch' but no 'batch' entry; rerun the landscape rule")
+        return granularity, result["batch"]
+    return granularity, result

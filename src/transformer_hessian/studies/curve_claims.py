@@ -1,18 +1,21 @@
-"""The landscape study's claim rows (Figure 6 and Theorem 7 at w*): :func:`landscape_claim_rows`
-from the ``landscape`` rule's result. The claims rule
-(:func:`transformer_hessian.pipeline.report_steps.claims_step`) collects them with the other studies' rows."""
+"""Not a study: the claim rules on D_k curves and gradients that more than one study applies (the
+landscape study on the ViT, the language study on a decoder): :func:`landscape_claim_rows`
+(Figure 6 and Theorem 7 at w*, from a result of :func:`transformer_hessian.core.landscape.analyse_landscape`)
+and :func:`assumption1_measured` (Assumption 1's floor, from :func:`transformer_hessian.core.assumption1.assumption1_analysis`;
+the probe study's row). The claims rule (:func:`transformer_hessian.pipeline.report_steps.claims_step`)
+collects the rows with the other studies'."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from ...util.claim_schema import verdict
-from ...util.datanames import described
-from ...util.numfmt import fmt, fmt_interval
-from .result import PAPER_GRANULARITY, verdict_curve
+from ..core.landscape import PAPER_GRANULARITY, verdict_curve
+from ..util.claim_schema import verdict
+from ..util.datanames import described
+from ..util.numfmt import fmt, fmt_interval
 
-__all__ = ["landscape_claim_rows"]
+__all__ = ["assumption1_measured", "landscape_claim_rows"]
 
 
 def landscape_claim_rows(
@@ -87,3 +90,29 @@ def landscape_claim_rows(
         }
     )
     return rows
+
+
+def assumption1_measured(a1: dict[str, Any]) -> tuple[str, bool | None]:
+    """The measured text of ``assumption1_trend`` and whether the gradient at w* vanishes (None
+    where the probe result predates the zero-gradient test)."""
+    zt = a1.get("zero_gradient_test")
+    k_first, k_last = a1["k"][0], a1["k"][-1]
+    trend = (
+        f"mean ||grad L_k(w*)|| over orderings falls from {fmt(a1['grad_norm_k_mean'][0])} (k = {k_first}) to "
+        f"{fmt(a1['grad_norm_k_mean'][-1])} (k = {k_last}), log-log slope {fmt(a1['slope'])} "
+        f"{fmt_interval(*a1['slope_ci95'], reference=0)} (95% CI), median's slope {fmt(a1['slope_median'])}"
+    )
+    if zt is None:
+        measured_a1 = f"{trend}; the probe result has no zero-gradient test: rerun the probe rule"
+        holds_a1 = None
+    else:
+        measured_a1 = (
+            f"{trend}; floor ||grad L_n(w*)|| = {fmt(zt['floor'])} against the noise-only level sqrt(tr Cov/n) = "
+            f"{fmt(zt['noise_at_n'])} (n ||gbar||^2 / mean ||g_i||^2 = {fmt(zt['ratio'])}; sign-flip p = "
+            f"{fmt(zt['p_value'])}, {zt['n_flips']} flips): the gradient at w* "
+            + ("is not distinguishable from 0" if zt["vanishes"] else "does not vanish")
+            + f"; estimated ||E g_i|| = {fmt(zt['floor_unbiased'])} vs mean per-sample "
+            f"{fmt(a1['mean_per_sample_grad_norm'])}"
+        )
+        holds_a1 = bool(zt["vanishes"])
+    return measured_a1, holds_a1

@@ -1,5 +1,7 @@
-"""The Hessian study's claim rows (Figures 3-5): :func:`hessian_claim_rows` from the norms JSON of
-the ``hessian`` rule and the model sizes of the ``train`` rule's metrics. The claims rule
+"""Not a study: the claim rules on the Hessian's five blocks (Figures 3-5) that more than one study
+applies (the Hessian study on the ViT, the language study on each layer of a decoder):
+:func:`hessian_claim_rows` from the norms JSON of the ``hessian`` rule and the model sizes of the
+``train`` rule's metrics. The claims rule
 (:func:`transformer_hessian.pipeline.report_steps.claims_step`) collects them with the other studies' rows.
 
 "Entry magnitude" of a Hessian block H_ij (n_i x n_j entries) is its RMS entry,
@@ -12,10 +14,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ... import GROUPS
-from ...util.claim_schema import verdict
-from ...util.datanames import described
-from ...util.numfmt import fmt, fmt_pct
+from .. import GROUPS
+from ..util.claim_schema import verdict
+from ..util.datanames import described
+from ..util.numfmt import fmt, fmt_pct
 
 __all__ = ["block_sizes", "entry_spread", "hessian_claim_rows"]
 

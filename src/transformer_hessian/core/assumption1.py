@@ -9,8 +9,8 @@ import numpy as np
 import torch
 from torch.func import grad, vmap
 
-from ...core.krylov import FlatModel
-from ...core.stats import bootstrap_slope_ci, fit_loglog_slope
+from .krylov import FlatModel
+from .stats import bootstrap_slope_ci, fit_loglog_slope
 
 # ----------------------------------------------------------------------------- Assumption 1
 
