@@ -18,11 +18,10 @@ from hypothesis import strategies as st
 from torch.autograd.functional import hessian as _ag_hessian
 
 from transformer_hessian.config.settings import Probe
-from transformer_hessian.core import krylov
+from transformer_hessian.core import assumption1, krylov, stats
 from transformer_hessian.core.krylov import FlatModel
 from transformer_hessian.core.model import ModelConfig, ViT
 from transformer_hessian.core.theorem7 import orderings
-from transformer_hessian.core import assumption1, stats
 from transformer_hessian.studies.probe import compute, theorem7, verdicts
 from transformer_hessian.util.numfmt import fmt
 
