@@ -73,7 +73,9 @@ REPLAY_THREADS = min(
     n for n in (4, workflow.resource_settings.max_threads, workflow.resource_settings.cores) if n is not None
 )
 REPLAY_CORES = 1 if workflow.local_exec and workflow.is_main_process else REPLAY_THREADS
-REPLAY_RESOURCES = dict(MODEL_RESOURCES, cpus_per_task=REPLAY_THREADS)
+# torch_threads is a resource, not a param: params are a rerun trigger, and a run with another
+# --max-threads would retrain (as `{threads}` did before, the count is not a trigger).
+REPLAY_RESOURCES = dict(MODEL_RESOURCES, cpus_per_task=REPLAY_THREADS, torch_threads=REPLAY_THREADS)
 
 
 import hashlib  # noqa: E402

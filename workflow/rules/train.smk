@@ -11,7 +11,6 @@ rule train:
         spec=spec_file,
         out=lambda w, output: os.path.dirname(output.metrics),
         device=config["device"],
-        torch_threads=REPLAY_THREADS,
     conda:
         "../../environment.yml"
     log:
@@ -32,5 +31,5 @@ rule train:
     resources:
         **REPLAY_RESOURCES,
     shell:
-        "transformer-hessian --threads {params.torch_threads:q} train --experiment {wildcards.exp:q} --spec {params.spec:q} "
+        "transformer-hessian --threads {resources.torch_threads} train --experiment {wildcards.exp:q} --spec {params.spec:q} "
         "--data-root {params.data_root:q} --out {params.out:q} --device {params.device:q} 2> {log:q}"

@@ -17,7 +17,6 @@ rule dynamics:
         dynamics=settings_file("dynamics", config["dynamics"]),
         device=config["device"],
         tolerance=config["theory"]["tolerance"],
-        torch_threads=REPLAY_THREADS,
     conda:
         "../../../environment.yml"
     log:
@@ -33,7 +32,7 @@ rule dynamics:
     resources:
         **REPLAY_RESOURCES,
     shell:
-        "transformer-hessian --threads {params.torch_threads:q} dynamics --checkpoint {input.checkpoint:q} --spec {params.spec:q} "
+        "transformer-hessian --threads {resources.torch_threads} dynamics --checkpoint {input.checkpoint:q} --spec {params.spec:q} "
         "--hessian {params.hessian:q} --dynamics {params.dynamics:q} --data-root {params.data_root:q} "
         "--device {params.device:q} --saved-init-hessian {input.saved_init:q} --tolerance {params.tolerance:q} "
         "--out-npz {output.npz:q} --out-json {output.json:q} 2> {log:q}"
