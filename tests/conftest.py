@@ -106,6 +106,7 @@ SLOW_IN_FAST = frozenset(
         "test_notebook_executes_with_papermill[fig3_fig4]",  # 9 s
         "test_notebook_executes_with_papermill[fig5]",  # 10 s
         "test_notebook_executes_with_papermill[fig6]",  # 8 s
+        "test_notebook_command_draws_the_bytes_papermill_draws",  # 9 s
         # test_probe.py
         "test_dense_reference_is_symmetric_and_matches_finite_differences",  # 8 s
         "test_directional_derivatives_match_autograd",  # 37 s

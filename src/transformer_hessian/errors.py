@@ -2,7 +2,8 @@
 
 Each is re-exported by the module that raised it first (``config.ConfigError``, ``data.DataError``,
 ``train.TrainingError``, ``checkpoints.CheckpointError``, ``io.ResultError``,
-``claims.compare.VerdictMismatch``, ``bench.hessian.BenchError``), so either import works.
+``claims.compare.VerdictMismatch``, ``bench.hessian.BenchError``, ``pipeline.notebooks.NotebookError``),
+so either import works.
 :func:`transformer_hessian.pipeline.cli.main` turns :data:`EXPECTED` into one line on stderr and exit status 1.
 """
 
@@ -14,6 +15,7 @@ __all__ = [
     "CheckpointError",
     "ConfigError",
     "DataError",
+    "NotebookError",
     "ResultError",
     "TrainingError",
     "VerdictMismatch",
@@ -30,6 +32,11 @@ class DataError(RuntimeError):
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, damaged (checksum), unreadable or not one of ours."""
+
+
+class NotebookError(RuntimeError):
+    """A cell of a figure notebook raised (``transformer-hessian notebook``); the traceback is in the
+    executed notebook and the rule's log."""
 
 
 class TrainingError(RuntimeError):
@@ -49,4 +56,13 @@ class BenchError(ValueError):
 
 
 #: The package's own errors: a command that raises one ends with one line, not a traceback.
-EXPECTED = (ConfigError, DataError, CheckpointError, TrainingError, ResultError, VerdictMismatch, BenchError)
+EXPECTED = (
+    ConfigError,
+    DataError,
+    CheckpointError,
+    TrainingError,
+    ResultError,
+    VerdictMismatch,
+    BenchError,
+    NotebookError,
+)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -429,6 +431,84 @@ def test_notebook_executes_with_papermill(rule, tmp_path, monkeypatch):
     assert sum("image/png" in o.get("data", {}) for o in outputs) >= len(figs)  # every figure displayed
     for fig in figs:
         check_saved(tmp_path / fig.out)
+
+
+def _notebook_command(cwd: Path, notebook: Path, executed: Path, params: dict) -> subprocess.CompletedProcess:
+    """``transformer-hessian notebook`` (what the figure rules run) in ``cwd``, as a rule calls it."""
+    args = [arg for name, value in params.items() for arg in ("-p", name, str(value))]
+    cmd = [sys.executable, "-m", "transformer_hessian", "notebook", str(notebook), str(executed), *args]
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO / "src"), os.environ.get("PYTHONPATH")) if p)
+    )
+    env.pop("MPLBACKEND", None)  # as under snakemake: the runner picks the kernel's inline backend
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_notebook_command_draws_the_bytes_papermill_draws(tmp_path, monkeypatch):
+    """The figure rules' in-process runner gives the files papermill gives (same parameters, same
+    relative paths), and an executed notebook with the injected parameters and every figure shown."""
+    papermill = pytest.importorskip("papermill")
+    figs = SYNTHETIC_RULES["fig5"]
+    params = {**registry.resolve_inputs(figs[0], SYNTHETIC_CONFIG), **registry.output_parameters(figs)}
+    runs = {}
+    for runner in ("papermill", "command"):
+        root = tmp_path / runner
+        write_results(root)
+        executed = root / "executed.ipynb"
+        if runner == "papermill":
+            monkeypatch.setenv(
+                "PYTHONPATH", os.pathsep.join(p for p in (str(REPO / "src"), os.environ.get("PYTHONPATH")) if p)
+            )
+            monkeypatch.delenv("MPLBACKEND", raising=False)
+            papermill.execute_notebook(
+                str(NOTEBOOKS / figs[0].notebook), str(executed), parameters=params, kernel_name="python3",
+                cwd=str(root), progress_bar=False,
+            )  # fmt: skip
+        else:
+            proc = _notebook_command(root, NOTEBOOKS / figs[0].notebook, executed, params)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+        runs[runner] = root
+        nb = nbformat.read(executed, as_version=4)
+        injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+        assert len(injected) == 1 and all(f"{name} = " in injected[0].source for name in params)
+        outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+        assert not [o for o in outputs if o.output_type == "error"]
+        assert sum("image/png" in o.get("data", {}) for o in outputs) >= len(figs)
+    for fig in figs:
+        for ext in ("pdf", "png"):
+            paper = (runs["papermill"] / f"{fig.out}.{ext}").read_bytes()
+            assert paper == (runs["command"] / f"{fig.out}.{ext}").read_bytes(), f"{fig.out}.{ext}"
+
+
+def test_notebook_command_types_parameters_as_papermill_and_stops_at_a_failing_cell(tmp_path):
+    from transformer_hessian.pipeline.notebooks import parameter_value, parameters_source
+
+    typed = [parameter_value(v) for v in ("True", "False", "None", "3", "-2", "0.5", "1e-3", "3x")]
+    assert typed == [True, False, None, 3, -2, 0.5, 1e-3, "3x"] and isinstance(typed[3], int)
+    assert np.isnan(parameter_value("nan"))
+    assert parameter_value("a b") == "a b" and parameter_value("paper/figures/fig5") == "paper/figures/fig5"
+    namespace: dict = {}
+    exec(parameters_source({"a": 'it\'s "q"', "n": 2, "x": float("inf"), "f": False, "z": None}), namespace)
+    assert (namespace["a"], namespace["n"], namespace["x"], namespace["f"], namespace["z"]) == (
+        "it's \"q\"", 2, float("inf"), False, None,
+    )  # fmt: skip
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("print('x is', x)\nx * 2"),
+        nbformat.v4.new_code_cell("raise ValueError('broken on purpose')"),
+        nbformat.v4.new_code_cell("print('never')"),
+    ]
+    nbformat.write(nb, tmp_path / "nb.ipynb")
+    proc = _notebook_command(tmp_path, tmp_path / "nb.ipynb", tmp_path / "out" / "nb.ipynb", {"x": "5"})
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].startswith("transformer-hessian notebook: error: ")
+    assert "cell 4 raised ValueError: broken on purpose" in proc.stderr
+    cells = nbformat.read(tmp_path / "out" / "nb.ipynb", as_version=4).cells
+    assert cells[1].source == "# Parameters\nx = 5\n"
+    assert cells[2].outputs[0].text == "x is 5\n" and cells[2].outputs[1].data["text/plain"] == "10"
+    assert cells[3].outputs[0].output_type == "error" and cells[3].outputs[0].ename == "ValueError"
+    assert cells[4].outputs == []
 
 
 # ----------------------------------------------------------------------------- Figure 2

@@ -127,8 +127,8 @@ def test_provenance_hashes_files(tmp_path):
 
 
 def test_generated_rules_run_the_registered_notebooks(env):
-    """Dry-run of the workflow: one rule per entry, each calling papermill on its notebook with
-    every registry input as a parameter and `out`."""
+    """Dry-run of the workflow: one rule per entry, each running its notebook (`transformer-hessian
+    notebook`, papermill's -p parameters) with every registry input as a parameter and `out`."""
     proc = snakemake_dry_run(
         REPO,
         REPO,
@@ -141,11 +141,12 @@ def test_generated_rules_run_the_registered_notebooks(env):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    commands = [line.strip() for line in unfold_terminal(proc.stdout + proc.stderr).splitlines() if "papermill" in line]
+    text = unfold_terminal(proc.stdout + proc.stderr)
+    commands = [line.strip() for line in text.splitlines() if "transformer-hessian notebook " in line]
     for spec in registry.rule_specs(CONFIG):
         first_out = " ".join(f"-p {k} {v}" for k, v in list(spec["outs"].items())[:1])
         mine = [c for c in commands if first_out + " " in c + " "]
-        assert len(mine) == 1, f"{spec['name']}: expected one papermill command, got {mine}"
+        assert len(mine) == 1, f"{spec['name']}: expected one notebook command, got {mine}"
         cmd = mine[0]
         assert f"notebooks/{spec['notebook']}" in cmd
         assert f"results/notebooks/{spec['name']}.ipynb" in cmd

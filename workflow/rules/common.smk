@@ -61,6 +61,22 @@ MODEL_RESOURCES = dict(
     runtime=config["resources"]["runtime"],
 )
 
+# The torch threads of train and of dynamics, which replays its first steps and equals its
+# checkpoints bit for bit only with the same count (the trained weights depend on it: with 1 thread
+# fig6_slope flips on the embedded default). It is the thread count snakemake gives a job that asks
+# for 4 (`threads: 4`, capped by --max-threads and --cores: 2 on a 2-core machine), the count these
+# two rules had before they reserved fewer cores. On the local executor they reserve one core
+# (REPLAY_CORES): on the default's small models they keep one core busy (CPU time = wall time in
+# benchmarks/), and the other core runs other jobs meanwhile (docs/timings.md, issue 36). On a
+# cluster (and in a job there) they reserve REPLAY_THREADS, as cpus_per_task.
+REPLAY_THREADS = min(
+    n for n in (4, workflow.resource_settings.max_threads, workflow.resource_settings.cores) if n is not None
+)
+REPLAY_CORES = 1 if workflow.local_exec and workflow.is_main_process else REPLAY_THREADS
+# torch_threads is a resource, not a param: params are a rerun trigger, and a run with another
+# --max-threads would retrain (as `{threads}` did before, the count is not a trigger).
+REPLAY_RESOURCES = dict(MODEL_RESOURCES, cpus_per_task=REPLAY_THREADS, torch_threads=REPLAY_THREADS)
+
 
 import hashlib  # noqa: E402
 

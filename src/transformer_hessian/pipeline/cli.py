@@ -168,6 +168,23 @@ def _add_claims_parsers(sub) -> None:
     s.add_argument("--snapshot", required=True, help="the committed snapshot (docs/claims_mnist.json)")
     s.set_defaults(func=commands.cmd_claims_compare)
 
+    s = sub.add_parser(
+        "notebook",
+        help="run a figure notebook in this process (what the figure rules do; papermill runs it as well)",
+    )
+    s.add_argument("notebook", help="the notebook (notebooks/<name>.ipynb)")
+    s.add_argument("executed", help="where to write the executed notebook")
+    s.add_argument(
+        "-p",
+        "--parameter",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("NAME", "VALUE"),
+        help="a notebook parameter, typed as papermill's -p types it (repeat for each)",
+    )
+    s.set_defaults(func=commands.cmd_notebook)
+
     s = sub.add_parser("registry", help="list the figure registry, or write/check paper/README.md from it")
     s.add_argument("--write-readme", action="store_true", help="write paper/README.md from the registry")
     s.add_argument("--check", action="store_true", help="fail if paper/README.md differs from the registry")

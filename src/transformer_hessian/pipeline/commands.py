@@ -87,6 +87,19 @@ def cmd_claims_compare(a) -> None:
     compare_step(a.claims, a.snapshot)
 
 
+def cmd_notebook(a) -> None:
+    """Run a figure notebook in this process with its parameters; write the executed notebook."""
+    import logging
+
+    from .notebooks import execute_notebook, parameter_value
+
+    # the cells' libraries log as in a kernel, where logging is not configured (warnings and up):
+    # no INFO lines of matplotlib's font subsetting in the rule's log
+    if not a.verbose:
+        logging.getLogger().setLevel(logging.WARNING)
+    execute_notebook(a.notebook, a.executed, {name: parameter_value(value) for name, value in a.parameter})
+
+
 def cmd_registry(a) -> None:
     """List the figure registry, or write / check paper/README.md from it."""
     from .report_steps import registry_step

@@ -4,7 +4,8 @@ Everything else is generated from :data:`FIGURES`:
 
 * the Snakemake rules: ``workflow/rules/figures.smk`` loops over :func:`rule_specs` and
   defines one rule per entry (``name:`` inside ``rule:``), which runs the entry's notebook with
-  papermill, passing each input path as a notebook parameter of the same name, the entry's
+  ``transformer-hessian notebook`` (in one process, with papermill's ``-p`` parameters:
+  :mod:`transformer_hessian.pipeline.notebooks`), passing each input path as a notebook parameter of the same name, the entry's
   literal ``params`` and ``out`` (``paper/figures/<id>`` without suffix);
 * ``paper/README.md`` (committed): :func:`render_paper_readme`, written by
   ``transformer-hessian registry --write-readme`` and compared by the tests;

@@ -93,5 +93,5 @@ class Figure:
 
     @property
     def executed(self) -> str:
-        """Where papermill writes the executed notebook."""
+        """Where the figure rule writes the executed notebook."""
         return f"results/notebooks/{self.rule}.ipynb"

@@ -127,9 +127,26 @@ def setup_logging(verbose: bool = False) -> None:
     )
 
 
+#: The thread counts that snakemake sets to a job's ``threads`` (and that OpenMP and the BLAS
+#: libraries read when they load).
+THREAD_ENV_VARS = (
+    "OMP_NUM_THREADS",
+    "GOTO_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+
+
 def set_threads(n: int | None) -> None:
-    """Limit torch's intra-op threads to ``n`` (the rule's ``threads``); no-op for None."""
+    """Limit torch's intra-op threads to ``n`` (the rule's ``threads``, or the torch threads of the
+    train and dynamics rules, which reserve fewer cores than that: workflow/rules/common.smk); no-op
+    for None. Sets :data:`THREAD_ENV_VARS` to ``n`` first, as snakemake does for a job of ``n``
+    threads, so that a library loaded after this call (torch, numpy's BLAS) sees the same count."""
     if n:
+        for name in THREAD_ENV_VARS:
+            os.environ[name] = str(int(n))
         import torch
 
         torch.set_num_threads(int(n))

@@ -24,6 +24,8 @@ if config["architectures"]["enabled"]:
             "logs/architectures/run.log",
         benchmark:
             "benchmarks/architectures/run.tsv"
+        # scheduling (train.smk): before the short figure jobs, so that its figure does not end the run
+        priority: 5
         threads: 1
         resources:
             **MODEL_RESOURCES,

@@ -21,6 +21,8 @@ rule bounds:
         "logs/bounds/{exp}_{stage}.log",
     benchmark:
         "benchmarks/bounds/{exp}_{stage}.tsv"
+    # scheduling (train.smk): before the short figure jobs, so that its table and figure do not end the run
+    priority: 5
     threads: 1
     resources:
         **MODEL_RESOURCES,

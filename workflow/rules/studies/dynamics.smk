@@ -25,13 +25,14 @@ rule dynamics:
         "benchmarks/dynamics/dynamics.tsv"
     # dynamics and fig7_fig11 are the longest chain after training: start them first
     priority: 10
-    # The train rule's threads: the replay equals the saved epoch checkpoints bit for bit only
-    # with the same number of torch threads (1 and 2 threads differ by ~1e-7 after 60 steps).
-    threads: 4
+    # The train rule's torch threads (REPLAY_THREADS): the replay equals the saved epoch checkpoints
+    # bit for bit only with the same number (1 and 2 threads differ by ~1e-7 after 60 steps); like
+    # train, one core reserved on the local executor (REPLAY_CORES, common.smk).
+    threads: REPLAY_CORES
     resources:
-        **MODEL_RESOURCES,
+        **REPLAY_RESOURCES,
     shell:
-        "transformer-hessian --threads {threads} dynamics --checkpoint {input.checkpoint:q} --spec {params.spec:q} "
+        "transformer-hessian --threads {resources.torch_threads} dynamics --checkpoint {input.checkpoint:q} --spec {params.spec:q} "
         "--hessian {params.hessian:q} --dynamics {params.dynamics:q} --data-root {params.data_root:q} "
         "--device {params.device:q} --saved-init-hessian {input.saved_init:q} --tolerance {params.tolerance:q} "
         "--out-npz {output.npz:q} --out-json {output.json:q} 2> {log:q}"

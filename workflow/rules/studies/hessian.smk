@@ -21,6 +21,8 @@ rule hessian:
         "logs/hessian/{exp}_{stage}.log",
     benchmark:
         "benchmarks/hessian/{exp}_{stage}.tsv"
+    # dynamics, theory and bounds wait for it, and the Hessian figures for those
+    priority: 20
     threads: 1
     resources:
         **MODEL_RESOURCES,
@@ -52,6 +54,8 @@ rule theory:
         "logs/theory/{exp}_{stage}.log",
     benchmark:
         "benchmarks/theory/{exp}_{stage}.tsv"
+    # the Hessian figures wait for it (fig3_fig4 and fig7_fig11 among the longest figure jobs)
+    priority: 10
     threads: 1
     resources:
         **MODEL_RESOURCES,

@@ -22,6 +22,8 @@ rule landscape:
         "logs/landscape/{exp}.log",
     benchmark:
         "benchmarks/landscape/{exp}.tsv"
+    # scheduling (train.smk): before the short figure jobs, so that its figure does not end the run
+    priority: 5
     threads: 1
     resources:
         **MODEL_RESOURCES,

@@ -30,6 +30,8 @@ if config["scaling"]["enabled"]:
             "logs/scaling/part{part}of{jobs}.log",
         benchmark:
             "benchmarks/scaling/part{part}of{jobs}.tsv"
+        # scheduling (train.smk): before the short figure jobs, so that its figure does not end the run
+        priority: 5
         threads: 1
         resources:
             **MODEL_RESOURCES,

@@ -25,6 +25,8 @@ rule spectrum_compute:
         f"logs/spectrum/{SEXP}.log",
     benchmark:
         f"benchmarks/spectrum/{SEXP}.tsv"
+    # scheduling (train.smk): before the short figure jobs, so that its figure does not end the run
+    priority: 5
     # spectrum.threads (the embedded default: 1, which leaves the other core to another job)
     threads: config["spectrum"]["threads"]
     resources:
