@@ -23,6 +23,7 @@ if config["lm"]["enabled"]:
             out_dir=lambda w, output: os.path.dirname(output.metrics),
         conda:
             "../../../environment.yml"
+        priority: 30
         log:
             "logs/lm/train.log",
         benchmark:
@@ -47,6 +48,7 @@ if config["lm"]["enabled"]:
             data_root=config["data"]["root"],
         conda:
             "../../../environment.yml"
+        priority: 20  # the longest job of the study: start it as soon as the model is trained
         log:
             "logs/lm/hessian.log",
         benchmark:
