@@ -251,7 +251,7 @@ def summary_section(h, ls, sc, metrics) -> dict[str, Any]:
     intervals, the power laws and the approximation errors."""
     c = ls["curve"]
     out = {
-        "corpus": {k: h["corpus"][k] for k in ("name", "source", "bytes", "sha256")},
+        "corpus": {k: h["corpus"][k] for k in ("name", "source", "bytes", "sha256", "files")},
         "corpus_files": len(h["corpus"]["files"]),
         "training": {k: metrics[k] for k in metrics if k != "history"} if isinstance(metrics, dict) else metrics,
         "hessian": {stage: {k: v for k, v in h[stage].items() if k != "groups"} for stage in ("init", "trained")},
