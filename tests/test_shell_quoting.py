@@ -85,10 +85,14 @@ def test_hostile_strings_in_every_string_key_never_reach_a_shell(tmp_path, env):
         (stubs / name).write_text(STUB.format(python=sys.executable))
         (stubs / name).chmod(0o755)
     base = tiny_config()
+    # lm.local and lm.url travel only in the language study's settings file (results/settings/lm-*.json,
+    # `--lm @FILE`), never on a command line; its rules still run below with every other hostile value
+    # (data.root reaches them as --data-root). Left out of the loop to keep make test in its budget.
     keys = [
         (p, leaf)
         for p, leaf in schema_leaves(load_schema(), base)
         if "string" in ([leaf.get("type")] if isinstance(leaf.get("type"), str) else leaf.get("type", []))
+        and p[0] != "lm"
     ]
     assert {"data.root", "data.mirror", "device", "hessian.experiment"} <= {".".join(p) for p, _ in keys}
     accepted, rejected, total = [], 0, 0
