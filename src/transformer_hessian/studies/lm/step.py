@@ -10,16 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...util.files import log
+from .result import save_result
 
 if TYPE_CHECKING:
     from ...config.settings import Lm
 
 __all__ = ["claims_step", "hessian_step", "landscape_step", "scaling_models_step", "scaling_step", "train_step"]
-
-
-def corpus_record(corpus) -> dict[str, Any]:
-    """What a result records of its corpus (:meth:`transformer_hessian.data.text.Corpus.manifest`)."""
-    return corpus.manifest()
 
 
 def _data(s: Lm, data_root: str, trained_on: str | None = None):
@@ -37,7 +33,7 @@ def _data(s: Lm, data_root: str, trained_on: str | None = None):
                 f"{was['sha256']} in {trained_on}; rerun the lm_train rule (snakemake reruns it when its inputs change)"
             )
     train, val = sequences_of(s, corpus)
-    return corpus_record(corpus), train, val
+    return corpus.manifest(), train, val
 
 
 def _load_model(path: str):
@@ -83,7 +79,7 @@ def hessian_step(s: Lm, data_root: str, init: str, final: str, corpus: str, out:
     import numpy as np
 
     from ...util.files import atomic_path
-    from .compute import downsample_log, gpt_config, hessian_stage
+    from .compute import downsample_log, gpt_config, hessian_groups, hessian_stage
 
     record, train, _ = _data(s, data_root, corpus)
     cfg = gpt_config(s)
@@ -98,18 +94,12 @@ def hessian_step(s: Lm, data_root: str, init: str, final: str, corpus: str, out:
             numbers["approximations"] = _approximations(model, batch, cfg, H)
         result[stage] = numbers
         del H
-    result["map_groups"] = [[g, a, b] for g, a, b in _whole_groups(cfg)]
-    save_result_json(out, result)
+    result["map_groups"] = [list(g) for g in hessian_groups(cfg, split_heads=False)]
+    save_result(out, result)
     with atomic_path(maps_out) as tmp:
         with open(tmp, "wb") as fh:
             np.savez_compressed(fh, **maps)
     return result
-
-
-def _whole_groups(cfg):
-    from .compute import hessian_groups
-
-    return hessian_groups(cfg, split_heads=False)
 
 
 def _approximations(model, batch, cfg, H) -> dict[str, Any]:
@@ -125,12 +115,6 @@ def _approximations(model, batch, cfg, H) -> dict[str, Any]:
     return out
 
 
-def save_result_json(path: str, result: dict[str, Any]) -> None:
-    from .result import save_result
-
-    save_result(path, result)
-
-
 def landscape_step(s: Lm, data_root: str, final: str, corpus: str, out: str) -> dict[str, Any]:
     """Rule lm_landscape: Figure 6, Theorem 7 and Assumption 1 on the training sequences at the
     trained weights (:func:`.compute.landscape_analysis`)."""
@@ -139,7 +123,7 @@ def landscape_step(s: Lm, data_root: str, final: str, corpus: str, out: str) -> 
     record, train, _ = _data(s, data_root, corpus)
     seqs = train if s.train.sequences is None else train[: s.train.sequences]
     result = {"corpus": record, **landscape_analysis(_load_model(final), seqs, s)}
-    save_result_json(out, result)
+    save_result(out, result)
     return result
 
 
@@ -154,7 +138,7 @@ def scaling_models_step(s: Lm, part: int, jobs: int, data_root: str, cache_dir: 
         log.info("lm scaling: model %d/%d of part %d", i + 1, len(points), part)
         models.append(run_point(p, s, train, val, cache_dir))
     result = {"part": int(part), "jobs": int(jobs), "corpus": record, "models": models}
-    save_result_json(out, result)
+    save_result(out, result)
     return result
 
 
@@ -187,7 +171,7 @@ def scaling_step(s: Lm, parts: Sequence[str], out: str) -> dict[str, Any]:
         "fit_sequences": int(n_max),
         "stationarity": stationarity_verdict(rows),
     }
-    save_result_json(out, result)
+    save_result(out, result)
     if law.get("fitted"):
         log.info(
             "lm scaling law: E %.3f, A %.3g, alpha %.3f %s, B %.3g, beta %.3f %s",
