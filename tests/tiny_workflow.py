@@ -435,7 +435,8 @@ def test_scaling_outputs(run):
 
 def test_language_study_outputs(run):
     """The language study's rows (ids lm_*, marked beyond the paper), its summary section (the corpus'
-    sha256, the law's constants under their names with intervals) and its tables."""
+    sha256, the law's constants under their names with intervals, the approximations' errors on the
+    decoder and on the paper's ViT) and its tables."""
     s = json.loads((run / "paper/summary.json").read_text())["lm"]
     assert len(s["corpus"]["sha256"]) == 64 and s["corpus"]["bytes"] >= 1_000_000
     law = s["scaling_law"]
@@ -449,6 +450,12 @@ def test_language_study_outputs(run):
         a = h["approximations"]
         assert set(a["whole"]) == {"GGN", "K-FAC", "EK-FAC", "block-diagonal"}
         assert all(0 <= e["fro"] < 10 for e in a["whole"].values())
+        v = s["approximations_vit"][stage]  # the same on the paper's ViT, against the Hessian study's H
+        assert set(v["whole"]) == {"GGN", "K-FAC", "EK-FAC", "block-diagonal"} and v["kfac_approx"] == "reduce"
+        assert list(v["blocks"]) == ["W_Q", "W_K", "W_V", "W_1", "W_2"] and v["off_layer_share"] == 0
+        assert all(0 < v["whole"][m]["fro"] < 10 for m in ("GGN", "K-FAC", "EK-FAC"))
+    approx_rows = (run / "paper/tables/lm_approx.csv").read_text()
+    assert "paper's ViT" in approx_rows and "language model" in approx_rows
     lm = [r for r in json.loads((run / "paper/claims.json").read_text())["claims"] if r["id"].startswith("lm_")]
     assert {r["id"] for r in lm} >= {
         "lm_vv_largest_trained",

@@ -372,19 +372,41 @@ def _lm_results():
                              [r[q] for r in rows if r["sequences"] == 4096], n_bootstrap=50) for q in ("k_star", "prefactor", "lambda_max")}  # fmt: skip
     sc = {"rows": rows, "law": fit_scaling_law(rows, 20, 0), "fits": fits, "fit_sequences": 4096,
           "stationarity": stationarity_verdict(rows)}  # fmt: skip
-    return h, maps, ls, sc
+    return h, maps, ls, sc, _vit_approx_result()
+
+
+def _vit_approx_result():
+    """Rule lm_vit_approx's result on a micro ViT of the paper's form (d 4, one block, P = 160)."""
+    from transformer_hessian import GROUPS
+    from transformer_hessian.core.hessian import compute_hessian, group_layout
+    from transformer_hessian.core.model import ModelConfig, ViT
+    from transformer_hessian.studies.lm import approx, vit
+
+    cfg = ModelConfig(image_size=4, channels=1, num_classes=3, patch_size=2, width=4, depth=1, d_k=4, d_ff=8)
+    g = torch.Generator().manual_seed(3)
+    images, labels = torch.randn(8, 1, 4, 4, dtype=torch.float64, generator=g), torch.randint(0, 3, (8,), generator=g)
+    out = {"approximations": True}
+    for stage, seed in (("init", 0), ("trained", 1)):
+        torch.manual_seed(seed)
+        model = ViT(cfg).double()
+        H, _, _ = compute_hessian(model, 0, images, labels)
+        _, _, offs = group_layout(model, 0)
+        sizes = [int(b - a) for a, b in zip(offs[:-1], offs[1:])]
+        A = vit.vit_approximations(model, 0, images, labels)
+        out[stage] = {**approx.approximation_errors(H, A, list(GROUPS), sizes, [0] * 5), "block": 0}
+    return out
 
 
 def _lm(name):
     def build():
         from transformer_hessian.studies.lm import plot
 
-        h, maps, ls, sc = _lm_results()
+        h, maps, ls, sc, va = _lm_results()
         return {
             "lm_hessian": lambda: [plot.hessian_maps_figure(maps, h)],
             "lm_norms": lambda: [plot.norms_figure(h)],
             "lm_landscape": lambda: [plot.landscape_figure(ls)],
-            "lm_approx": lambda: [plot.approx_figure(h)],
+            "lm_approx": lambda: [plot.approx_figure(h, va)],
             "lm_scaling": lambda: [plot.scaling_figure(sc)],
         }[name]()
 

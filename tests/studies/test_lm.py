@@ -161,7 +161,7 @@ def test_curvlinops_ggn_matches_an_independent_ggn_and_its_hessian_the_engines()
         Hc = op @ torch.eye(H.shape[0], dtype=torch.float64)
     assert float((H - Hc).norm() / H.norm()) < 1e-10
     sizes = [named[n].numel() for n in names]
-    errors = approx.approximation_errors(H, {**A, "GGN": H.clone()}, cfg.depth, sizes)
+    errors = approx.approximation_errors(H, {**A, "GGN": H.clone()}, names, sizes, approx.layers_of(cfg.depth))
     assert errors["whole"]["GGN"]["fro"] == 0 and errors["whole"]["block-diagonal"]["fro"] == 0  # one layer
     assert errors["off_layer_share"] == 0 and errors["whole"]["K-FAC"]["fro"] > 0
 
@@ -169,7 +169,8 @@ def test_curvlinops_ggn_matches_an_independent_ggn_and_its_hessian_the_engines()
 def test_block_diagonal_error_is_the_share_outside_the_layers():
     H = torch.randn(14, 14, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
     H = H + H.T
-    out = approx.approximation_errors(H, {}, depth=2, sizes=[1, 2, 1, 1, 2, 1, 1, 1, 1, 1, 1, 1])
+    names = approx.weight_names(2)
+    out = approx.approximation_errors(H, {}, names, [1, 2, 1, 1, 2, 1, 1, 1, 1, 1, 1, 1], approx.layers_of(2))
     mask = torch.zeros(14, 14, dtype=torch.bool)
     mask[:8, :8] = True
     mask[8:, 8:] = True
@@ -283,3 +284,91 @@ def test_bad_lm_sections_are_refused_naming_the_key(change, message):
         cfg["lm"][k] = {**cfg["lm"][k], **v} if isinstance(v, dict) else v
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         validate_config(cfg)
+
+
+def _vit(seed=11):
+    """A ViT of the paper's form whose five matrices are all non-square (so a transpose shows)."""
+    from transformer_hessian.core.model import ModelConfig, ViT
+
+    torch.manual_seed(seed)
+    cfg = ModelConfig(image_size=4, channels=2, num_classes=3, patch_size=2, width=5, depth=2, d_k=3, d_ff=7,
+                      ffn_bias=True)  # fmt: skip
+    model = ViT(cfg).double()
+    with torch.no_grad():  # LayerNorm away from gamma = 1, beta = 0, as after training
+        for b in model.blocks:
+            for p in (b.gamma1, b.beta1, b.gamma2, b.beta2, b.b_1, b.b_2):
+                p.add_(0.3 * torch.randn_like(p))
+    g = torch.Generator().manual_seed(seed + 1)
+    images = torch.randn(6, 2, 4, 4, dtype=torch.float64, generator=g)
+    labels = torch.randint(0, 3, (6,), generator=g)
+    return model, images, labels
+
+
+def _vit_flat(model, block):
+    from torch.func import functional_call
+
+    from transformer_hessian import GROUPS
+
+    keys = [f"blocks.{block}.{n}" for n in GROUPS]
+    named = dict(model.named_parameters())
+    w0 = torch.cat([named[k].detach().reshape(-1) for k in keys])
+
+    def logits(w):
+        ps, o = {}, 0
+        for k in keys:
+            n = named[k].numel()
+            ps[k] = w[o : o + n].view_as(named[k])
+            o += n
+        return functional_call(model, ps, (images_of[0],))
+
+    images_of = []
+    return w0, logits, images_of, [named[k].numel() for k in keys]
+
+
+def test_linear_vit_is_the_paper_vit_and_its_ggn_is_the_paper_orders():
+    from transformer_hessian.studies.lm import vit
+
+    model, images, labels = _vit()
+    with torch.no_grad():
+        assert float((vit.LinearViT(model)(images) - model(images)).abs().max()) < 1e-13
+    block = 1
+    w0, logits, images_of, sizes = _vit_flat(model, block)
+    images_of.append(images)
+    A = vit.vit_approximations(model, block, images, labels)
+    J = torch.autograd.functional.jacobian(logits, w0)  # (B, C, P)
+    p = logits(w0).detach().softmax(-1)
+    G = sum(J[b].T @ (torch.diag(p[b]) - torch.outer(p[b], p[b])) @ J[b] for b in range(len(p))) / len(p)
+    assert float((A["GGN"] - G).norm() / G.norm()) < 1e-10
+    H = torch.autograd.functional.hessian(lambda w: nn.functional.cross_entropy(logits(w), labels), w0)
+    errors = approx.approximation_errors(H, A, ["W_Q", "W_K", "W_V", "W_1", "W_2"], sizes, [0] * 5)
+    assert errors["whole"]["GGN"]["fro"] == pytest.approx(float((G - H).norm() / H.norm()), rel=1e-10)
+    assert errors["off_layer_share"] == 0 and errors["whole"]["block-diagonal"]["fro"] == 0  # one block
+
+
+def test_vit_kfac_is_a_kronecker_product_per_group_in_the_paper_order():
+    from transformer_hessian.studies.lm import vit
+
+    model, images, labels = _vit(seed=12)
+    A = vit.vit_approximations(model, 0, images, labels)["K-FAC"]
+    blk = model.blocks[0]
+    shapes = [tuple(getattr(blk, n).shape) for n in ("W_Q", "W_K", "W_V", "W_1", "W_2")]
+    offs = [0]
+    for r, c in shapes:
+        offs.append(offs[-1] + r * c)
+    for g, (r, c) in enumerate(shapes):
+        B = A[offs[g] : offs[g + 1], offs[g] : offs[g + 1]]
+        # A_in (x) G_out in row-major W order: rearranged to (in in, out out) it has rank one
+        R = B.reshape(r, c, r, c).permute(0, 2, 1, 3).reshape(r * r, c * c)
+        s = torch.linalg.svdvals(R)
+        assert float(s[1] / s[0]) < 1e-10, shapes[g]
+        if g < len(shapes) - 1:
+            assert float(A[offs[g] : offs[g + 1], offs[g + 1] :].abs().max()) == 0  # block-diagonal
+
+
+def test_transpose_order_maps_each_transposed_matrix_to_row_major():
+    from transformer_hessian.studies.lm import vit
+
+    Ws = [torch.arange(6.0).reshape(2, 3), 100 + torch.arange(8.0).reshape(4, 2)]
+    lin = torch.cat([W.T.reshape(-1) for W in Ws])
+    order = vit.transpose_order([tuple(W.shape) for W in Ws])
+    assert torch.equal(lin[order], torch.cat([W.reshape(-1) for W in Ws]))

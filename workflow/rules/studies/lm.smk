@@ -62,6 +62,43 @@ if config["lm"]["enabled"]:
             "--maps-out {output.maps:q} 2> {log:q}"
 
 
+    # The same approximations on the paper's ViT (the Hessian study's model, block and batch) against
+    # the exact Hessian that rule hessian saved and rule theory checked, for comparison.
+    LM_VIT = config["hessian"]["experiment"]
+
+
+    rule lm_vit_approx:
+        input:
+            init=expand(rules.train.output.init, exp=LM_VIT),
+            final=expand(rules.train.output.final, exp=LM_VIT),
+            init_hessian=expand(rules.hessian.output.npz, exp=LM_VIT, stage="init"),
+            final_hessian=expand(rules.hessian.output.npz, exp=LM_VIT, stage="trained"),
+            theory=expand(rules.theory.output.json, exp=LM_VIT, stage=["init", "trained"]),
+            manifest=manifest(experiment(LM_VIT)["dataset"]),
+        output:
+            **produced("lm_vit_approx"),  # json
+        params:
+            lm=settings_file("lm", LM),
+            spec=settings_file(f"spec_{LM_VIT}", experiment(LM_VIT)),
+            hessian=settings_file("hessian", config["hessian"]),
+            data_root=lambda w, input: os.path.dirname(os.path.dirname(input.manifest)),
+            device=config["device"],
+        conda:
+            "../../../environment.yml"
+        log:
+            "logs/lm/vit_approx.log",
+        benchmark:
+            "benchmarks/lm/vit_approx.tsv"
+        threads: 1
+        resources:
+            **MODEL_RESOURCES,
+        shell:
+            "transformer-hessian --threads {threads} lm vit-approx --lm {params.lm:q} --spec {params.spec:q} "
+            "--hessian {params.hessian:q} --data-root {params.data_root:q} --device {params.device:q} "
+            "--init {input.init:q} --final {input.final:q} --init-hessian {input.init_hessian:q} "
+            "--final-hessian {input.final_hessian:q} --out {output.json:q} 2> {log:q}"
+
+
     rule lm_landscape:
         input:
             final=rules.lm_train.output.final,
@@ -141,6 +178,7 @@ if config["lm"]["enabled"]:
             hessian=rules.lm_hessian.output.json,
             landscape=rules.lm_landscape.output.json,
             metrics=rules.lm_train.output.metrics,
+            vit_approx=rules.lm_vit_approx.output.json,
             scaling=[rules.lm_law.output.json] if LM_SCALING else [],
         output:
             **produced("lm_claims"),  # claims, summary
@@ -160,7 +198,7 @@ if config["lm"]["enabled"]:
             runtime=10,
         shell:
             "transformer-hessian lm claims --lm {params.lm:q} --hessian {input.hessian:q} "
-            "--landscape {input.landscape:q} {params.scaling} --metrics {input.metrics:q} --out {output.claims:q} "
+            "--landscape {input.landscape:q} --vit-approx {input.vit_approx:q} {params.scaling} --metrics {input.metrics:q} --out {output.claims:q} "
             "--summary-out {output.summary:q} --tables-dir paper/tables 2> {log:q}"
 
 

@@ -21,7 +21,7 @@ from torch import nn
 
 from ...util.files import log
 
-__all__ = ["METHODS", "FlatLogits", "approximation_errors", "approximations"]
+__all__ = ["METHODS", "FlatLogits", "approximation_errors", "approximations", "layers_of"]
 
 #: The approximations compared, in the order of the table.
 METHODS = ("GGN", "K-FAC", "EK-FAC", "block-diagonal")
@@ -79,20 +79,25 @@ def _rel(A: torch.Tensor, H: torch.Tensor) -> tuple[float, float]:
     return fro, spec
 
 
+def layers_of(depth: int) -> list[int]:
+    """The layer of each of the decoder's weight matrices (:func:`weight_names`)."""
+    return np.repeat(np.arange(depth), len(weight_names(depth)) // depth).tolist()
+
+
 def approximation_errors(
-    H_weights: torch.Tensor, approx: dict[str, torch.Tensor], depth: int, sizes: list[int]
+    H_weights: torch.Tensor, approx: dict[str, torch.Tensor], names: list[str], sizes: list[int], layers: list[int]
 ) -> dict[str, Any]:
     """Relative errors of each approximation: of the whole matrix over the weights and of each
-    diagonal weight block (``blocks``: name -> method -> {"fro", "spectral"}); the layer-block-
-    diagonal Hessian keeps the blocks of one layer together (``off_layer_share``: the Frobenius
-    share of the exact Hessian outside them); ``whole[m]["norm_ratio"]`` is ``||A||_F / ||H||_F``."""
-    names = weight_names(depth)
+    diagonal weight block ``names[i]`` of ``sizes[i]`` rows (``blocks``: name -> method -> {"fro",
+    "spectral"}); the layer-block-diagonal Hessian keeps the blocks of one layer (``layers[i]``, in
+    contiguous runs) together (``off_layer_share``: the Frobenius share of the exact Hessian outside
+    them; 0 for one layer); ``whole[m]["norm_ratio"]`` is ``||A||_F / ||H||_F``."""
     offs = np.concatenate([[0], np.cumsum(sizes)])
-    per_layer = len(names) // depth
-    layer_of = np.repeat(np.arange(depth), per_layer)
+    layer_of = np.asarray(layers)
     mask = torch.zeros_like(H_weights, dtype=torch.bool)
-    for la in range(depth):
-        a0, a1 = offs[la * per_layer], offs[(la + 1) * per_layer]
+    for la in np.unique(layer_of):
+        idx = np.flatnonzero(layer_of == la)
+        a0, a1 = offs[idx[0]], offs[idx[-1] + 1]
         mask[a0:a1, a0:a1] = True
     mats = dict(approx)
     mats["block-diagonal"] = torch.where(mask, H_weights, torch.zeros_like(H_weights))

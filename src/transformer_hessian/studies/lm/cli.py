@@ -1,5 +1,5 @@
-"""The ``transformer-hessian lm`` command (``train``, ``hessian``, ``landscape``, ``scaling-models``,
-``scaling``, ``claims``), added to the package's parser by :func:`add_parser`."""
+"""The ``transformer-hessian lm`` command (``train``, ``hessian``, ``vit-approx``, ``landscape``,
+``scaling-models``, ``scaling``, ``claims``), added to the package's parser by :func:`add_parser`."""
 
 from __future__ import annotations
 
@@ -24,6 +24,22 @@ def _hessian(a) -> None:
     hessian_step(_lm(a), a.data_root, a.init, a.final, a.corpus, a.out, a.maps_out)
 
 
+def _vit_approx(a) -> None:
+    from ...config.settings import Experiment, Hessian
+    from ..hessian_batch import hessian_inputs
+    from .vit import vit_approx_step
+
+    hessian = Hessian.from_dict(a.hessian)
+    spec = Experiment.from_dict(a.spec, f"experiments.{hessian.experiment}")
+
+    def batch(checkpoint):
+        return hessian_inputs(checkpoint, spec, hessian, a.data_root, a.device)
+
+    checkpoints = {"init": a.init, "trained": a.final}
+    hessians = {"init": a.init_hessian, "trained": a.final_hessian}
+    vit_approx_step(_lm(a), hessian.block, checkpoints, hessians, batch, a.out)
+
+
 def _landscape(a) -> None:
     from .step import landscape_step
 
@@ -45,7 +61,9 @@ def _scaling(a) -> None:
 def _claims(a) -> None:
     from .step import claims_step
 
-    claims_step(_lm(a), a.hessian, a.landscape, a.scaling, a.metrics, a.out, a.summary_out, a.tables_dir)
+    claims_step(
+        _lm(a), a.hessian, a.landscape, a.scaling, a.metrics, a.out, a.summary_out, a.tables_dir, vit=a.vit_approx
+    )
 
 
 def add_parser(sub, json_arg, data_root_help: str) -> None:
@@ -72,6 +90,17 @@ def add_parser(sub, json_arg, data_root_help: str) -> None:
     h.add_argument("--out", required=True, help="output JSON")
     h.add_argument("--maps-out", required=True, help="print-size log10 |H| maps (npz)")
     h.set_defaults(func=_hessian)
+    v = ssub.add_parser("vit-approx", help="the curvature approximations on the paper's ViT, for comparison")
+    common(v)
+    v.add_argument("--spec", type=json_arg, required=True, help="the Hessian experiment's config section")
+    v.add_argument("--hessian", type=json_arg, required=True, help="the 'hessian' config section")
+    v.add_argument("--init", required=True, help="the ViT's checkpoint at initialisation")
+    v.add_argument("--final", required=True, help="the trained ViT's checkpoint")
+    v.add_argument("--init-hessian", required=True, help="the hessian rule's npz at initialisation")
+    v.add_argument("--final-hessian", required=True, help="the hessian rule's npz after training")
+    v.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
+    v.add_argument("--out", required=True, help="output JSON")
+    v.set_defaults(func=_vit_approx)
     ls = ssub.add_parser("landscape", help="D_k on sequences, Theorem 7 at w*, Assumption 1")
     common(ls)
     ls.add_argument("--final", required=True, help="trained checkpoint (final.pt)")
@@ -95,6 +124,7 @@ def add_parser(sub, json_arg, data_root_help: str) -> None:
     c.add_argument("--hessian", required=True, help="lm_hessian's JSON")
     c.add_argument("--landscape", required=True, help="lm_landscape's JSON")
     c.add_argument("--scaling", default=None, help="lm_scaling's JSON (absent when the grid is off)")
+    c.add_argument("--vit-approx", default=None, help="lm_vit_approx's JSON (the approximations on the paper's ViT)")
     c.add_argument("--metrics", required=True, help="the decoder's metrics.json")
     c.add_argument("--out", required=True, help="claim rows (JSON list)")
     c.add_argument("--summary-out", required=True, help="the summary section (JSON)")

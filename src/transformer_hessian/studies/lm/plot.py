@@ -214,55 +214,85 @@ def scaling_figure(sc: Mapping[str, Any]) -> Figure:
     return fig
 
 
-def approx_figure(h: Mapping[str, Any]) -> Figure:
+def _short(name: str) -> str:
+    return name.replace("blocks.", "L").replace(".weight", "").replace("attn.", "").replace("mlp.", "")
+
+
+def _approx_panel(ax, a: Mapping[str, Any], title: str) -> None:
+    """One stage's bars: the relative Frobenius error of each method per diagonal block and overall."""
+    names = list(a["blocks"]) + ["all"]
+    x = np.arange(len(names))
+    methods = [m for m in a["methods"] if m != "block-diagonal"]
+    for i, m in enumerate(methods):
+        vals = [a["blocks"][n][m]["fro"] for n in a["blocks"]] + [a["whole"][m]["fro"]]
+        ax.bar(x + (i - 1) * 0.27, vals, width=0.27, color=_METHOD_COLOURS[m], label=m)
+    bd = a["whole"]["block-diagonal"]["fro"]
+    if bd > 0:  # 0 for one layer: nothing outside the layer's block
+        ax.axhline(bd, color=_METHOD_COLOURS["block-diagonal"], ls="--", lw=0.9, label="layer-block-diagonal (all)")
+    ax.set_yscale("log")
+    ax.set_xticks(x, [_short(n) for n in names], rotation=90, fontsize=7)
+    ax.set_title(title)
+
+
+def _same_limits(axes, results) -> None:
+    """One log y-range over the panels of a row, spanning every positive error of ``results``."""
+    vals = [e["fro"] for a in results for by in [*a["blocks"].values(), a["whole"]] for e in by.values()]
+    vals = [x for x in vals if x > 0]
+    if vals:
+        for ax in axes:
+            ax.set_ylim(min(vals) / 1.5, max(vals) * 1.5)
+
+
+def approx_figure(h: Mapping[str, Any], vit: Mapping[str, Any] | None = None) -> Figure:
     """Relative Frobenius error of the GGN, K-FAC, EK-FAC and the layer-block-diagonal Hessian
     against the exact Hessian, per diagonal weight block and for all weights, at initialisation
     and after training (log scale: the errors span decades; the block-diagonal line is absent
-    where it is 0, a one-layer model)."""
+    where it is 0, a one-layer model); with ``vit`` (rule lm_vit_approx's result) the same on the
+    paper's ViT in a right-hand column, on the language model's scale for each stage."""
+    with_vit = vit is not None and vit.get("approximations") and "init" in vit
     with plt.rc_context(COMPACT_RC):
-        fig, axes = plt.subplots(2, 1, figsize=(6.2, 4.4), layout="constrained")
-        for ax, stage in zip(axes, ("init", "trained")):
+        cols = 2 if with_vit else 1
+        fig, axes = plt.subplots(
+            2, cols, figsize=(6.2, 4.6), layout="constrained", squeeze=False,
+            gridspec_kw={"width_ratios": [2.8, 1] if with_vit else [1]},
+        )  # fmt: skip
+        for row, stage in enumerate(("init", "trained")):
+            when = "at init" if stage == "init" else "trained"
             a = h[stage].get("approximations")
             if not a:
-                ax.set_axis_off()
-                continue
-            names = list(a["blocks"]) + ["all weights"]
-            x = np.arange(len(names))
-            methods = [m for m in a["methods"] if m != "block-diagonal"]
-            for i, m in enumerate(methods):
-                vals = [a["blocks"][n][m]["fro"] for n in a["blocks"]] + [a["whole"][m]["fro"]]
-                ax.bar(x + (i - 1) * 0.27, vals, width=0.27, color=_METHOD_COLOURS[m], label=m)
-            ax.axhline(a["whole"]["block-diagonal"]["fro"], color=_METHOD_COLOURS["block-diagonal"], ls="--", lw=0.9,
-                       label="layer-block-diagonal (all weights)")  # fmt: skip
-            ax.set_yscale("log")
-            ax.set_xticks(
-                x,
-                [
-                    n.replace("blocks.", "L").replace(".weight", "").replace("attn.", "").replace("mlp.", "")
-                    for n in names
-                ],
-                rotation=60,
-                fontsize=7,
-            )
-            ax.set_ylabel("||A - H||_F / ||H||_F")
-            ax.set_title("at initialisation" if stage == "init" else "after training")
-        axes[0].legend(fontsize=7, ncol=4, loc="upper center")
+                axes[row, 0].set_axis_off()
+            else:
+                _approx_panel(axes[row, 0], a, f"language model, {when}")
+            axes[row, 0].set_ylabel("||A - H||_F / ||H||_F")
+            if with_vit:
+                _approx_panel(axes[row, 1], vit[stage], f"paper's ViT, {when}")
+                _same_limits(axes[row], [x for x in (a, vit[stage]) if x])
+        handles, labels = axes[0, 0].get_legend_handles_labels()
+        if not handles and with_vit:
+            handles, labels = axes[0, 1].get_legend_handles_labels()
+        fig.legend(handles, labels, fontsize=7, ncol=4, loc="outside lower center")
         fig.suptitle(_title(h), fontsize=7.5)
     return fig
 
 
-def approx_table(h: Mapping[str, Any]) -> pd.DataFrame:
-    """One row per (stage, block, method): relative Frobenius and spectral errors."""
+def approx_table(h: Mapping[str, Any], vit: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """One row per (model, stage, block, method): relative Frobenius and spectral errors; the paper's
+    ViT (``vit``, rule lm_vit_approx's result) after the language model."""
     rows = []
-    for stage in ("init", "trained"):
-        a = h[stage].get("approximations")
-        if not a:
-            continue
-        for block, by in list(a["blocks"].items()) + [("all weights", a["whole"])]:
-            for m, e in by.items():
-                rows.append(
-                    {"stage": stage, "block": block, "method": m, "rel_fro": e["fro"], "rel_spectral": e["spectral"]}
-                )
+    models = [("language model", h)]
+    if vit is not None and vit.get("approximations"):
+        models.append(("paper's ViT", vit))
+    for model, res in models:
+        for stage in ("init", "trained"):
+            a = res[stage] if model != "language model" else res[stage].get("approximations")
+            if not a:
+                continue
+            for block, by in list(a["blocks"].items()) + [("all weights", a["whole"])]:
+                for m, e in by.items():
+                    rows.append(
+                        {"model": model, "stage": stage, "block": block, "method": m, "rel_fro": e["fro"],
+                         "rel_spectral": e["spectral"]}
+                    )  # fmt: skip
     return pd.DataFrame(rows)
 
 

@@ -12,6 +12,7 @@ _INPUTS = {
     "hessian": Output("lm_hessian", "json"),
     "maps": Output("lm_hessian", "maps"),
     "landscape": Output("lm_landscape", "json"),
+    "vit_approx": Output("lm_vit_approx", "json"),
 }
 _MODEL = "a GPT-style decoder (token and position embeddings, pre-norm blocks, causal attention, GELU MLP, tied LM head) on byte tokens of the lm corpus"
 
@@ -71,9 +72,10 @@ FIGURES: list[Figure] = [
         caption=f"How good are the curvature approximations on {_MODEL}: the relative Frobenius error of the "
         "generalized Gauss-Newton, K-FAC and EK-FAC (curvlinops; type-2 Fisher, expand) against the exact Hessian, "
         "per diagonal weight block and over all weight matrices, and of the layer-block-diagonal Hessian (dashed), "
-        "at initialisation and after training. Table lm_approx adds the spectral errors.",
+        "at initialisation and after training; right: the same on the paper's ViT (the Hessian study's model, block "
+        "and batch). Table lm_approx adds the spectral errors.",
         shows="relative error of GGN, K-FAC, EK-FAC and block-diagonal against the exact Hessian, per block",
-        functions="`studies.lm.plot.approx_figure`; `studies.lm.approx.approximation_errors`",
+        functions="`studies.lm.plot.approx_figure`; `studies.lm.approx.approximation_errors`, `studies.lm.vit.vit_approximations`",
     ),
     Figure(
         id="lm_scaling",
@@ -96,7 +98,7 @@ FIGURES: list[Figure] = [
 ARTEFACTS: list[tuple[str, str, str, str, str]] = [
     (
         "tables/lm_approx.{csv,tex,md}",
-        "relative Frobenius and spectral error of GGN, K-FAC, EK-FAC and block-diagonal per block (language model)",
+        "relative Frobenius and spectral error of GGN, K-FAC, EK-FAC and block-diagonal per block (language model, paper's ViT)",
         "`transformer-hessian lm claims`",
         "`lm_claims`",
         "`studies.lm.plot.approx_table`",

@@ -22,6 +22,7 @@ OUTPUTS: dict[str, dict[str, str]] = {
         "corpus": "results/lm/main/corpus.json",
     },
     "lm_hessian": {"json": "results/lm/hessian.json", "maps": "results/lm/hessian_maps.npz"},
+    "lm_vit_approx": {"json": "results/lm/vit_approx.json"},
     "lm_landscape": {"json": "results/lm/landscape.json"},
     "lm_scaling_models": {"json": "results/lm/scaling/parts/part{part}of{jobs}.json"},
     "lm_law": {"json": "results/lm/scaling/scaling.json"},
@@ -31,6 +32,7 @@ OUTPUTS: dict[str, dict[str, str]] = {
 #: keys every result of a rule holds (what its loader checks)
 _KEYS = {
     "lm_hessian": ("corpus", "init", "trained"),
+    "lm_vit_approx": ("approximations",),
     "lm_landscape": ("corpus", "curve", "assumption1"),
     "lm_scaling_models": ("part", "jobs", "models"),
     "lm_law": ("corpus", "rows", "law", "fits", "stationarity"),

@@ -103,14 +103,15 @@ def hessian_step(s: Lm, data_root: str, init: str, final: str, corpus: str, out:
 
 
 def _approximations(model, batch, cfg, H) -> dict[str, Any]:
-    from .approx import approximation_errors, approximations, weight_names
+    from .approx import approximation_errors, approximations, layers_of, weight_names
 
     E = cfg.vocab * cfg.width
     named = dict(model.named_parameters())
     sizes = [named[n].numel() for n in weight_names(cfg.depth)]
     t0 = time.perf_counter()
     approx = approximations(model, batch, cfg.depth)
-    out = approximation_errors(H[E:, E:], approx, cfg.depth, sizes)
+    names = weight_names(cfg.depth)
+    out = approximation_errors(H[E:, E:], approx, names, sizes, layers_of(cfg.depth))
     out["seconds"] = time.perf_counter() - t0
     return out
 
@@ -190,7 +191,8 @@ def _quantity(r: dict[str, Any], q: str) -> float | None:
 
 #: the study's tables (``paper/tables/<stem>.{csv,tex,md}``): stem -> caption
 TABLES = {
-    "lm_approx": "Relative error of the curvature approximations against the exact Hessian of the language model",
+    "lm_approx": "Relative error of the curvature approximations against the exact Hessian of the language model "
+    "and of the paper's ViT",
     "lm_scaling": "The language scaling grid: one row per model",
 }
 
@@ -204,9 +206,12 @@ def claims_step(
     out: str,
     summary_out: str,
     tables_dir: str | None = None,
+    vit: str | None = None,
 ) -> list[dict[str, Any]]:
     """Rule lm_claims: the study's claim rows (:func:`.claims.lm_claim_rows`), its summary section
-    and, with ``tables_dir``, its tables (:data:`TABLES`; ``lm_scaling`` only when the grid ran)."""
+    and, with ``tables_dir``, its tables (:data:`TABLES`; ``lm_scaling`` only when the grid ran);
+    ``vit``: rule lm_vit_approx's result (the approximations on the paper's ViT), in the summary
+    section and the table ``lm_approx``."""
     from ...util.io import load_json, write_json
     from .claims import lm_claim_rows
     from .result import load_result
@@ -218,12 +223,16 @@ def claims_step(
     evidence = f"{hessian}, {landscape}" + (f", {scaling}" if scaling else "")
     rows = lm_claim_rows(h, ls, sc, s, evidence)
     write_json(rows, out)
-    write_json(summary_section(h, ls, sc, m), summary_out)
+    v = load_result(vit, "lm_vit_approx") if vit else None
+    section = summary_section(h, ls, sc, m)
+    if v is not None and v["approximations"]:
+        section["approximations_vit"] = {stage: v[stage] for stage in ("init", "trained")}
+    write_json(section, summary_out)
     if tables_dir is not None:
         from ...util.tablefmt import write_table
         from .plot import approx_table, scaling_table
 
-        write_table(approx_table(h), Path(tables_dir) / "lm_approx", TABLES["lm_approx"])
+        write_table(approx_table(h, v), Path(tables_dir) / "lm_approx", TABLES["lm_approx"])
         if sc is not None:
             write_table(scaling_table(sc), Path(tables_dir) / "lm_scaling", TABLES["lm_scaling"])
     return rows
