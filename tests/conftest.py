@@ -177,13 +177,64 @@ def root() -> Path:
     return ROOT
 
 
-@pytest.fixture(scope="session")
-def env() -> dict:
-    """Environment for subprocesses: the venv's commands first on PATH."""
+def _subprocess_env() -> dict:
     e = dict(os.environ)
     e["PATH"] = f"{BIN}{os.pathsep}{e.get('PATH', '')}"
     e.setdefault("MPLBACKEND", "Agg")
     return e
+
+
+@pytest.fixture(scope="session")
+def env() -> dict:
+    """Environment for subprocesses: the venv's commands first on PATH."""
+    return _subprocess_env()
+
+
+class _EarlyTinyRun:
+    """The session's tiny workflow run, started in a background thread as soon as collection shows
+    that a test will read it, so that its jobs (and, on SLURM, the waits between status checks,
+    about half of its 4-5 min) overlap the tests that come before the first reader; the fixture
+    ``tiny_run`` waits for it. The cluster is started here, in the main thread (its SIGTERM handler
+    needs it). ``TH_TINY_RUN_EARLY=0`` starts both when the first test asks, as before."""
+
+    cluster = None
+    thread = None
+    result = None
+    error: BaseException | None = None
+
+    @classmethod
+    def start(cls, config) -> None:
+        import threading
+
+        from slurm_cluster import run_tiny_workflow, start_cluster
+
+        env = _subprocess_env()
+        cls.cluster = start_cluster(ROOT, env)
+        work = config._tmp_path_factory.mktemp("workflow")
+
+        def run():
+            try:
+                cls.result = run_tiny_workflow(ROOT, env, work, cls.cluster)
+            except BaseException as exc:  # re-raised in the fixture, in the test that reads the run
+                cls.error = exc
+
+        cls.thread = threading.Thread(target=run, name="tiny-workflow", daemon=True)
+        cls.thread.start()
+
+    @classmethod
+    def wait(cls):
+        cls.thread.join()
+        if cls.error is not None:
+            raise cls.error
+        return cls.result
+
+
+def pytest_collection_finish(session):
+    """Start the tiny run early (:class:`_EarlyTinyRun`) when a selected test reads it."""
+    if os.environ.get("TH_TINY_RUN_EARLY", "1") == "0" or session.config.option.collectonly:
+        return
+    if any("tiny_run" in getattr(item, "fixturenames", ()) for item in session.items):
+        _EarlyTinyRun.start(session.config)
 
 
 def tiny_spec(**train):
@@ -308,17 +359,22 @@ def slurm_cluster(root, env):
     stopped at the end of the session."""
     from slurm_cluster import start_cluster
 
-    cluster = start_cluster(root, env)
+    cluster = _EarlyTinyRun.cluster or start_cluster(root, env)
     yield cluster
+    if _EarlyTinyRun.thread is not None:
+        _EarlyTinyRun.thread.join()  # never stop the cluster under a running workflow
     cluster.stop()
 
 
 @pytest.fixture(scope="session")
 def tiny_run(root, env, slurm_cluster, tmp_path_factory):
     """The one tiny workflow run of the session (tests/slurm_cluster.py): on the SLURM cluster when
-    it is up, else local. Every test of a finished run reads it; none runs a second one."""
+    it is up, else local. Every test of a finished run reads it; none runs a second one. Started
+    in the background after collection (:class:`_EarlyTinyRun`) unless ``TH_TINY_RUN_EARLY=0``."""
     from slurm_cluster import run_tiny_workflow
 
+    if _EarlyTinyRun.thread is not None:
+        return _EarlyTinyRun.wait()
     return run_tiny_workflow(root, env, tmp_path_factory.mktemp("workflow"), slurm_cluster)
 
 
