@@ -393,7 +393,8 @@ def _vit_approx_result():
         _, _, offs = group_layout(model, 0)
         sizes = [int(b - a) for a, b in zip(offs[:-1], offs[1:])]
         A = vit.vit_approximations(model, 0, images, labels)
-        out[stage] = {**approx.approximation_errors(H, A, list(GROUPS), sizes, [0] * 5), "block": 0}
+        out[stage] = {**approx.approximation_errors(H, A, list(GROUPS), sizes, [0] * 5), "block": 0, "P": 160,
+                      "batch_size": 8}  # fmt: skip
     return out
 
 

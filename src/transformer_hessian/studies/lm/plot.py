@@ -271,7 +271,13 @@ def approx_figure(h: Mapping[str, Any], vit: Mapping[str, Any] | None = None) ->
         if not handles and with_vit:
             handles, labels = axes[0, 1].get_legend_handles_labels()
         fig.legend(handles, labels, fontsize=7, ncol=4, loc="outside lower center")
-        fig.suptitle(_title(h), fontsize=7.5)
+        title = _title(h)
+        if with_vit:
+            v = vit["trained"]
+            title += (
+                f"\nright: the paper's ViT, block {v['block']}'s five groups (P = {v['P']:,}), batch {v['batch_size']}"
+            )
+        fig.suptitle(title, fontsize=7.5)
     return fig
 
 
