@@ -233,8 +233,15 @@ def pytest_collection_finish(session):
     """Start the tiny run early (:class:`_EarlyTinyRun`) when a selected test reads it."""
     if os.environ.get("TH_TINY_RUN_EARLY", "1") == "0" or session.config.option.collectonly:
         return
-    if any("tiny_run" in getattr(item, "fixturenames", ()) for item in session.items):
+    if any(_reads_the_tiny_run(item) for item in session.items):
         _EarlyTinyRun.start(session.config)
+
+
+def _reads_the_tiny_run(item) -> bool:
+    """Whether ``item`` uses this file's ``tiny_run`` (some test modules define their own of that name)."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.get("tiny_run") if info is not None else None
+    return bool(defs) and getattr(defs[-1].func, "__module__", None) == __name__
 
 
 def tiny_spec(**train):
