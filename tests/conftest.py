@@ -26,6 +26,14 @@ SLOW_IN_FAST = frozenset(
     {
         # test_bench.py
         "test_cli_writes_json_and_markdown",  # 38 s
+        # the other readers of its module fixture (cli_run), which the first of them in a run pays: 13 s
+        "test_all_methods_agree_with_reference",
+        "test_times_memory_and_ratios_are_consistent",
+        "test_cli_prints_table",
+        # test_api_doc.py (this and the next: make test-fast of cfe45e1, load 1)
+        "test_api_page_examples_run",  # 5 s
+        # studies/test_lm.py
+        "test_curvlinops_ggn_matches_an_independent_ggn_and_its_hessian_the_engines",  # 3 s
         "test_fallback_reference_matches_a",  # 7 s
         "test_method_over_memory_cap_is_recorded_not_raised",  # 32 s
         # test_bench_paper.py
@@ -65,6 +73,9 @@ SLOW_IN_FAST = frozenset(
         "test_paper_kind_only_when_eligible[eps]",  # 6 s
         "test_paper_kind_only_when_eligible[gelu]",  # 8 s
         "test_paper_kind_only_when_eligible[mask]",  # 13 s
+        "test_factored_sweeps_equal_the_dense_sweep[pooled-1-1]",  # 6 s (make test-fast of cfe45e1, load 1)
+        "test_factored_sweeps_equal_the_dense_sweep[stack-1-1]",  # 3 s
+        "test_parallel_sweeps_equal_one_sweep_at_a_time[64]",  # 3 s
         "test_paper_kind_only_when_eligible[mse]",  # 9 s
         "test_paper_kind_only_when_eligible[norm_first]",  # 9 s
         "test_paper_kind_only_when_eligible[two_heads]",  # 9 s
@@ -88,6 +99,12 @@ SLOW_IN_FAST = frozenset(
         "test_every_epoch_checkpoint_damaged_starts_afresh",  # 9 s
         # test_figure_text.py
         "test_figure_text_is_readable_in_print[architectures]",  # 17 s
+        # the language study's five share _lm_results (9 s for the first of them in a run)
+        "test_figure_text_is_readable_in_print[lm_hessian]",
+        "test_figure_text_is_readable_in_print[lm_norms]",
+        "test_figure_text_is_readable_in_print[lm_landscape]",
+        "test_figure_text_is_readable_in_print[lm_approx]",
+        "test_figure_text_is_readable_in_print[lm_scaling]",
         "test_figure_text_is_readable_in_print[bounds]",  # 5 s
         "test_figure_text_is_readable_in_print[fig1]",  # 3 s
         "test_figure_text_is_readable_in_print[scaling]",  # 41 s
