@@ -18,11 +18,14 @@ def test_bench_models_tiny_case(tmp_path, capsys):
     cmd_bench_models(SimpleNamespace(cases=["tiny"], rows=12, hvps=2, out_dir=str(tmp_path)))
     (rec,) = json.loads((tmp_path / "models_bench.json").read_text())
     errs = {k: v for k, v in rec.items() if k.endswith("_err")}
-    assert {"autograd_err", "func_err", "func_hand_ln_err", "engine_hvp_err", "autograd_hvp_err"} <= set(errs)
-    assert max(errs.values()) < 1e-10, errs
-    assert rec["fastest_correct_peer"] in ("autograd", "func", "func_hand_ln")
+    assert {"autograd_err", "func_err", "func_hand_ln_err", "curvlinops_hand_ln_err", "engine_hvp_err",
+            "autograd_hvp_err"} <= set(errs)  # fmt: skip
+    # curvlinops on nn.LayerNorm may be off (its LayerNorm-weight rows; which rows are sampled decides)
+    assert max(v for k, v in errs.items() if k != "curvlinops_err") < 1e-10, errs
+    assert rec["fastest_correct_peer"] in ("autograd", "func", "func_hand_ln", "curvlinops_hand_ln", "curvlinops")
     assert rec["speedup"] == pytest.approx(rec[rec["fastest_correct_peer"] + "_s"] / rec["engine_s"])
     # wte 11x8, wpe 6x8, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, ln_f (lm_head tied to wte)
     assert rec["P"] == 88 + 48 + 16 + (192 + 24) + (64 + 8) + 16 + (256 + 32) + (256 + 8) + 16
     assert rec["autograd_hvp_fused_kernel"] == "ran" or rec["autograd_hvp_fused_kernel"].startswith("fails")
-    assert "| tiny |" in (tmp_path / "models_bench.md").read_text()
+    md = (tmp_path / "models_bench.md").read_text()
+    assert "| tiny |" in md and "| tiny | curvlinops_hand_ln |" in md
