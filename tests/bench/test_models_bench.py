@@ -27,5 +27,16 @@ def test_bench_models_tiny_case(tmp_path, capsys):
     # wte 11x8, wpe 6x8, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, ln_f (lm_head tied to wte)
     assert rec["P"] == 88 + 48 + 16 + (192 + 24) + (64 + 8) + 16 + (256 + 32) + (256 + 8) + 16
     assert rec["autograd_hvp_fused_kernel"] == "ran" or rec["autograd_hvp_fused_kernel"].startswith("fails")
+    assert rec["peer_failures"] == {}
     md = (tmp_path / "models_bench.md").read_text()
     assert "| tiny |" in md and "| tiny | curvlinops_hand_ln |" in md
+
+
+def test_a_peer_that_cannot_run_is_recorded_not_raised(tmp_path):
+    """curvlinops' Hessian goes through forward AD over SiLU's backward, which torch 2.14.1 lacks:
+    on the Llama-style case (SwiGLU) it is recorded as failing and left out of the correct peers."""
+    cmd_bench_models(SimpleNamespace(cases=["tiny-llama"], rows=8, hvps=1, out_dir=str(tmp_path)))
+    (rec,) = json.loads((tmp_path / "models_bench.json").read_text())
+    assert "silu" in rec["peer_failures"]["curvlinops"].lower() and "curvlinops_s" not in rec
+    assert rec["autograd_err"] < 1e-10 and rec["fastest_correct_peer"] != "curvlinops"
+    assert "| tiny-llama | curvlinops | - | fails:" in (tmp_path / "models_bench.md").read_text()
