@@ -114,22 +114,25 @@ def test_stationarity_reading_counts_cells_on_each_side():
     assert v["stationary"] == {"cells": 1, "holds": 0}
 
 
-def _exact_ggn(model, ids, names):
-    """J^T H_loss J of the causal LM loss, J by autograd's jacobian of the flattened logits."""
+def _flat_call(module, keys, *args):
+    """``(w0, f, sizes)``: ``f(w)`` is ``module(*args)`` with the parameters ``keys`` taken, in
+    order, from the flat vector ``w``; ``w0`` their values, ``sizes`` their numbers of entries."""
     from torch.func import functional_call
 
-    flat = approx.FlatLogits(model)
-    named = dict(flat.named_parameters())
-    keys = [f"model.{n}" for n in names]
+    named = dict(module.named_parameters())
     w0 = torch.cat([named[k].detach().reshape(-1) for k in keys])
+    sizes = [named[k].numel() for k in keys]
 
-    def out(w):
-        ps, o = {}, 0
-        for k in keys:
-            n = named[k].numel()
-            ps[k] = w[o : o + n].view_as(named[k])
-            o += n
-        return functional_call(flat, ps, (ids,))
+    def f(w):
+        parts = torch.split(w, sizes)
+        return functional_call(module, {k: p.view_as(named[k]) for k, p in zip(keys, parts)}, args)
+
+    return w0, f, sizes
+
+
+def _exact_ggn(model, ids, names):
+    """J^T H_loss J of the causal LM loss, J by autograd's jacobian of the flattened logits."""
+    w0, out, _ = _flat_call(approx.FlatLogits(model), [f"model.{n}" for n in names], ids)
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -304,27 +307,6 @@ def _vit(seed=11):
     return model, images, labels
 
 
-def _vit_flat(model, block):
-    from torch.func import functional_call
-
-    from transformer_hessian import GROUPS
-
-    keys = [f"blocks.{block}.{n}" for n in GROUPS]
-    named = dict(model.named_parameters())
-    w0 = torch.cat([named[k].detach().reshape(-1) for k in keys])
-
-    def logits(w):
-        ps, o = {}, 0
-        for k in keys:
-            n = named[k].numel()
-            ps[k] = w[o : o + n].view_as(named[k])
-            o += n
-        return functional_call(model, ps, (images_of[0],))
-
-    images_of = []
-    return w0, logits, images_of, [named[k].numel() for k in keys]
-
-
 def test_linear_vit_is_the_paper_vit_and_its_ggn_is_the_paper_orders():
     from transformer_hessian.studies.lm import vit
 
@@ -332,8 +314,9 @@ def test_linear_vit_is_the_paper_vit_and_its_ggn_is_the_paper_orders():
     with torch.no_grad():
         assert float((vit.LinearViT(model)(images) - model(images)).abs().max()) < 1e-13
     block = 1
-    w0, logits, images_of, sizes = _vit_flat(model, block)
-    images_of.append(images)
+    from transformer_hessian import GROUPS
+
+    w0, logits, sizes = _flat_call(model, [f"blocks.{block}.{n}" for n in GROUPS], images)
     A = vit.vit_approximations(model, block, images, labels)
     J = torch.autograd.functional.jacobian(logits, w0)  # (B, C, P)
     p = logits(w0).detach().softmax(-1)
