@@ -14,6 +14,7 @@ from torch import nn
 from transformer_hessian.config.settings import Lm
 from transformer_hessian.core.gpt import GPT, GPTConfig
 from transformer_hessian.engine.api import exact_hessian
+from transformer_hessian.engine.ops.losses import NextTokenLogits
 from transformer_hessian.studies.lm import approx, claims, compute, scaling, step
 
 torch.set_default_dtype(torch.float32)
@@ -132,7 +133,7 @@ def _flat_call(module, keys, *args):
 
 def _exact_ggn(model, ids, names):
     """J^T H_loss J of the causal LM loss, J by autograd's jacobian of the flattened logits."""
-    w0, out, _ = _flat_call(approx.FlatLogits(model), [f"model.{n}" for n in names], ids)
+    w0, out, _ = _flat_call(NextTokenLogits(model), [f"model.{n}" for n in names], ids)
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -158,7 +159,7 @@ def test_curvlinops_ggn_matches_an_independent_ggn_and_its_hessian_the_engines()
     named = dict(model.named_parameters())
     with sdpa_kernel(SDPBackend.MATH):
         op = HessianLinearOperator(
-            approx.FlatLogits(model), nn.CrossEntropyLoss(), [named[n] for n in names], [(ids, ids[:, 1:].reshape(-1))],
+            NextTokenLogits(model), nn.CrossEntropyLoss(), [named[n] for n in names], [(ids, ids[:, 1:].reshape(-1))],
             check_deterministic=False,
         )  # fmt: skip
         Hc = op @ torch.eye(H.shape[0], dtype=torch.float64)

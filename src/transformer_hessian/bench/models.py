@@ -35,7 +35,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..engine.api import block_size, prepare
-from ..engine.ops.losses import causal_lm
+from ..engine.ops.losses import NextTokenLogits, causal_lm
 from ..engine.sweep import Progress, blocks, dense_hessian, seeds_of
 from .lm_models import NanoGPT, TinyLlama
 
@@ -102,20 +102,6 @@ def func_rows(model, ids, rows: torch.Tensor, chunk: int = 64) -> tuple[torch.Te
     return out, time.perf_counter() - t0
 
 
-class _NextTokenLogits(torch.nn.Module):
-    """The logits that predict a next token, ``(B (T-1), V)``: with ``nn.CrossEntropyLoss`` against
-    ``ids[:, 1:]`` flattened, the engine's ``causal_lm`` loss (no ignored positions here)."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, ids):
-        """The module applied to its inputs (see the class docstring)."""
-        logits = self.model(ids)
-        return logits[:, :-1].reshape(-1, logits.shape[-1])
-
-
 def curvlinops_rows(model, ids, rows: torch.Tensor, chunk: int = 64) -> tuple[torch.Tensor, float]:
     """Rows of H by curvlinops' HessianLinearOperator on unit vectors (math kernel), and the seconds
     they took, the operator's construction included."""
@@ -129,7 +115,7 @@ def curvlinops_rows(model, ids, rows: torch.Tensor, chunk: int = 64) -> tuple[to
     t0 = time.perf_counter()
     with sdpa_kernel(SDPBackend.MATH):
         op = HessianLinearOperator(
-            _NextTokenLogits(model), torch.nn.CrossEntropyLoss(), params, data, check_deterministic=False
+            NextTokenLogits(model), torch.nn.CrossEntropyLoss(), params, data, check_deterministic=False
         )
         out = torch.cat([op @ E[:, i : i + chunk] for i in range(0, len(rows), chunk)], dim=1).T
     return out.detach(), time.perf_counter() - t0

@@ -80,8 +80,8 @@ if config["lm"]["enabled"]:
         params:
             lm=settings_file("lm", LM),
             spec=settings_file(f"spec_{LM_VIT}", experiment(LM_VIT)),
-            hessian=settings_file("hessian", config["hessian"]),
-            data_root=lambda w, input: os.path.dirname(os.path.dirname(input.manifest)),
+            hessian=STAGE_PARAMS["hessian"],
+            data_root=data_root_of,
             device=config["device"],
         conda:
             "../../../environment.yml"

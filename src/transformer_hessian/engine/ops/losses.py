@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from ..contract import Op, rule
 
@@ -19,6 +20,21 @@ IGNORE_INDEX = -100
 def mse_loss(output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """``F.mse_loss(output, targets)``: the mean of the squared differences."""
     return F.mse_loss(output, targets)
+
+
+class NextTokenLogits(nn.Module):
+    """``model``'s logits of the positions that predict a next token, flattened to ``(B (T-1), V)``:
+    with ``nn.CrossEntropyLoss`` against ``ids[:, 1:]`` flattened, :func:`causal_lm` without ignored
+    positions (the form in which curvlinops takes a language model)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """``(B (T-1), V)`` logits of the positions that have a next token."""
+        logits = self.model(ids)
+        return logits[:, :-1].reshape(-1, logits.shape[-1])
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

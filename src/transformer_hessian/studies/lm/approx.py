@@ -2,8 +2,8 @@
 and EK-FAC as curvlinops computes them, and the layer-block-diagonal Hessian, against the exact
 Hessian of the causal LM loss (:func:`.compute.hessian_stage`), on the decoder's weight matrices.
 
-curvlinops sees the decoder through :class:`FlatLogits` (logits of the predicted positions,
-``(B (T-1), V)``) and ``nn.CrossEntropyLoss`` against the next tokens: the mean over the counted
+curvlinops sees the decoder through ``engine.ops.losses.NextTokenLogits`` (logits of the
+predicted positions, ``(B (T-1), V)``) and ``nn.CrossEntropyLoss`` against the next tokens: the mean over the counted
 positions, the causal LM loss of the engine. K-FAC and EK-FAC use the type-2 Fisher (the exact
 GGN's factors, no Monte Carlo) with the ``expand`` approximation of weight sharing across tokens;
 they take ``nn.Linear`` layers only, so the tied token embedding is outside this comparison.
@@ -19,25 +19,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from ...engine.ops.losses import NextTokenLogits
 from ...util.files import log
 
-__all__ = ["METHODS", "FlatLogits", "approximation_errors", "approximations", "layers_of"]
+__all__ = ["METHODS", "approximation_errors", "approximations", "dense_curvatures", "layers_of"]
 
 #: The approximations compared, in the order of the table.
 METHODS = ("GGN", "K-FAC", "EK-FAC", "block-diagonal")
-
-
-class FlatLogits(nn.Module):
-    """The decoder's logits of the positions that predict a next token, flattened to ``(B (T-1), V)``."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """``(B (T-1), V)`` logits of the positions that have a next token."""
-        logits = self.model(ids)
-        return logits[:, :-1].reshape(-1, logits.shape[-1])
 
 
 def weight_names(depth: int) -> list[str]:
@@ -47,28 +35,36 @@ def weight_names(depth: int) -> list[str]:
     return hessian_params(depth)[1:]
 
 
-def approximations(model, batch: torch.Tensor, depth: int) -> dict[str, torch.Tensor]:
-    """Dense GGN, K-FAC and EK-FAC (curvlinops) of the causal LM loss on ``batch`` w.r.t. :func:`weight_names`, float64."""
+def dense_curvatures(module: nn.Module, params: list, data: list, kfac_approx: str) -> dict[str, torch.Tensor]:
+    """Dense GGN, K-FAC and EK-FAC (curvlinops; type-2 Fisher, ``kfac_approx`` for weights shared
+    over tokens) of the mean cross-entropy of ``module`` on ``data`` w.r.t. ``params``, in their
+    order, each an identity of P columns through the operator. Inside ``sdpa_kernel(MATH)``: torch
+    has no forward AD through its fused attention kernels."""
     from curvlinops import EKFACLinearOperator, GGNLinearOperator, KFACLinearOperator
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    flat = FlatLogits(model.double())
-    named = dict(model.named_parameters())
-    params = [named[n] for n in weight_names(depth)]
-    data = [(batch, batch[:, 1:].reshape(-1))]
-    loss = nn.CrossEntropyLoss()
     P = sum(p.numel() for p in params)
-    eye = torch.eye(P, dtype=torch.float64)
+    eye = torch.eye(P, dtype=torch.float64, device=params[0].device)
+    kfac = {"fisher_type": "type-2", "kfac_approx": kfac_approx}
     out = {}
     for name, cls, kw in (
         ("GGN", GGNLinearOperator, {}),
-        ("K-FAC", KFACLinearOperator, {"fisher_type": "type-2", "kfac_approx": "expand"}),
-        ("EK-FAC", EKFACLinearOperator, {"fisher_type": "type-2", "kfac_approx": "expand"}),
+        ("K-FAC", KFACLinearOperator, kfac),
+        ("EK-FAC", EKFACLinearOperator, kfac),
     ):
-        with sdpa_kernel(SDPBackend.MATH):  # torch has no forward AD through its fused attention kernels
-            op = cls(flat, loss, params, data, check_deterministic=False, **kw)
+        with sdpa_kernel(SDPBackend.MATH):
+            op = cls(module, nn.CrossEntropyLoss(), params, data, check_deterministic=False, **kw)
             out[name] = (op @ eye).detach()
     return out
+
+
+def approximations(model, batch: torch.Tensor, depth: int) -> dict[str, torch.Tensor]:
+    """Dense GGN, K-FAC and EK-FAC (curvlinops, ``expand``: a loss per token) of the causal LM loss
+    on ``batch`` w.r.t. :func:`weight_names`, float64."""
+    flat = NextTokenLogits(model.double())
+    named = dict(model.named_parameters())
+    params = [named[n] for n in weight_names(depth)]
+    return dense_curvatures(flat, params, [(batch, batch[:, 1:].reshape(-1))], "expand")
 
 
 def _rel(A: torch.Tensor, H: torch.Tensor) -> tuple[float, float]:

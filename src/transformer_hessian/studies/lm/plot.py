@@ -285,12 +285,12 @@ def approx_table(h: Mapping[str, Any], vit: Mapping[str, Any] | None = None) -> 
     """One row per (model, stage, block, method): relative Frobenius and spectral errors; the paper's
     ViT (``vit``, rule lm_vit_approx's result) after the language model."""
     rows = []
-    models = [("language model", h)]
+    models = [("language model", {stage: h[stage].get("approximations") for stage in ("init", "trained")})]
     if vit is not None and vit.get("approximations"):
         models.append(("paper's ViT", vit))
-    for model, res in models:
+    for model, by_stage in models:
         for stage in ("init", "trained"):
-            a = res[stage] if model != "language model" else res[stage].get("approximations")
+            a = by_stage[stage]
             if not a:
                 continue
             for block, by in list(a["blocks"].items()) + [("all weights", a["whole"])]:

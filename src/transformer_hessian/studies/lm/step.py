@@ -107,10 +107,10 @@ def _approximations(model, batch, cfg, H) -> dict[str, Any]:
 
     E = cfg.vocab * cfg.width
     named = dict(model.named_parameters())
-    sizes = [named[n].numel() for n in weight_names(cfg.depth)]
+    names = weight_names(cfg.depth)
+    sizes = [named[n].numel() for n in names]
     t0 = time.perf_counter()
     approx = approximations(model, batch, cfg.depth)
-    names = weight_names(cfg.depth)
     out = approximation_errors(H[E:, E:], approx, names, sizes, layers_of(cfg.depth))
     out["seconds"] = time.perf_counter() - t0
     return out

@@ -121,7 +121,7 @@ def vit_approximations(
     """Dense GGN, K-FAC and EK-FAC (curvlinops; type-2 Fisher, :data:`KFAC_APPROX`) of the mean cross-entropy
     of ``model`` (a :class:`~transformer_hessian.core.model.ViT`) on ``(images, labels)`` w.r.t. block
     ``block``'s five groups, float64, in the order of the exact Hessian (GROUPS, each ``W`` row-major)."""
-    from curvlinops import EKFACLinearOperator, GGNLinearOperator, KFACLinearOperator
+    from .approx import dense_curvatures
 
     lin = LinearViT(model.double())
     for p in lin.parameters():
@@ -129,20 +129,9 @@ def vit_approximations(
     params = lin.group_weights(block)
     for p in params:
         p.requires_grad_(True)
-    data = [(images.double(), labels)]
-    P = sum(p.numel() for p in params)
-    eye = torch.eye(P, dtype=torch.float64, device=images.device)
     order = transpose_order([tuple(p.shape[::-1]) for p in params])
-    out = {}
-    for name, cls, kw in (
-        ("GGN", GGNLinearOperator, {}),
-        ("K-FAC", KFACLinearOperator, {"fisher_type": "type-2", "kfac_approx": KFAC_APPROX}),
-        ("EK-FAC", EKFACLinearOperator, {"fisher_type": "type-2", "kfac_approx": KFAC_APPROX}),
-    ):
-        op = cls(lin, nn.CrossEntropyLoss(), params, data, check_deterministic=False, **kw)
-        A = (op @ eye).detach()
-        out[name] = A[order][:, order]
-    return out
+    approx = dense_curvatures(lin, params, [(images.double(), labels)], KFAC_APPROX)
+    return {name: A[order][:, order] for name, A in approx.items()}
 
 
 def vit_approx_step(
@@ -158,9 +147,7 @@ def vit_approx_step(
     from .result import save_result
 
     result: dict[str, Any] = {"approximations": bool(s.approximations)}
-    for stage, ckpt in checkpoints.items():
-        if not s.approximations:
-            break
+    for stage, ckpt in checkpoints.items() if s.approximations else ():
         saved = load_hessian(hessians[stage])
         if list(saved["names"]) != list(GROUPS):
             raise ValueError(f"{hessians[stage]}: the Hessian's groups are {saved['names']}, expected {list(GROUPS)}")
