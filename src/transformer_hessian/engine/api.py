@@ -21,9 +21,10 @@ from .capture import capture
 from .sweep import Progress, Run, dense_hessian, hvp_sweep
 
 #: bytes of tangents one block may hold (the block size K follows from the model's values), at most
-#: a quarter of the memory available; larger blocks amortise the per-operation cost (2.4x faster per
-#: entry at 4x the block on the bench's GPT-2-like model, docs/timings.md)
-DEFAULT_BLOCK_BYTES = 4 << 30
+#: a quarter of the memory available. Blocks this small keep a sweep's temporaries near the caches:
+#: on the bench's GPT-2-like and Llama-like models (K 20 and 37) a row costs about the same from
+#: K = 16 to 48 and 1.1-2x more at K = 346 (4 GiB), docs/timings.md
+DEFAULT_BLOCK_BYTES = 256 << 20
 
 
 def _check_inputs(inputs) -> None:

@@ -64,6 +64,22 @@ class Run:
             for i in step.op.inputs:
                 first_use.setdefault(i, step.pos)
         self.rank = {n: min(first_use.get(ph, len(cap.steps)) for ph in cap.placeholders[n]) for n in cap.names}
+        self._needs: dict[int, list[list[bool]]] = {}
+
+    def needs(self, first: int) -> list[list[bool]]:
+        """For each step from ``first`` on, which of its inputs a sweep from ``first`` needs the
+        adjoint tangent of: a value computed at or after ``first``, or a selected parameter whose
+        first use is there (earlier values and parameters are outside the block's rows; their
+        columns come from transposes)."""
+        if first not in self._needs:
+            cap = self.cap
+            pos = {s.node: s.pos for s in cap.steps}
+            wanted = {ph for n in cap.names if self.rank[n] >= first for ph in cap.placeholders[n]}
+            self._needs[first] = [
+                [i in cap.live and (pos.get(i, -1) >= first or i in wanted) for i in s.op.inputs]
+                for s in cap.steps[first:]
+            ]
+        return self._needs[first]
 
     def _adjoints(self) -> None:
         cap = self.cap
@@ -104,8 +120,11 @@ class Run:
             for ph in cap.placeholders[n]:
                 tan[ph] = t
         steps = cap.steps[first:]
+        needs = self.needs(first)
         with torch.no_grad():
             for step in steps:
+                if step.node is cap.loss:
+                    continue  # nothing reads the loss's tangent
                 op = step.op
                 ts = [tan.get(i) for i in op.inputs]
                 if any(t is not None for t in ts):
@@ -122,7 +141,9 @@ class Run:
                 ts = [tan.get(i) for i in op.inputs]
                 if gt is None and all(t is None for t in ts):
                     continue
-                need = [i in cap.live for i in op.inputs]
+                need = needs[step.pos - first]
+                if not any(need):
+                    continue
                 xs = [env[i] for i in op.inputs]
                 res = op.adjoint_tangent(xs, ts, env[node], g, gt, need)
                 for i, gi, nd in zip(op.inputs, res, need, strict=True):

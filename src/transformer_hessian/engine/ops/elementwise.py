@@ -53,6 +53,15 @@ class AddSub(LinearOp):
     def transpose(self, g, batched):
         return [sum_to(g * c if c != 1 else g, s, batched) for c, s in zip(self.coef, self.shapes, strict=True)]
 
+    def tangent(self, xs, ts, y):
+        """The sum of the inputs' tangents that are not zero (no zeros are made for the others)."""
+        out = None
+        for t, c in zip(ts, self.coef, strict=True):
+            if t is not None:
+                term = as_tangent(t, self.out) * c if c != 1 else as_tangent(t, self.out)
+                out = term if out is None else out + term
+        return None if out is None else _full(out, self.out)
+
 
 @rule(aten.neg.default)
 class Neg(LinearOp):

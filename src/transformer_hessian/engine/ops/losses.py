@@ -125,16 +125,21 @@ class CausalLM(_Loss):
         self.count = int(self.counted.sum())
 
     def _p_and_w(self, out):
-        z = out[:, :-1]
-        p = torch.softmax(z, -1)
-        w = self.counted.unsqueeze(-1).to(z.dtype) / max(self.count, 1)
-        return p, w
+        """The probabilities and the weights of the counted positions, computed once per value."""
+        if getattr(self, "_pw_of", None) is not out:
+            z = out[:, :-1]
+            w = self.counted.unsqueeze(-1).to(z.dtype) / max(self.count, 1)
+            self._pw_of, self._pw = out, (torch.softmax(z, -1), w)
+        return self._pw
 
     def grad(self, out):
+        if getattr(self, "_g_of", None) is out:
+            return self._g
         p, w = self._p_and_w(out)
         y = F.one_hot(self.next_ids.clamp(min=0).long(), out.shape[-1]).to(p.dtype)
         g = torch.zeros_like(out)
         g[:, :-1] = (p - y) * w
+        self._g_of, self._g = out, g
         return g
 
     def curvature(self, out, t):
