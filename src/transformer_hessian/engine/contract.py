@@ -166,8 +166,7 @@ class Pointwise(Op):
         out = None if gt is None else gt * self._f1(x, y)
         f2g = None if t is None else self._f2g(x, y, g)
         if f2g is not None:
-            own = t * f2g
-            out = own if out is None else out + own
+            out = t * f2g if out is None else out.addcmul_(t, f2g)
         return [out]
 
 

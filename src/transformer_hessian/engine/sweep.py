@@ -17,7 +17,6 @@ from collections.abc import Callable
 import torch
 from torch.fx import Node
 
-from ..encoder.ops import symmetrize_
 from .capture import Captured
 from .contract import tadd
 from .ops.shape import SPLITS
@@ -227,11 +226,17 @@ def seeds_of(run: Run, pieces: list[tuple[str, int, int]]) -> dict[str, torch.Te
 
 
 def dense_hessian(run: Run, K: int, progress: Callable[[int, int], None] | None = None) -> torch.Tensor:
-    """The (P, P) Hessian, block by block (rows), the missing columns filled by transposes."""
+    """The (P, P) Hessian, block by block (rows); the columns a block's sweep leaves out (of the
+    parameters used before it) are filled from the transposed rows in one pass at the end."""
     cap = run.cap
     cols = columns(cap)
     P = sum(s.stop - s.start for s in cols.values())
     H = torch.zeros(P, P, dtype=cap.dtype, device=cap.device)
+    # entry (r, c) is swept when the first use of c's parameter is at or after the start of r's block
+    col_rank = torch.empty(P, dtype=torch.long)
+    for n in cap.names:
+        col_rank[cols[n]] = run.rank[n]
+    row_first = torch.empty(P, dtype=torch.long)
     todo = blocks(run, K)
     for b, pieces in enumerate(todo):
         first = min(run.rank[n] for n, _, _ in pieces)
@@ -239,17 +244,35 @@ def dense_hessian(run: Run, K: int, progress: Callable[[int, int], None] | None 
         k = 0
         for n, a0, a1 in pieces:  # rows of H of this piece: a contiguous range
             rows = slice(cols[n].start + a0, cols[n].start + a1)
+            row_first[rows] = first
             for m, t in res.items():
                 if t is not None:
                     H[rows, cols[m]] = t[k : k + a1 - a0].reshape(a1 - a0, -1)
-            # columns of the parameters used before this block: the earlier blocks' rows
-            for m in cap.names:
-                if run.rank[m] < first:
-                    H[rows, cols[m]] = H[cols[m], rows].T
             k += a1 - a0
         if progress is not None:
             progress(b + 1, len(todo))
-    return symmetrize_(H)
+    return complete_symmetric_(H, row_first, col_rank)
+
+
+def complete_symmetric_(H: torch.Tensor, row_first: torch.Tensor, col_rank: torch.Tensor, tile: int = 1024):
+    """H in place from its swept entries (r, c) (those with ``col_rank[c] >= row_first[r]``): where
+    both (r, c) and (c, r) were swept their mean, where one was, that one, tile by tile (one pass
+    over H, the extra memory a few tiles). One of the two is always swept: the blocks go in the
+    order of first use."""
+    P = H.shape[0]
+    dev = H.device
+    row_first, col_rank = row_first.to(dev), col_rank.to(dev)
+    for i in range(0, P, tile):
+        I = slice(i, min(i + tile, P))
+        for j in range(i, P, tile):
+            J = slice(j, min(j + tile, P))
+            a, bt = H[I, J], H[J, I].T
+            ma = col_rank[J].unsqueeze(0) >= row_first[I].unsqueeze(1)
+            mb = col_rank[I].unsqueeze(1) >= row_first[J].unsqueeze(0)
+            m = torch.where(ma & mb, (a + bt).mul_(0.5), torch.where(ma, a, bt))
+            H[I, J] = m
+            H[J, I] = m.T
+    return H
 
 
 def hvp_sweep(run: Run, V: torch.Tensor) -> torch.Tensor:

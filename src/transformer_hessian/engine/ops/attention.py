@@ -25,6 +25,29 @@ def _mm(a, b):
     return None if a is None or b is None else a @ b
 
 
+def _lmm(x, y):
+    """x @ y for K tangents x (K, *batch, R, C) and a value y (*batch, C, M): the K axis folded into
+    the rows, so that each (batch) product is one (K R, C) x (C, M) matrix product instead of K
+    small ones. Folding copies x: worth it for a narrow x (C, M the head width: 2.1x faster for
+    q' k^T at the bench's shapes), not for an attention-sized one (1.6x slower for A' v)."""
+    if x is None or y is None:
+        return None
+    if x.dim() != y.dim() + 1 or x.shape[1:-2] != y.shape[:-2]:
+        return x @ y
+    K, R = x.shape[0], x.shape[-2]
+    z = x.movedim(0, -3).reshape(*y.shape[:-2], K * R, x.shape[-1]) @ y
+    return z.reshape(*y.shape[:-2], K, R, y.shape[-1]).movedim(-3, 0)
+
+
+def _rmm(y, x):
+    """y @ x for a value y (*batch, R, C) and K tangents x (K, *batch, C, M), as (x^T y^T)^T with
+    the K axis folded into the rows: torch's broadcasting product would copy y K times (an
+    attention matrix per tangent)."""
+    if x is None or y is None:
+        return None
+    return _t(_lmm(_t(x), _t(y)))
+
+
 @rule(aten.scaled_dot_product_attention.default)
 class ScaledDotProductAttention(Op):
     """``F.scaled_dot_product_attention`` (dropout 0) as the formulas above."""
@@ -100,14 +123,14 @@ class ScaledDotProductAttention(Op):
         tq, tk, tv = ts
         tk, tv = self._rep(tk), self._rep(tv)
         s, q, k, A = self.s, self.q, self.k, self.A
-        St = _mm(tq, _t(k))
+        St = _lmm(tq, _t(k))
         if tk is not None:
             St = tadd(St, q @ _t(tk))
         At = None
         if St is not None:
             At = (St * s).mul_(A)
             At = At - A * At.sum(-1, keepdim=True)
-        ot = tadd(_mm(At, self.v), _mm(A, tv))
+        ot = tadd(_mm(At, self.v), _rmm(A, tv))
         self._tan = (key, (tk, tv, At, ot))
         return self._tan[1]
 
@@ -126,7 +149,7 @@ class ScaledDotProductAttention(Op):
         tq = ts[0]
         tk, tv, At, ot = self._tangents(ts)
         s, q, k, v, A, gS = self.s, self.q, self.k, self.v, self.A, self.gS
-        gAt = tadd(_mm(gt, _t(v)), _mm(g, None if tv is None else _t(tv)))
+        gAt = tadd(_lmm(gt, _t(v)), _mm(g, None if tv is None else _t(tv)))
         rt = tadd(None if gt is None else gt * self.o, None if ot is None else g * ot)
         gSt = None
         if rt is not None:
@@ -134,9 +157,9 @@ class ScaledDotProductAttention(Op):
             gSt = A * ((gAt if gAt is not None else 0.0) - rt)
         if At is not None:
             gSt = tadd(gSt, At * self.gA_r)
-        gqt = tadd(_mm(gSt, k), _mm(gS, tk))
-        gkt = tadd(_mm(None if gSt is None else _t(gSt), q), _mm(_t(gS), tq))
-        gvt = tadd(_mm(None if At is None else _t(At), g), _mm(_t(A), gt))
+        gqt = tadd(_mm(gSt, k), _rmm(gS, tk))
+        gkt = tadd(_mm(None if gSt is None else _t(gSt), q), _rmm(_t(gS), tq))
+        gvt = tadd(_mm(None if At is None else _t(At), g), _rmm(_t(A), gt))
         return [None if gqt is None else gqt * s, None if gkt is None else self._unrep(gkt) * s, self._unrep(gvt)]
 
 

@@ -125,7 +125,13 @@ class LayerNorm(_Norm):
     def _n_tangent(self, tx):
         t = _rows(tx, True, self.d)
         st = _mean(self.n * t)
-        return (t - _mean(t) - self.n * st) / self.sigma, st
+        return (t - _mean(t)).addcmul_(self.n, st, value=-1).div_(self.sigma), st
+
+    def _gx_rows(self, gn, m):
+        """g_x as rows (computed once per adjoint, read by every sweep)."""
+        if getattr(self, "_gx_of", None) is not gn:
+            self._gx_of, self._gx = gn, (gn - _mean(gn) - self.n * m) / self.sigma
+        return self._gx
 
     def adjoint(self, xs, y, g, need):
         x, gam, _ = self._split(xs)
@@ -148,15 +154,14 @@ class LayerNorm(_Norm):
         gn, m = self._adjoint_parts(g, gam)
         gxt = None
         if gnt is not None:
-            gxt = gnt - _mean(gnt) - n * _mean(gnt * n)
+            gxt = (gnt - _mean(gnt)).addcmul_(n, _mean(gnt * n), value=-1)
         if nt is not None:
-            extra = -nt * m - n * _mean(gn * nt)
-            gxt = extra if gxt is None else gxt + extra
+            gxt = nt * (-m) if gxt is None else gxt.addcmul_(nt, m, value=-1)
+            gxt.addcmul_(n, _mean(gn * nt), value=-1)
         if gxt is not None:
-            gxt = gxt / sigma
+            gxt = gxt.div_(sigma)
         if st is not None:
-            gx = (gn - _mean(gn) - n * m) / sigma
-            gxt = gxt - gx * (st / sigma)
+            gxt = gxt.addcmul_(self._gx_rows(gn, m), st / sigma, value=-1)
         gxt = None if gxt is None else gxt.reshape(gxt.shape[0], *self.x_shape)
         return self._join(gxt, ggt, gbt)
 
