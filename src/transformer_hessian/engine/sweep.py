@@ -263,15 +263,15 @@ def complete_symmetric_(H: torch.Tensor, row_first: torch.Tensor, col_rank: torc
     dev = H.device
     row_first, col_rank = row_first.to(dev), col_rank.to(dev)
     for i in range(0, P, tile):
-        I = slice(i, min(i + tile, P))
+        ri = slice(i, min(i + tile, P))
         for j in range(i, P, tile):
-            J = slice(j, min(j + tile, P))
-            a, bt = H[I, J], H[J, I].T
-            ma = col_rank[J].unsqueeze(0) >= row_first[I].unsqueeze(1)
-            mb = col_rank[I].unsqueeze(1) >= row_first[J].unsqueeze(0)
+            cj = slice(j, min(j + tile, P))
+            a, bt = H[ri, cj], H[cj, ri].T
+            ma = col_rank[cj].unsqueeze(0) >= row_first[ri].unsqueeze(1)
+            mb = col_rank[ri].unsqueeze(1) >= row_first[cj].unsqueeze(0)
             m = torch.where(ma & mb, (a + bt).mul_(0.5), torch.where(ma, a, bt))
-            H[I, J] = m
-            H[J, I] = m.T
+            H[ri, cj] = m
+            H[cj, ri] = m.T
     return H
 
 
