@@ -27,6 +27,11 @@ def test_bench_models_tiny_case(tmp_path, capsys):
     # wte 11x8, wpe 6x8, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, ln_f (lm_head tied to wte)
     assert rec["P"] == 88 + 48 + 16 + (192 + 24) + (64 + 8) + 16 + (256 + 32) + (256 + 8) + 16
     assert rec["autograd_hvp_fused_kernel"] == "ran" or rec["autograd_hvp_fused_kernel"].startswith("fails")
+    # a block of vectors in one product, against autograd's vmapped double backward
+    assert rec["engine_hvp_block_err"] < 1e-10 and rec["autograd_hvp_batched_err"] < 1e-10
+    best = min(rec["autograd_hvp_s"], rec["autograd_hvp_batched_s"])
+    assert rec["hvp_block_speedup"] == pytest.approx(best / rec["engine_hvp_block_s"])
+    assert rec["output_alloc_s"] > 0
     assert rec["peer_failures"] == {}
     md = (tmp_path / "models_bench.md").read_text()
     assert "| tiny |" in md and "| tiny | curvlinops_hand_ln |" in md
