@@ -228,8 +228,12 @@ def bench_case(name: str, rows: int, hvps: int) -> dict:
     peers = {
         k[:-2]: v for k, v in out.items() if k.endswith("_s") and k != "engine_s" and out.get(k[:-2] + "_err", 1) < 1e-8
     }
-    best = min(peers, key=peers.get)
-    out["fastest_correct_peer"], out["speedup"] = best, peers[best] / t_engine
+    if peers:
+        best = min(peers, key=peers.get)
+        out["fastest_correct_peer"], out["speedup"] = best, peers[best] / t_engine
+    else:  # every peer disagrees with the engine (or failed): a result to look at, not a speed-up
+        out["fastest_correct_peer"], out["speedup"] = None, None
+        log.warning("%s: no peer agrees with the engine within 1e-8", name)
     out["engine_gflops"] = flops / t_engine / 1e9
     # Hessian-vector products
     V = torch.randn(P, hvps, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
@@ -286,9 +290,11 @@ def cmd_bench_models(a) -> None:
     ]
     for r in results:
         best_ag = min(r["autograd_hvp_s"], r.get("autograd_hvp_batched_s", math.inf))
+        peer = r["fastest_correct_peer"]
+        peer_s, speedup = ("-", "none agrees") if peer is None else (f"{r[peer + '_s']:.1f}", f"{r['speedup']:.1f}x")
         lines.append(
-            f"| {r['case']} | {r['P']} | {r['engine_s']:.1f} ({r['output_alloc_s']:.1f}) | {r['fastest_correct_peer']} | "
-            f"{r[r['fastest_correct_peer'] + '_s']:.1f} | {r['speedup']:.1f}x | {1e3 * r['engine_hvp_s']:.2f} | "
+            f"| {r['case']} | {r['P']} | {r['engine_s']:.1f} ({r['output_alloc_s']:.1f}) | {peer} | "
+            f"{peer_s} | {speedup} | {1e3 * r['engine_hvp_s']:.2f} | "
             f"{1e3 * r['autograd_hvp_s']:.2f} | {r['hvp_speedup']:.2f}x | {1e3 * r['engine_hvp_block_s']:.2f} | "
             f"{1e3 * best_ag:.2f} | {r['hvp_block_speedup']:.2f}x | {r['autograd_err']:.1e} | {r['gemm_share']:.2f} |"
         )

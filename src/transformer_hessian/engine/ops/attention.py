@@ -117,8 +117,10 @@ class ScaledDotProductAttention(Op):
         return o
 
     def _tangents(self, ts):
-        key = tuple(id(t) for t in ts)
-        if self._tan is not None and self._tan[0] == key:
+        # the same tangents as the sweep's forward pass (kept, so that identity cannot be reused by
+        # a later sweep's tensors, as ids of freed objects are)
+        key = tuple(ts)
+        if self._tan is not None and all(a is b for a, b in zip(self._tan[0], key, strict=True)):
             return self._tan[1]
         tq, tk, tv = ts
         tk, tv = self._rep(tk), self._rep(tv)
