@@ -136,7 +136,7 @@ def test_an_operation_without_a_rule_is_refused_with_its_module_and_line():
         exact_hessian(drop, x, torch.zeros_like(x), progress=False)
 
 
-@settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=4, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(
     K=st.integers(1, 40),
     kind=st.sampled_from(["gpt", "llama", "hf-llama"]),
