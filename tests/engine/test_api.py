@@ -32,6 +32,11 @@ def test_hvp_and_operator_equal_the_dense_hessian_on_random_vectors():
     v, V = torch.randn(P, generator=gen, dtype=DT), torch.randn(P, 4, generator=gen, dtype=DT)
     assert rel_err(op @ v, H @ v) <= TOL
     assert rel_err(op @ V, H @ V) <= TOL
+    # a block of vectors swept a few columns at a time (the chunks of a large block)
+    from transformer_hessian.engine.sweep import hvp_sweep
+
+    W = torch.randn(P, 7, generator=gen, dtype=DT)
+    assert rel_err(hvp_sweep(op.run, W, chunk=3), H @ W) <= TOL
     assert rel_err(hvp(model, ids, ids, v, loss="causal_lm"), H @ v) <= TOL
     # scipy takes it
     lo = op.to_scipy()

@@ -275,20 +275,34 @@ def complete_symmetric_(H: torch.Tensor, row_first: torch.Tensor, col_rank: torc
     return H
 
 
-def hvp_sweep(run: Run, V: torch.Tensor) -> torch.Tensor:
-    """H V for V of shape (P,) or (P, K): one sweep with the K columns as tangents."""
+#: bytes of one entry's tangents a Hessian-vector product's chunk may hold: a block of vectors is
+#: swept in chunks of K columns that keep the tangents near the caches (per vector on the bench's
+#: Llama-like / GPT-2-like models: 4.9 / 10.0 ms one at a time, 2.8-3.1 / 5.2-6.0 ms at K 8, 3.7-4.1 /
+#: 6.1-6.3 ms at K 32; docs/timings.md)
+HVP_CHUNK_BYTES = 32 << 20
+
+
+def hvp_sweep(run: Run, V: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
+    """H V for V of shape (P,) or (P, K): sweeps with the columns as tangents, ``chunk`` columns at
+    a time (default from :data:`HVP_CHUNK_BYTES`)."""
     cap = run.cap
     cols = columns(cap)
     vec = V.dim() == 1
     Vm = V.unsqueeze(1) if vec else V
-    seeds = {n: Vm[cols[n]].T.reshape(Vm.shape[1], *cap.shapes[n]).to(cap.dtype) for n in cap.names}
-    res = run.sweep(seeds, 0)
-    parts = []
-    for n in cap.names:
-        t = res.get(n)
-        size = cols[n].stop - cols[n].start
-        parts.append(Vm.new_zeros(Vm.shape[1], size) if t is None else t.reshape(t.shape[0], -1))
-    out = torch.cat(parts, 1).T
+    if chunk is None:
+        chunk = max(1, HVP_CHUNK_BYTES // max(run.tangent_bytes(), 1))
+    outs = []
+    for j in range(0, Vm.shape[1], chunk):
+        Vc = Vm[:, j : j + chunk]
+        seeds = {n: Vc[cols[n]].T.reshape(Vc.shape[1], *cap.shapes[n]).to(cap.dtype) for n in cap.names}
+        res = run.sweep(seeds, 0)
+        parts = []
+        for n in cap.names:
+            t = res.get(n)
+            size = cols[n].stop - cols[n].start
+            parts.append(Vc.new_zeros(Vc.shape[1], size) if t is None else t.reshape(t.shape[0], -1))
+        outs.append(torch.cat(parts, 1).T)
+    out = outs[0] if len(outs) == 1 else torch.cat(outs, 1)
     return out[:, 0] if vec else out
 
 
