@@ -128,6 +128,7 @@ def autograd_hvp(model, ids, V: torch.Tensor, math_kernel: bool = True) -> tuple
     with ctx:
         w = w0.clone().requires_grad_(True)
         (g,) = torch.autograd.grad(loss(w), w, create_graph=True)
+        torch.autograd.grad(g @ V[:, 0], w, retain_graph=True)  # warm-up, not timed (as for the engine)
         t0 = time.perf_counter()
         out = torch.stack([torch.autograd.grad(g @ V[:, j], w, retain_graph=True)[0] for j in range(V.shape[1])], 1)
     return out, (time.perf_counter() - t0) / V.shape[1]
@@ -140,6 +141,7 @@ def autograd_hvp_batched(model, ids, V: torch.Tensor) -> tuple[torch.Tensor, flo
     with sdpa_kernel(SDPBackend.MATH):
         w = w0.clone().requires_grad_(True)
         (g,) = torch.autograd.grad(loss(w), w, create_graph=True)
+        torch.autograd.grad(g, w, V.T.contiguous(), retain_graph=True, is_grads_batched=True)  # warm-up
         t0 = time.perf_counter()
         (out,) = torch.autograd.grad(g, w, V.T.contiguous(), retain_graph=True, is_grads_batched=True)
     return out.T, (time.perf_counter() - t0) / V.shape[1]
@@ -240,6 +242,7 @@ def bench_case(name: str, rows: int, hvps: int) -> dict:
     from ..engine.api import HessianOperator
 
     op = HessianOperator(model, ids, ids, loss="causal_lm")
+    op @ V[:, 0], op @ V  # warm-up, not timed (as for autograd)
     t0 = time.perf_counter()
     HV = torch.stack([op @ V[:, j] for j in range(hvps)], 1)
     out["engine_hvp_s"] = (time.perf_counter() - t0) / hvps
