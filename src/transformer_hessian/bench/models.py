@@ -176,12 +176,40 @@ def engine_flops_per_block(run, K: int) -> float:
     return float(fc.get_total_flops())
 
 
+def hvp_timings(model, ids, V: torch.Tensor) -> dict:
+    """Seconds per Hessian-vector product and the products, for the engine's operator and
+    autograd's double backward: one vector at a time, and a block of vectors in one product (as
+    the project's Lanczos with several starts, Hutchinson and SLQ call the operator; autograd's
+    fastest form of that is vmapped). Run first in a case, before the dense Hessians: a fresh
+    process, as where a user reaches for products instead of a dense H."""
+    from ..engine.api import HessianOperator
+
+    hvps = V.shape[1]
+    out, prods, failures = {}, {}, {}
+    op = HessianOperator(model, ids, ids, loss="causal_lm")
+    op @ V[:, 0], op @ V  # warm-up, not timed (as for autograd)
+    t0 = time.perf_counter()
+    prods["engine_hvp"] = torch.stack([op @ V[:, j] for j in range(hvps)], 1)
+    out["engine_hvp_s"] = (time.perf_counter() - t0) / hvps
+    prods["autograd_hvp"], out["autograd_hvp_s"] = autograd_hvp(model, ids, V)
+    t0 = time.perf_counter()
+    prods["engine_hvp_block"] = op @ V
+    out["engine_hvp_block_s"] = (time.perf_counter() - t0) / hvps
+    try:
+        prods["autograd_hvp_batched"], out["autograd_hvp_batched_s"] = autograd_hvp_batched(model, ids, V)
+    except RuntimeError as err:
+        failures["autograd_hvp_batched"] = str(err).splitlines()[0][:200]
+    return {"times": out, "products": prods, "failures": failures}
+
+
 def bench_case(name: str, rows: int, hvps: int) -> dict:
     """One case: the engine's dense H and HVP against the peers."""
     case = CASES[name]
     model, ids = build(case)
     P = sum(p.numel() for p in model.parameters())
     log.info("%s: P = %d, dense H %.2f GiB", name, P, P * P * 8 / 2**30)
+    V = torch.randn(P, hvps, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    hvp = hvp_timings(model, ids, V)
     t0 = time.perf_counter()
     torch.zeros(P, P, dtype=torch.float64)  # what writing a dense P x P output costs the first time
     out_alloc = time.perf_counter() - t0
@@ -237,31 +265,13 @@ def bench_case(name: str, rows: int, hvps: int) -> dict:
         out["fastest_correct_peer"], out["speedup"] = None, None
         log.warning("%s: no peer agrees with the engine within 1e-8", name)
     out["engine_gflops"] = flops / t_engine / 1e9
-    # Hessian-vector products
-    V = torch.randn(P, hvps, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
-    from ..engine.api import HessianOperator
-
-    op = HessianOperator(model, ids, ids, loss="causal_lm")
-    op @ V[:, 0], op @ V  # warm-up, not timed (as for autograd)
-    t0 = time.perf_counter()
-    HV = torch.stack([op @ V[:, j] for j in range(hvps)], 1)
-    out["engine_hvp_s"] = (time.perf_counter() - t0) / hvps
-    out["engine_hvp_err"] = float((HV - H @ V).norm() / (H @ V).norm())
-    AV, out["autograd_hvp_s"] = autograd_hvp(model, ids, V)
-    out["autograd_hvp_err"] = float((AV - H @ V).norm() / (H @ V).norm())
+    # Hessian-vector products (timed first, above), checked against the dense H
+    HV_ref = H @ V
+    out.update(hvp["times"])
+    out["peer_failures"].update(hvp["failures"])
+    for key, prod in hvp["products"].items():
+        out[f"{key}_err"] = float((prod - HV_ref).norm() / HV_ref.norm())
     out["hvp_speedup"] = out["autograd_hvp_s"] / out["engine_hvp_s"]
-    # a block of vectors in one product, as the project's Lanczos (several starts), Hutchinson and
-    # SLQ (every probe) call the operator; autograd's fastest form of the same is vmapped
-    t0 = time.perf_counter()
-    HVb = op @ V
-    out["engine_hvp_block_s"] = (time.perf_counter() - t0) / hvps
-    out["engine_hvp_block_err"] = float((HVb - H @ V).norm() / (H @ V).norm())
-    try:
-        BV, t_b = autograd_hvp_batched(model, ids, V)
-        out["autograd_hvp_batched_s"] = t_b
-        out["autograd_hvp_batched_err"] = float((BV - H @ V).norm() / (H @ V).norm())
-    except RuntimeError as err:
-        out["peer_failures"]["autograd_hvp_batched"] = str(err).splitlines()[0][:200]
     best_block = min(
         [out["autograd_hvp_s"]]
         + ([out["autograd_hvp_batched_s"]] if out.get("autograd_hvp_batched_err", 1) < 1e-8 else [])
