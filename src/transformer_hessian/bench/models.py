@@ -202,6 +202,21 @@ def hvp_timings(model, ids, V: torch.Tensor) -> dict:
     return {"times": out, "products": prods, "failures": failures}
 
 
+def _hvp_results(out: dict, hvp: dict, HV_ref: torch.Tensor) -> None:
+    """The products' times (timed first, :func:`hvp_timings`), their errors against the dense H V
+    and the speed-ups (one vector; a block against autograd's fastest correct form) into ``out``."""
+    out.update(hvp["times"])
+    out["peer_failures"].update(hvp["failures"])
+    for key, prod in hvp["products"].items():
+        out[f"{key}_err"] = float((prod - HV_ref).norm() / HV_ref.norm())
+    out["hvp_speedup"] = out["autograd_hvp_s"] / out["engine_hvp_s"]
+    best_block = min(
+        [out["autograd_hvp_s"]]
+        + ([out["autograd_hvp_batched_s"]] if out.get("autograd_hvp_batched_err", 1) < 1e-8 else [])
+    )
+    out["hvp_block_speedup"] = best_block / out["engine_hvp_block_s"]
+
+
 def bench_case(name: str, rows: int, hvps: int) -> dict:
     """One case: the engine's dense H and HVP against the peers."""
     case = CASES[name]
@@ -265,18 +280,7 @@ def bench_case(name: str, rows: int, hvps: int) -> dict:
         out["fastest_correct_peer"], out["speedup"] = None, None
         log.warning("%s: no peer agrees with the engine within 1e-8", name)
     out["engine_gflops"] = flops / t_engine / 1e9
-    # Hessian-vector products (timed first, above), checked against the dense H
-    HV_ref = H @ V
-    out.update(hvp["times"])
-    out["peer_failures"].update(hvp["failures"])
-    for key, prod in hvp["products"].items():
-        out[f"{key}_err"] = float((prod - HV_ref).norm() / HV_ref.norm())
-    out["hvp_speedup"] = out["autograd_hvp_s"] / out["engine_hvp_s"]
-    best_block = min(
-        [out["autograd_hvp_s"]]
-        + ([out["autograd_hvp_batched_s"]] if out.get("autograd_hvp_batched_err", 1) < 1e-8 else [])
-    )
-    out["hvp_block_speedup"] = best_block / out["engine_hvp_block_s"]
+    _hvp_results(out, hvp, H @ V)
     try:
         autograd_hvp(model, ids, V[:, :1], math_kernel=False)
         out["autograd_hvp_fused_kernel"] = "ran"
