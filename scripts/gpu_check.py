@@ -32,6 +32,8 @@ long loops, and what it cuts off is recorded as skipped with the reason. Writes
   ``torch.nn.TransformerEncoderLayer`` against reverse-over-reverse autograd, when it exists.
 - ``exact_hessian_lm``: the graph engine (``exact_hessian`` and ``HessianOperator`` of any model) on
   a one-layer nanoGPT-style GPT with the causal LM loss, against autograd on the device.
+- ``bench_models``: ``transformer-hessian bench models`` on the device (the issue's GPT-2-like and
+  Llama-like models, every correct peer there), and the dense Hessian again in blocks of 1 and 4 GiB.
 
 ``--tiny``: sizes that run on a CPU in seconds (tests/test_gpu_check.py). The script needs torch
 2.11 or newer and nothing that is not on the GPU machine except jsonschema (config validation;
@@ -618,6 +620,38 @@ def sec_exact_hessian_lm(chk: Check) -> dict:
     }
 
 
+def sec_bench_models(chk: Check) -> dict:
+    """``transformer-hessian bench models`` on the device: the engine's dense Hessian and its
+    Hessian-vector products of the issue's GPT-2-like and Llama-like models against every correct
+    peer there (tiny models with --tiny); on CUDA the dense Hessian again with larger blocks."""
+    from transformer_hessian.bench.models import CASES, bench_case, build, gemm_rate
+    from transformer_hessian.engine.api import block_size, prepare
+    from transformer_hessian.engine.sweep import dense_hessian
+
+    names = ("tiny", "tiny-llama") if chk.args.tiny else ("gpt2-like", "llama-like")
+    rows, hvps = (12, 2) if chk.args.tiny else (256, 8)
+    out = {"gemm_gflops": gemm_rate(512 if chk.args.tiny else 4096, device=chk.dev), "cases": {}}
+    keep = ("P", "block", "blocks", "engine_s", "output_alloc_s", "fastest_correct_peer", "speedup", "autograd_s",
+            "autograd_err", "peer_failures", "engine_gflops", "engine_hvp_s", "autograd_hvp_s", "hvp_speedup",
+            "engine_hvp_block_s", "autograd_hvp_block_best_s", "hvp_block_speedup", "autograd_hvp_fused_kernel")  # fmt: skip
+    for name in names:
+        chk.clock.check(f"bench_models {name}")
+        r = bench_case(name, rows, hvps, chk.dev)
+        c = {k: r[k] for k in keep if k in r}
+        c.update({k: v for k, v in r.items() if k.endswith("_err") or (k.endswith("_s") and k not in c)})
+        c["gemm_share"] = r["engine_gflops"] / out["gemm_gflops"]
+        if chk.cuda or chk.args.tiny:  # fewer, larger sweeps: a GPU has the memory and pays per kernel launch
+            model, ids = (t.to(chk.dev) for t in build(CASES[name]))
+            for mib in (1024, 4096):
+                chk.clock.check(f"bench_models {name} blocks of {mib} MiB")
+                run = prepare(model, ids, ids, loss="causal_lm")
+                K = block_size(run, mib << 20)
+                _, sec = timed(chk.dev, lambda run=run, K=K: dense_hessian(run, K))
+                c[f"engine_s_blocks_{mib}MiB"] = {"K": K, "seconds": sec}
+        out["cases"][name] = c
+    return out
+
+
 def sec_train(name: str, compile_: bool):
     """The section that times training of experiment ``name`` (compiled or not)."""
 
@@ -646,6 +680,7 @@ SECTIONS = {
     "spectrum_whole": sec_spectrum_whole,
     "exact_hessian_encoder": sec_exact_hessian_encoder,
     "exact_hessian_lm": sec_exact_hessian_lm,
+    "bench_models": sec_bench_models,
 }
 
 
@@ -707,6 +742,20 @@ def summary(name: str, r: dict) -> str:
             f"P={r['P']}; exact {r['exact_hessian_s']:.3g} s, autograd {r['reference_s']:.3g} s; "
             f"rel {r['exact_vs_reference_rel']:.1e}{extra}"
         )
+    if name == "bench_models":
+        parts = []
+        for case, c in r["cases"].items():
+            peer = c.get("fastest_correct_peer")
+            vs = f"{c['speedup']:.1f}x vs {peer}" if peer else "no peer agrees"
+            larger = ", ".join(
+                f"K {v['K']} {v['seconds']:.3g} s" for k, v in c.items() if k.startswith("engine_s_blocks")
+            )
+            parts.append(
+                f"{case} P={c['P']}: dense {c['engine_s']:.3g} s (K {c['block']}{'; ' + larger if larger else ''}), "
+                f"{vs}, err vs autograd {c['autograd_err']:.1e}; HVP {c['hvp_speedup']:.2f}x, "
+                f"block of {8 if 'tiny' not in case else 2} {c['hvp_block_speedup']:.2f}x"
+            )
+        return f"gemm {r['gemm_gflops']:.0f} GFLOP/s; " + "; ".join(parts)
     return ""
 
 

@@ -121,6 +121,13 @@ def test_gpu_check_tiny_on_cpu(tmp_path, env, fake_mnist):
     assert sections["spectrum_whole"]["result"]["n_params"] > sections["spectrum_block"]["result"]["n_params"]
     lm = sections["exact_hessian_lm"]["result"]
     assert lm["exact_vs_reference_rel"] < 1e-10 and lm["hvp_vs_dense_rel"] < 1e-10, lm
+    bench = sections["bench_models"]["result"]
+    assert set(bench["cases"]) == {"tiny", "tiny-llama"} and bench["gemm_gflops"] > 0
+    for case, c in bench["cases"].items():
+        assert c["autograd_err"] < 1e-10 and c["fastest_correct_peer"] and c["speedup"] > 0, (case, c)
+        assert c["hvp_speedup"] > 0 and c["engine_hvp_block_err"] < 1e-10, (case, c)
+        assert [v["K"] for k, v in c.items() if k.startswith("engine_s_blocks_")] == [c["P"], c["P"]]
+    assert "tiny P=" in md and "tiny-llama P=" in md
 
 
 def test_budget_and_errors_are_recorded(tmp_path, monkeypatch):

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_bench_models_tiny_case(tmp_path, capsys):
-    cmd_bench_models(SimpleNamespace(cases=["tiny"], rows=12, hvps=2, out_dir=str(tmp_path)))
+    cmd_bench_models(SimpleNamespace(cases=["tiny"], rows=12, hvps=2, out_dir=str(tmp_path), device="cpu", block_mib=0))
     (rec,) = json.loads((tmp_path / "models_bench.json").read_text())
     errs = {k: v for k, v in rec.items() if k.endswith("_err")}
     assert {"autograd_err", "func_err", "func_hand_ln_err", "curvlinops_hand_ln_err", "engine_hvp_err",
@@ -40,7 +40,9 @@ def test_bench_models_tiny_case(tmp_path, capsys):
 def test_a_peer_that_cannot_run_is_recorded_not_raised(tmp_path):
     """curvlinops' Hessian goes through forward AD over SiLU's backward, which torch 2.14.1 lacks:
     on the Llama-style case (SwiGLU) it is recorded as failing and left out of the correct peers."""
-    cmd_bench_models(SimpleNamespace(cases=["tiny-llama"], rows=8, hvps=1, out_dir=str(tmp_path)))
+    cmd_bench_models(
+        SimpleNamespace(cases=["tiny-llama"], rows=8, hvps=1, out_dir=str(tmp_path), device="cpu", block_mib=1)
+    )
     (rec,) = json.loads((tmp_path / "models_bench.json").read_text())
     assert "silu" in rec["peer_failures"]["curvlinops"].lower() and "curvlinops_s" not in rec
     assert rec["autograd_err"] < 1e-10 and rec["fastest_correct_peer"] != "curvlinops"

@@ -74,14 +74,22 @@ def _flat_loss(model, ids):
     return loss, w0
 
 
+def _sync(t: torch.Tensor) -> None:
+    """Wait for the device that holds ``t`` (CUDA work is asynchronous; a timer needs it done)."""
+    if t.device.type == "cuda":
+        torch.cuda.synchronize(t.device)
+
+
 def autograd_rows(model, ids, rows: torch.Tensor) -> tuple[torch.Tensor, float]:
     """Rows of H by reverse-over-reverse autograd (math kernel), and the seconds they took."""
     loss, w0 = _flat_loss(model, ids)
+    _sync(w0)
     t0 = time.perf_counter()
     with sdpa_kernel(SDPBackend.MATH):
         w = w0.clone().requires_grad_(True)
         (g,) = torch.autograd.grad(loss(w), w, create_graph=True)
         out = torch.stack([torch.autograd.grad(g[i], w, retain_graph=True)[0] for i in rows.tolist()])
+    _sync(out)
     return out, time.perf_counter() - t0
 
 
@@ -89,8 +97,9 @@ def func_rows(model, ids, rows: torch.Tensor, chunk: int = 64) -> tuple[torch.Te
     """Rows of H by torch.func vmap(jvp(grad)) (math kernel), and the seconds they took."""
     loss, w0 = _flat_loss(model, ids)
     g = torch.func.grad(loss)
-    eye = torch.zeros(len(rows), w0.numel(), dtype=w0.dtype)
+    eye = torch.zeros(len(rows), w0.numel(), dtype=w0.dtype, device=w0.device)
     eye[torch.arange(len(rows)), rows] = 1.0
+    _sync(w0)
     t0 = time.perf_counter()
     with sdpa_kernel(SDPBackend.MATH):
         out = torch.cat(
@@ -99,6 +108,7 @@ def func_rows(model, ids, rows: torch.Tensor, chunk: int = 64) -> tuple[torch.Te
                 for i in range(0, len(rows), chunk)
             ]
         )
+    _sync(out)
     return out, time.perf_counter() - t0
 
 
@@ -109,15 +119,17 @@ def curvlinops_rows(model, ids, rows: torch.Tensor, chunk: int = 64) -> tuple[to
 
     params = list(model.parameters())
     P = sum(p.numel() for p in params)
-    E = torch.zeros(P, len(rows), dtype=torch.float64)
+    E = torch.zeros(P, len(rows), dtype=torch.float64, device=params[0].device)
     E[rows, torch.arange(len(rows))] = 1.0
     data = [(ids, ids[:, 1:].reshape(-1))]
+    _sync(E)
     t0 = time.perf_counter()
     with sdpa_kernel(SDPBackend.MATH):
         op = HessianLinearOperator(
             NextTokenLogits(model), torch.nn.CrossEntropyLoss(), params, data, check_deterministic=False
         )
         out = torch.cat([op @ E[:, i : i + chunk] for i in range(0, len(rows), chunk)], dim=1).T
+    _sync(out)
     return out.detach(), time.perf_counter() - t0
 
 
@@ -140,8 +152,10 @@ def autograd_hvp(model, ids, V: torch.Tensor, math_kernel: bool = True, batched:
                 return torch.stack([torch.autograd.grad(g @ v, w, retain_graph=True)[0] for v in Vb.T], 1)
 
         prod(V[:, :1] if not batched else V)  # warm-up, not timed
+        _sync(V)
         t0 = time.perf_counter()
         out = prod(V)
+        _sync(out)
     return out, (time.perf_counter() - t0) / V.shape[1]
 
 
@@ -153,13 +167,16 @@ class _null:
         return False
 
 
-def gemm_rate(n: int = 2048, repeats: int = 3) -> float:
-    """The machine's float64 matrix-product rate (GFLOP/s), best of ``repeats``."""
-    a = torch.randn(n, n, dtype=torch.float64)
+def gemm_rate(n: int = 2048, repeats: int = 3, device: str | torch.device = "cpu") -> float:
+    """The device's float64 matrix-product rate (GFLOP/s), best of ``repeats`` (after a warm-up)."""
+    a = torch.randn(n, n, dtype=torch.float64, device=device)
+    a @ a
     best = math.inf
     for _ in range(repeats):
+        _sync(a)
         t0 = time.perf_counter()
-        a @ a
+        b = a @ a
+        _sync(b)
         best = min(best, time.perf_counter() - t0)
     return 2 * n**3 / best / 1e9
 
@@ -186,12 +203,15 @@ def hvp_timings(model, ids, V: torch.Tensor) -> dict:
     out, prods, failures = {}, {}, {}
     op = HessianOperator(model, ids, ids, loss="causal_lm")
     op @ V[:, 0], op @ V  # warm-up, not timed (as for autograd)
+    _sync(V)
     t0 = time.perf_counter()
     prods["engine_hvp"] = torch.stack([op @ V[:, j] for j in range(hvps)], 1)
+    _sync(V)
     out["engine_hvp_s"] = (time.perf_counter() - t0) / hvps
     prods["autograd_hvp"], out["autograd_hvp_s"] = autograd_hvp(model, ids, V)
     t0 = time.perf_counter()
     prods["engine_hvp_block"] = op @ V
+    _sync(V)
     out["engine_hvp_block_s"] = (time.perf_counter() - t0) / hvps
     try:
         prods["autograd_hvp_batched"], out["autograd_hvp_batched_s"] = autograd_hvp(model, ids, V, batched=True)
@@ -216,29 +236,34 @@ def _hvp_results(out: dict, hvp: dict, HV_ref: torch.Tensor) -> None:
     out["hvp_block_speedup"] = best_block / out["engine_hvp_block_s"]
 
 
-def bench_case(name: str, rows: int, hvps: int) -> dict:
-    """One case: the engine's dense H and HVP against the peers."""
-    case = CASES[name]
+def bench_case(name: str, rows: int, hvps: int, device: str | torch.device = "cpu", block_bytes: int = 0) -> dict:
+    """One case on ``device``: the engine's dense H (blocks of ``block_bytes`` of tangents, the
+    library's default when 0) and HVP against the peers."""
+    case, dev = CASES[name], torch.device(device)
     model, ids = build(case)
+    model, ids = model.to(dev), ids.to(dev)
     P = sum(p.numel() for p in model.parameters())
-    log.info("%s: P = %d, dense H %.2f GiB", name, P, P * P * 8 / 2**30)
-    V = torch.randn(P, hvps, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    log.info("%s: P = %d, dense H %.2f GiB, on %s", name, P, P * P * 8 / 2**30, dev)
+    V = torch.randn(P, hvps, dtype=torch.float64, generator=torch.Generator().manual_seed(3)).to(dev)
     hvp = hvp_timings(model, ids, V)
+    _sync(V)
     t0 = time.perf_counter()
-    torch.zeros(P, P, dtype=torch.float64)  # what writing a dense P x P output costs the first time
+    _sync(torch.zeros(P, P, dtype=torch.float64, device=dev))  # first writing a dense P x P output
     out_alloc = time.perf_counter() - t0
     t0 = time.perf_counter()
     run = prepare(model, ids, ids, loss="causal_lm")
     from ..engine.api import DEFAULT_BLOCK_BYTES
 
-    K = block_size(run, DEFAULT_BLOCK_BYTES)
+    K = block_size(run, block_bytes or DEFAULT_BLOCK_BYTES)
     H = dense_hessian(run, K, Progress())
+    _sync(H)
     t_engine = time.perf_counter() - t0
     n_blocks = len(blocks(run, K))
     flops = engine_flops_per_block(run, K) * n_blocks
     sample = torch.linspace(0, P - 1, min(rows, P)).round().long()
     out = {
         "case": name,
+        "device": str(dev),
         "P": P,
         "config": case,
         "engine_s": t_engine,
@@ -254,14 +279,14 @@ def bench_case(name: str, rows: int, hvps: int) -> dict:
     out["autograd_err"] = float((H[sample] - R).norm() / R.norm())
     row_peers = [("func", func_rows, model), ("curvlinops", curvlinops_rows, model)]
     if case["kind"] == "gpt":
-        hand, _ = build(case, hand_norm=True)
+        hand = build(case, hand_norm=True)[0].to(dev)
         hand.load_state_dict(model.state_dict())
         row_peers += [("func_hand_ln", func_rows, hand), ("curvlinops_hand_ln", curvlinops_rows, hand)]
     out["peer_failures"] = {}
     for key, rows_of, m in row_peers:
         try:
             R2, t2 = rows_of(m, ids, sample)
-        except (RuntimeError, NotImplementedError) as err:  # e.g. no forward AD through an op's backward
+        except (RuntimeError, NotImplementedError, ImportError) as err:  # e.g. no forward AD through a backward
             out["peer_failures"][key] = str(err).splitlines()[0][:200]
             log.info("%s: peer %s fails: %s", name, key, out["peer_failures"][key])
             continue
@@ -292,8 +317,8 @@ def bench_case(name: str, rows: int, hvps: int) -> dict:
 def cmd_bench_models(a) -> None:
     """Run the cases and write models_bench.{json,md}."""
     torch.set_num_threads(max(1, torch.get_num_threads()))
-    rate = gemm_rate()
-    results = [bench_case(c, a.rows, a.hvps) for c in a.cases]
+    rate = gemm_rate(device=a.device)
+    results = [bench_case(c, a.rows, a.hvps, a.device, a.block_mib << 20) for c in a.cases]
     for r in results:
         r["gemm_gflops"] = rate
         r["gemm_share"] = r["engine_gflops"] / rate

@@ -259,6 +259,8 @@ def _add_bench_parsers(sub) -> None:
     b.add_argument("--rows", type=int, default=256, help="rows of H each peer computes (its time is scaled to P rows)")
     b.add_argument("--hvps", type=int, default=8, help="Hessian-vector products timed per method")
     b.add_argument("--out-dir", default="results/bench", help="folder for models_bench.{json,md}")
+    b.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N: where the models, peers and H live")
+    b.add_argument("--block-mib", type=int, default=0, help="the engine's block of tangents in MiB (0: the default)")
     s.set_defaults(func=commands.cmd_bench)
 
 
