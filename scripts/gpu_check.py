@@ -809,6 +809,8 @@ def run(args) -> dict:
         "sizes": dataclasses.asdict(chk.sizes),
         "sections": {},
     }
+    out = Path(args.outdir)
+    out.mkdir(parents=True, exist_ok=True)
     for name in names:
         t0 = time.perf_counter()
         entry: dict
@@ -839,9 +841,10 @@ def run(args) -> dict:
             torch.cuda.reset_peak_memory_stats(chk.dev)
         result["sections"][name] = entry
         print(f"[gpu_check] {name}: {entry['status']} in {entry['seconds']:.1f} s", file=sys.stderr, flush=True)
+        # after each section, so that a run killed at its time limit still leaves what it had done
+        out.joinpath("gpu_check.partial.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    out.joinpath("gpu_check.partial.json").unlink()
     result["elapsed_s"] = chk.clock.elapsed()
-    out = Path(args.outdir)
-    out.mkdir(parents=True, exist_ok=True)
     (out / "gpu_check.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     md = markdown(result)
     (out / "gpu_check.md").write_text(md)
