@@ -609,6 +609,9 @@ def sec_exact_hessian_lm(chk: Check) -> dict:
     op = HessianOperator(model, ids, ids, loss="causal_lm")
     v = torch.randn(w.numel(), generator=torch.Generator().manual_seed(2), dtype=torch.float64).to(chk.dev)
     Hv, hvp_s = timed(chk.dev, lambda: op @ v)
+    Hv2 = op @ v  # the third product of this shape is captured in a CUDA graph (on CUDA); then replayed
+    Hv3, replay_s = timed(chk.dev, lambda: op @ v)
+    graphs = {str(k): (g if isinstance(g, str) else "replayed") for k, g in op.graphs.items()}
     return {
         "model": {"vocab": V, "T": T, "d": d, "heads": h, "layers": 1, "batch": e["batch"]},
         "P": int(w.numel()),
@@ -617,6 +620,9 @@ def sec_exact_hessian_lm(chk: Check) -> dict:
         "exact_vs_reference_rel": rel_diff(H, R),
         "hvp_s": hvp_s,
         "hvp_vs_dense_rel": rel_diff(Hv, R @ v),
+        "hvp_graphed_s": replay_s,
+        "hvp_graphed_vs_dense_rel": max(rel_diff(Hv2, R @ v), rel_diff(Hv3, R @ v)),
+        "cuda_graphs": graphs if op.cuda_graphs else "off",
     }
 
 
@@ -633,10 +639,11 @@ def sec_bench_models(chk: Check) -> dict:
     out = {"gemm_gflops": gemm_rate(512 if chk.args.tiny else 4096, device=chk.dev), "cases": {}}
     keep = ("P", "block", "blocks", "engine_s", "output_alloc_s", "fastest_correct_peer", "speedup", "autograd_s",
             "autograd_err", "peer_failures", "engine_gflops", "engine_hvp_s", "autograd_hvp_s", "hvp_speedup",
-            "engine_hvp_block_s", "autograd_hvp_block_best_s", "hvp_block_speedup", "autograd_hvp_fused_kernel")  # fmt: skip
+            "engine_hvp_block_s", "autograd_hvp_block_best_s", "hvp_block_speedup", "autograd_hvp_fused_kernel",
+            "engine_cuda_graphs")  # fmt: skip
     for name in names:
         chk.clock.check(f"bench_models {name}")
-        r = bench_case(name, rows, hvps, chk.dev)
+        r = bench_case(name, rows, hvps, chk.dev, peer_chunk=rows if chk.cuda else 64)  # a GPU: one call per peer
         c = {k: r[k] for k in keep if k in r}
         c.update({k: v for k, v in r.items() if k.endswith("_err") or (k.endswith("_s") and k not in c)})
         c["gemm_share"] = r["engine_gflops"] / out["gemm_gflops"]
@@ -738,6 +745,8 @@ def summary(name: str, r: dict) -> str:
         )
     if name in ("exact_hessian_encoder", "exact_hessian_lm"):
         extra = f"; HVP {r['hvp_s']:.3g} s, rel {r['hvp_vs_dense_rel']:.1e}" if "hvp_s" in r else ""
+        if "hvp_graphed_s" in r:
+            extra += f"; again {r['hvp_graphed_s']:.3g} s, rel {r['hvp_graphed_vs_dense_rel']:.1e} (graphs: {r['cuda_graphs']})"
         return (
             f"P={r['P']}; exact {r['exact_hessian_s']:.3g} s, autograd {r['reference_s']:.3g} s; "
             f"rel {r['exact_vs_reference_rel']:.1e}{extra}"

@@ -121,6 +121,7 @@ def test_gpu_check_tiny_on_cpu(tmp_path, env, fake_mnist):
     assert sections["spectrum_whole"]["result"]["n_params"] > sections["spectrum_block"]["result"]["n_params"]
     lm = sections["exact_hessian_lm"]["result"]
     assert lm["exact_vs_reference_rel"] < 1e-10 and lm["hvp_vs_dense_rel"] < 1e-10, lm
+    assert lm["hvp_graphed_vs_dense_rel"] < 1e-10 and lm["cuda_graphs"] == "off", lm  # no CUDA graphs on a CPU
     bench = sections["bench_models"]["result"]
     assert set(bench["cases"]) == {"tiny", "tiny-llama"} and bench["gemm_gflops"] > 0
     for case, c in bench["cases"].items():

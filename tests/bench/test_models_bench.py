@@ -15,14 +15,23 @@ pytestmark = pytest.mark.slow
 
 
 def test_bench_models_tiny_case(tmp_path, capsys):
-    cmd_bench_models(SimpleNamespace(cases=["tiny"], rows=12, hvps=2, out_dir=str(tmp_path), device="cpu", block_mib=0))
+    cmd_bench_models(
+        SimpleNamespace(cases=["tiny"], rows=12, hvps=2, out_dir=str(tmp_path), device="cpu", block_mib=0, peer_chunk=5)
+    )
     (rec,) = json.loads((tmp_path / "models_bench.json").read_text())
     errs = {k: v for k, v in rec.items() if k.endswith("_err")}
-    assert {"autograd_err", "func_err", "func_hand_ln_err", "curvlinops_hand_ln_err", "engine_hvp_err",
+    assert {"autograd_err", "autograd_batched_err", "func_err", "func_hand_ln_err", "curvlinops_hand_ln_err", "engine_hvp_err",
             "autograd_hvp_err"} <= set(errs)  # fmt: skip
     # curvlinops on nn.LayerNorm may be off (its LayerNorm-weight rows; which rows are sampled decides)
     assert max(v for k, v in errs.items() if k != "curvlinops_err") < 1e-10, errs
-    assert rec["fastest_correct_peer"] in ("autograd", "func", "func_hand_ln", "curvlinops_hand_ln", "curvlinops")
+    assert rec["fastest_correct_peer"] in (
+        "autograd",
+        "autograd_batched",
+        "func",
+        "func_hand_ln",
+        "curvlinops_hand_ln",
+        "curvlinops",
+    )
     assert rec["speedup"] == pytest.approx(rec[rec["fastest_correct_peer"] + "_s"] / rec["engine_s"])
     # wte 11x8, wpe 6x8, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, ln_f (lm_head tied to wte)
     assert rec["P"] == 88 + 48 + 16 + (192 + 24) + (64 + 8) + 16 + (256 + 32) + (256 + 8) + 16
@@ -41,7 +50,9 @@ def test_a_peer_that_cannot_run_is_recorded_not_raised(tmp_path):
     """curvlinops' Hessian goes through forward AD over SiLU's backward, which torch 2.14.1 lacks:
     on the Llama-style case (SwiGLU) it is recorded as failing and left out of the correct peers."""
     cmd_bench_models(
-        SimpleNamespace(cases=["tiny-llama"], rows=8, hvps=1, out_dir=str(tmp_path), device="cpu", block_mib=1)
+        SimpleNamespace(
+            cases=["tiny-llama"], rows=8, hvps=1, out_dir=str(tmp_path), device="cpu", block_mib=1, peer_chunk=64
+        )
     )
     (rec,) = json.loads((tmp_path / "models_bench.json").read_text())
     assert "silu" in rec["peer_failures"]["curvlinops"].lower() and "curvlinops_s" not in rec

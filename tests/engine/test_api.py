@@ -48,6 +48,54 @@ def test_hvp_and_operator_equal_the_dense_hessian_on_random_vectors():
     assert abs(tr["mean"] - float(H.trace())) <= 5 * tr["stderr"] + 1e-12
 
 
+def test_cuda_graph_bookkeeping_on_the_cpu(monkeypatch):
+    """The operator's CUDA-graph path (docs/gpu.md has it run on a GPU): a shape's first two products
+    are eager, the third captures, later ones replay into fresh outputs; a shape whose capture fails
+    stays eager and says why; at most MAX_GRAPHS shapes get graphs. The capture is played here by
+    a stand-in graph whose replay sweeps its input buffer (a CPU has no CUDA graphs)."""
+    from transformer_hessian.engine.sweep import hvp_sweep
+
+    model, ids = _gpt(seed=4, vocab=5, T=3, d=4, h=2)
+    H = exact_hessian(model, ids, ids, loss="causal_lm", progress=False)
+    op = HessianOperator(model, ids, ids, loss="causal_lm")
+    assert op.cuda_graphs is False and op.graphs == {}  # off on a CPU
+    P, captured = H.shape[0], []
+
+    class Stand:
+        def __init__(self, static_in):
+            self.static_in, self.static_out = static_in, torch.empty_like(static_in)
+
+        def replay(self):
+            self.static_out.copy_(hvp_sweep(op.run, self.static_in))
+
+    def capture(v):
+        captured.append(tuple(v.shape))
+        if v.dim() == 2 and v.shape[1] == 2:
+            return "RuntimeError: a stand-in capture failure"
+        g = Stand(v.clone())
+        return g, g.static_in, g.static_out
+
+    op.cuda_graphs = True
+    monkeypatch.setattr(op, "_capture", capture)
+    gen = torch.Generator().manual_seed(9)
+    outs = []
+    for i in range(5):
+        v = torch.randn(P, generator=gen, dtype=DT)
+        outs.append(op @ v)
+        assert rel_err(outs[-1], H @ v) <= TOL, i
+        assert captured == ([(P,)] if i >= 2 else []), (i, captured)
+    assert outs[3].data_ptr() != outs[4].data_ptr()  # replays return copies, not the graph's buffer
+    for _ in range(4):
+        V2 = torch.randn(P, 2, generator=gen, dtype=DT)
+        assert rel_err(op @ V2, H @ V2) <= TOL
+    assert op.graphs[(P, 2)].startswith("RuntimeError") and captured.count((P, 2)) == 1
+    op.MAX_GRAPHS = 2
+    for _ in range(3):
+        V3 = torch.randn(P, 3, generator=gen, dtype=DT)
+        assert rel_err(op @ V3, H @ V3) <= TOL
+    assert (P, 3) not in op.graphs and len(op.graphs) == 2
+
+
 def test_params_names_globs_blocks_and_tied_weights():
     model, ids = _gpt(seed=2, layers=2)
     H = exact_hessian(model, ids, ids, loss="causal_lm", progress=False)

@@ -93,6 +93,28 @@ def autograd_rows(model, ids, rows: torch.Tensor) -> tuple[torch.Tensor, float]:
     return out, time.perf_counter() - t0
 
 
+def autograd_batched_rows(model, ids, rows: torch.Tensor, chunk: int = 64) -> tuple[torch.Tensor, float]:
+    """Rows of H by reverse-over-reverse autograd vmapped over unit vectors in chunks
+    (``is_grads_batched``, what ``torch.autograd.functional.hessian(vectorize=True)`` does; math
+    kernel), and the seconds they took."""
+    loss, w0 = _flat_loss(model, ids)
+    eye = torch.zeros(len(rows), w0.numel(), dtype=w0.dtype, device=w0.device)
+    eye[torch.arange(len(rows)), rows] = 1.0
+    _sync(w0)
+    t0 = time.perf_counter()
+    with sdpa_kernel(SDPBackend.MATH):
+        w = w0.clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(loss(w), w, create_graph=True)
+        out = torch.cat(
+            [
+                torch.autograd.grad(g, w, eye[i : i + chunk], retain_graph=True, is_grads_batched=True)[0]
+                for i in range(0, len(rows), chunk)
+            ]
+        )
+    _sync(out)
+    return out, time.perf_counter() - t0
+
+
 def func_rows(model, ids, rows: torch.Tensor, chunk: int = 64) -> tuple[torch.Tensor, float]:
     """Rows of H by torch.func vmap(jvp(grad)) (math kernel), and the seconds they took."""
     loss, w0 = _flat_loss(model, ids)
@@ -202,7 +224,8 @@ def hvp_timings(model, ids, V: torch.Tensor) -> dict:
     hvps = V.shape[1]
     out, prods, failures = {}, {}, {}
     op = HessianOperator(model, ids, ids, loss="causal_lm")
-    op @ V[:, 0], op @ V  # warm-up, not timed (as for autograd)
+    for _ in range(3):  # warm-up, not timed (as for autograd); on CUDA the third captures the graphs
+        op @ V[:, 0], op @ V
     _sync(V)
     t0 = time.perf_counter()
     prods["engine_hvp"] = torch.stack([op @ V[:, j] for j in range(hvps)], 1)
@@ -217,6 +240,9 @@ def hvp_timings(model, ids, V: torch.Tensor) -> dict:
         prods["autograd_hvp_batched"], out["autograd_hvp_batched_s"] = autograd_hvp(model, ids, V, batched=True)
     except RuntimeError as err:
         failures["autograd_hvp_batched"] = str(err).splitlines()[0][:200]
+    out["engine_cuda_graphs"] = (
+        {str(k): (g if isinstance(g, str) else "replayed") for k, g in op.graphs.items()} if op.cuda_graphs else "off"
+    )
     return {"times": out, "products": prods, "failures": failures}
 
 
@@ -236,9 +262,12 @@ def _hvp_results(out: dict, hvp: dict, HV_ref: torch.Tensor) -> None:
     out["hvp_block_speedup"] = best_block / out["engine_hvp_block_s"]
 
 
-def bench_case(name: str, rows: int, hvps: int, device: str | torch.device = "cpu", block_bytes: int = 0) -> dict:
+def bench_case(
+    name: str, rows: int, hvps: int, device: str | torch.device = "cpu", block_bytes: int = 0, peer_chunk: int = 64
+) -> dict:
     """One case on ``device``: the engine's dense H (blocks of ``block_bytes`` of tangents, the
-    library's default when 0) and HVP against the peers."""
+    library's default for the device when 0) and HVP against the peers (the vmapped ones
+    ``peer_chunk`` rows at a time)."""
     case, dev = CASES[name], torch.device(device)
     model, ids = build(case)
     model, ids = model.to(dev), ids.to(dev)
@@ -252,9 +281,7 @@ def bench_case(name: str, rows: int, hvps: int, device: str | torch.device = "cp
     out_alloc = time.perf_counter() - t0
     t0 = time.perf_counter()
     run = prepare(model, ids, ids, loss="causal_lm")
-    from ..engine.api import DEFAULT_BLOCK_BYTES
-
-    K = block_size(run, block_bytes or DEFAULT_BLOCK_BYTES)
+    K = block_size(run, block_bytes or None)
     H = dense_hessian(run, K, Progress())
     _sync(H)
     t_engine = time.perf_counter() - t0
@@ -277,7 +304,8 @@ def bench_case(name: str, rows: int, hvps: int, device: str | torch.device = "cp
     R, t = autograd_rows(model, ids, sample)
     out["autograd_s"] = t * P / len(sample)
     out["autograd_err"] = float((H[sample] - R).norm() / R.norm())
-    row_peers = [("func", func_rows, model), ("curvlinops", curvlinops_rows, model)]
+    row_peers = [("autograd_batched", autograd_batched_rows, model), ("func", func_rows, model)]
+    row_peers += [("curvlinops", curvlinops_rows, model)]
     if case["kind"] == "gpt":
         hand = build(case, hand_norm=True)[0].to(dev)
         hand.load_state_dict(model.state_dict())
@@ -285,7 +313,7 @@ def bench_case(name: str, rows: int, hvps: int, device: str | torch.device = "cp
     out["peer_failures"] = {}
     for key, rows_of, m in row_peers:
         try:
-            R2, t2 = rows_of(m, ids, sample)
+            R2, t2 = rows_of(m, ids, sample, chunk=peer_chunk)
         except (RuntimeError, NotImplementedError, ImportError) as err:  # e.g. no forward AD through a backward
             out["peer_failures"][key] = str(err).splitlines()[0][:200]
             log.info("%s: peer %s fails: %s", name, key, out["peer_failures"][key])
@@ -318,7 +346,7 @@ def cmd_bench_models(a) -> None:
     """Run the cases and write models_bench.{json,md}."""
     torch.set_num_threads(max(1, torch.get_num_threads()))
     rate = gemm_rate(device=a.device)
-    results = [bench_case(c, a.rows, a.hvps, a.device, a.block_mib << 20) for c in a.cases]
+    results = [bench_case(c, a.rows, a.hvps, a.device, a.block_mib << 20, a.peer_chunk) for c in a.cases]
     for r in results:
         r["gemm_gflops"] = rate
         r["gemm_share"] = r["engine_gflops"] / rate

@@ -25,6 +25,16 @@ from .sweep import Progress, Run, dense_hessian, hvp_sweep
 #: on the bench's GPT-2-like and Llama-like models (K 20 and 37) a row costs about the same from
 #: K = 16 to 48 and 1.1-2x more at K = 346 (4 GiB), docs/timings.md
 DEFAULT_BLOCK_BYTES = 256 << 20
+#: the same on a CUDA device, where a sweep pays per kernel launch rather than per cache miss: on an
+#: H200 the GPT-2-like / Llama-like bench models' dense Hessians took 5.72 / 1.19 s in blocks of
+#: 256 MiB (K 20 / 38) and 0.52 / 0.11 s in blocks of 4 GiB (K 335 / 619) (docs/gpu.md)
+CUDA_BLOCK_BYTES = 4 << 30
+
+
+def default_block_bytes(device) -> int:
+    """Bytes of tangents per block on ``device``: :data:`CUDA_BLOCK_BYTES` on CUDA, else
+    :data:`DEFAULT_BLOCK_BYTES` (both capped by the memory available, :func:`block_size`)."""
+    return CUDA_BLOCK_BYTES if torch.device(device).type == "cuda" else DEFAULT_BLOCK_BYTES
 
 
 def _check_inputs(inputs) -> None:
@@ -73,9 +83,11 @@ def _check_memory(P: int, dtype: torch.dtype, device: torch.device) -> None:
     check_dense_memory(P, dtype, available_bytes(device), device, "exact_hessian", hint)
 
 
-def block_size(run: Run, block_bytes: int) -> int:
+def block_size(run: Run, block_bytes: int | None = None) -> int:
     """Entries per sweep: the tangent memory of one entry, thrice (adjoint tangents, temporaries),
-    into ``block_bytes``."""
+    into ``block_bytes`` (None: :func:`default_block_bytes` of the run's device)."""
+    if block_bytes is None:
+        block_bytes = default_block_bytes(run.cap.device)
     per = 3 * max(run.tangent_bytes(), 1)
     P = sum(math.prod(s) for s in run.cap.shapes.values())
     avail = available_bytes(run.cap.device)
@@ -85,7 +97,7 @@ def block_size(run: Run, block_bytes: int) -> int:
 
 
 def hessian(
-    model, inputs, targets, *, loss="mse", params=None, head=None, block_bytes: int = DEFAULT_BLOCK_BYTES, progress=True
+    model, inputs, targets, *, loss="mse", params=None, head=None, block_bytes: int | None = None, progress=True
 ) -> torch.Tensor:
     """Dense (P, P) Hessian of the loss w.r.t. the selected parameters (rows and columns in the
     order of ``params``, each flattened), in the parameters' dtype and on their device."""
@@ -111,19 +123,62 @@ class HessianOperator:
     product is one sweep of exact second-order rules (the fused attention kernels run in the
     model's own forward; no double backward is taken)."""
 
-    def __init__(self, model, inputs, targets, *, loss="mse", params=None, head=None):
+    #: at most this many shapes of ``v`` get a CUDA graph each (each keeps its own memory)
+    MAX_GRAPHS = 4
+
+    def __init__(self, model, inputs, targets, *, loss="mse", params=None, head=None, cuda_graphs: bool = True):
         self.run = prepare(model, inputs, targets, loss=loss, params=params, head=head)
         cap = self.run.cap
         self.names = list(cap.names)
         P = sum(math.prod(s) for s in cap.shapes.values())
         self.shape = (P, P)
         self.dtype, self.device = cap.dtype, cap.device
+        #: on CUDA, each shape of ``v`` is swept twice eagerly, then captured in a CUDA graph and
+        #: replayed: a small model's sweep is hundreds of short kernels, whose launches cost more
+        #: than their work. ``graphs[shape]`` is the graph or, where capture failed, why.
+        self.cuda_graphs = bool(cuda_graphs) and self.device.type == "cuda"
+        self.graphs: dict[tuple, object] = {}
+        self._seen: dict[tuple, int] = {}
 
     def __matmul__(self, v: torch.Tensor) -> torch.Tensor:
         if not isinstance(v, torch.Tensor) or v.dim() not in (1, 2) or v.shape[0] != self.shape[0]:
             shape = tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
             raise ValueError(f"HessianOperator @ v: expected ({self.shape[0]},) or ({self.shape[0]}, K), got {shape}")
-        return hvp_sweep(self.run, v.to(device=self.device, dtype=self.dtype))
+        v = v.to(device=self.device, dtype=self.dtype)
+        if self.cuda_graphs:
+            return self._graphed(v)
+        return hvp_sweep(self.run, v)
+
+    def _graphed(self, v: torch.Tensor) -> torch.Tensor:
+        """H v by a CUDA graph of the sweep for v's shape: captured at the third product of a
+        shape (after two eager ones, which fill the rules' caches), replayed after that; eager
+        where capture failed or :data:`MAX_GRAPHS` shapes have graphs."""
+        key = tuple(v.shape)
+        entry = self.graphs.get(key)
+        if entry is None:
+            self._seen[key] = self._seen.get(key, 0) + 1
+            if self._seen[key] < 3 or len(self.graphs) >= self.MAX_GRAPHS:
+                return hvp_sweep(self.run, v)
+            entry = self.graphs[key] = self._capture(v)
+        if isinstance(entry, str):
+            return hvp_sweep(self.run, v)
+        graph, static_in, static_out = entry
+        static_in.copy_(v)
+        graph.replay()
+        return static_out.clone()
+
+    def _capture(self, v: torch.Tensor):
+        """(graph, input buffer, output buffer) of one sweep, or why it could not be captured."""
+        static_in = v.clone()
+        graph = torch.cuda.CUDAGraph()
+        try:
+            torch.cuda.synchronize(self.device)
+            with torch.cuda.graph(graph):
+                static_out = hvp_sweep(self.run, static_in)
+        except Exception as err:  # noqa: BLE001 (e.g. a rule that reads a value on the host): eager
+            torch.cuda.synchronize(self.device)
+            return f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+        return graph, static_in, static_out
 
     def matvec(self, v: torch.Tensor) -> torch.Tensor:
         """H v."""

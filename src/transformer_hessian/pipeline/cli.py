@@ -261,6 +261,9 @@ def _add_bench_parsers(sub) -> None:
     b.add_argument("--out-dir", default="results/bench", help="folder for models_bench.{json,md}")
     b.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N: where the models, peers and H live")
     b.add_argument("--block-mib", type=int, default=0, help="the engine's block of tangents in MiB (0: the default)")
+    b.add_argument(
+        "--peer-chunk", type=int, default=64, help="rows per call of the vmapped peers (torch.func, autograd)"
+    )
     s.set_defaults(func=commands.cmd_bench)
 
 
