@@ -242,6 +242,20 @@ def test_kill_at_random_moment_of_each_rule_then_make_reproduce(tmp_path, env):
     rules = _rule_names(work, env)
     assert {"download", "train", "hessian", "theory", "landscape", "tables", "summary"} <= set(rules)
     rng = random.Random(int(os.environ.get("FAULT_SEED", "8")))
+    # The figure rules (10 of the 30) run one code path, `transformer-hessian notebook` with its
+    # atomic figure writers: two of them, drawn by the seed, are killed rather than all ten (about
+    # 70 s of make test's budget).
+    from snakemake.utils import validate
+
+    from transformer_hessian.config.validate import SCHEMA_PATH
+    from transformer_hessian.registry.rules import rule_specs
+
+    filled = copy.deepcopy(tiny)
+    validate(filled, str(SCHEMA_PATH))  # the schema's defaults, as the Snakefile fills them in
+    notebooks = sorted({spec["name"] for spec in rule_specs(filled)} & set(rules))
+    assert len(notebooks) >= 8 and {"fig2", "fig5", "spectrum"} <= set(notebooks), notebooks
+    skipped = set(notebooks) - set(rng.sample(notebooks, 2))
+    rules = [r for r in rules if r not in skipped]
     killed_during: dict[str, bool] = {}
     started: set[str] = set()  # rules that ran in an earlier run (killed or not)
     runs = 0
@@ -276,7 +290,7 @@ def test_kill_at_random_moment_of_each_rule_then_make_reproduce(tmp_path, env):
             killed_during.setdefault(rule, True)
         started |= set(_started(text)) & set(rules)
         # a 0-byte temp file as a kill inside save_figure would leave it (made by a dead process)
-        if target.startswith("fig"):
+        if target in notebooks:
             from transformer_hessian.util.tempfiles import _host_tag
 
             (work / "paper/figures").mkdir(parents=True, exist_ok=True)
