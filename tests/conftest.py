@@ -180,10 +180,15 @@ SLOW_IN_FAST = frozenset(
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Mark the tests of :data:`SLOW_IN_FAST` ``slow`` before ``-m`` selects (``make test-fast``)."""
+    """Mark the tests of :data:`SLOW_IN_FAST` ``slow`` before ``-m`` selects (``make test-fast``), and
+    put the tests that read the session's tiny run last (in their order): the run starts at
+    collection (:class:`_EarlyTinyRun`) and much of it is waiting on SLURM's status checks, which the
+    tests before its first reader fill."""
     for item in items:
         if item.name in SLOW_IN_FAST:
             item.add_marker(pytest.mark.slow)
+    if os.environ.get("TH_TINY_RUN_EARLY", "1") != "0":
+        items.sort(key=_reads_the_tiny_run)  # stable: False (the others) first
 
 
 BIN = Path(sys.executable).parent

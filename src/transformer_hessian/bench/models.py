@@ -32,12 +32,11 @@ import time
 from pathlib import Path
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..engine.api import block_size, prepare
-from ..engine.ops.losses import NextTokenLogits, causal_lm
 from ..engine.sweep import Progress, blocks, dense_hessian, seeds_of
 from .lm_models import NanoGPT, TinyLlama
+from .lm_peers import autograd_batched_rows, autograd_hvp, autograd_rows, curvlinops_rows, func_rows, sync_device
 
 log = logging.getLogger(__name__)
 
@@ -61,144 +60,16 @@ def build(case: dict, hand_norm: bool = False, seed: int = 0):
     return model.to(torch.float64).eval(), ids
 
 
-def _flat_loss(model, ids):
-    names = [n for n, _ in model.named_parameters()]
-    shapes = [p.shape for _, p in model.named_parameters()]
-    sizes = [math.prod(s) for s in shapes]
-    w0 = torch.cat([p.detach().reshape(-1) for _, p in model.named_parameters()])
-
-    def loss(w):
-        ps = {n: t.view(s) for n, t, s in zip(names, torch.split(w, sizes), shapes, strict=True)}
-        return causal_lm(torch.func.functional_call(model, ps, (ids,)), ids)
-
-    return loss, w0
-
-
-def _sync(t: torch.Tensor) -> None:
-    """Wait for the device that holds ``t`` (CUDA work is asynchronous; a timer needs it done)."""
-    if t.device.type == "cuda":
-        torch.cuda.synchronize(t.device)
-
-
-def autograd_rows(model, ids, rows: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """Rows of H by reverse-over-reverse autograd (math kernel), and the seconds they took."""
-    loss, w0 = _flat_loss(model, ids)
-    _sync(w0)
-    t0 = time.perf_counter()
-    with sdpa_kernel(SDPBackend.MATH):
-        w = w0.clone().requires_grad_(True)
-        (g,) = torch.autograd.grad(loss(w), w, create_graph=True)
-        out = torch.stack([torch.autograd.grad(g[i], w, retain_graph=True)[0] for i in rows.tolist()])
-    _sync(out)
-    return out, time.perf_counter() - t0
-
-
-def autograd_batched_rows(model, ids, rows: torch.Tensor, chunk: int = 64) -> tuple[torch.Tensor, float]:
-    """Rows of H by reverse-over-reverse autograd vmapped over unit vectors in chunks
-    (``is_grads_batched``, what ``torch.autograd.functional.hessian(vectorize=True)`` does; math
-    kernel), and the seconds they took."""
-    loss, w0 = _flat_loss(model, ids)
-    eye = torch.zeros(len(rows), w0.numel(), dtype=w0.dtype, device=w0.device)
-    eye[torch.arange(len(rows)), rows] = 1.0
-    _sync(w0)
-    t0 = time.perf_counter()
-    with sdpa_kernel(SDPBackend.MATH):
-        w = w0.clone().requires_grad_(True)
-        (g,) = torch.autograd.grad(loss(w), w, create_graph=True)
-        out = torch.cat(
-            [
-                torch.autograd.grad(g, w, eye[i : i + chunk], retain_graph=True, is_grads_batched=True)[0]
-                for i in range(0, len(rows), chunk)
-            ]
-        )
-    _sync(out)
-    return out, time.perf_counter() - t0
-
-
-def func_rows(model, ids, rows: torch.Tensor, chunk: int = 64) -> tuple[torch.Tensor, float]:
-    """Rows of H by torch.func vmap(jvp(grad)) (math kernel), and the seconds they took."""
-    loss, w0 = _flat_loss(model, ids)
-    g = torch.func.grad(loss)
-    eye = torch.zeros(len(rows), w0.numel(), dtype=w0.dtype, device=w0.device)
-    eye[torch.arange(len(rows)), rows] = 1.0
-    _sync(w0)
-    t0 = time.perf_counter()
-    with sdpa_kernel(SDPBackend.MATH):
-        out = torch.cat(
-            [
-                torch.func.vmap(lambda v: torch.func.jvp(g, (w0,), (v,))[1])(eye[i : i + chunk])
-                for i in range(0, len(rows), chunk)
-            ]
-        )
-    _sync(out)
-    return out, time.perf_counter() - t0
-
-
-def curvlinops_rows(model, ids, rows: torch.Tensor, chunk: int = 64) -> tuple[torch.Tensor, float]:
-    """Rows of H by curvlinops' HessianLinearOperator on unit vectors (math kernel), and the seconds
-    they took, the operator's construction included."""
-    from curvlinops import HessianLinearOperator
-
-    params = list(model.parameters())
-    P = sum(p.numel() for p in params)
-    E = torch.zeros(P, len(rows), dtype=torch.float64, device=params[0].device)
-    E[rows, torch.arange(len(rows))] = 1.0
-    data = [(ids, ids[:, 1:].reshape(-1))]
-    _sync(E)
-    t0 = time.perf_counter()
-    with sdpa_kernel(SDPBackend.MATH):
-        op = HessianLinearOperator(
-            NextTokenLogits(model), torch.nn.CrossEntropyLoss(), params, data, check_deterministic=False
-        )
-        out = torch.cat([op @ E[:, i : i + chunk] for i in range(0, len(rows), chunk)], dim=1).T
-    _sync(out)
-    return out.detach(), time.perf_counter() - t0
-
-
-def autograd_hvp(model, ids, V: torch.Tensor, math_kernel: bool = True, batched: bool = False):
-    """H v for each column of V by double backward through one kept gradient graph, one column at
-    a time or, with ``batched``, all at once vmapped over the columns (``is_grads_batched``); the
-    products and the seconds per product (after one untimed warm-up, as for the engine)."""
-    loss, w0 = _flat_loss(model, ids)
-    ctx = sdpa_kernel(SDPBackend.MATH) if math_kernel else _null()
-    with ctx:
-        w = w0.clone().requires_grad_(True)
-        (g,) = torch.autograd.grad(loss(w), w, create_graph=True)
-        if batched:
-
-            def prod(Vb):
-                return torch.autograd.grad(g, w, Vb.T.contiguous(), retain_graph=True, is_grads_batched=True)[0].T
-        else:
-
-            def prod(Vb):
-                return torch.stack([torch.autograd.grad(g @ v, w, retain_graph=True)[0] for v in Vb.T], 1)
-
-        prod(V[:, :1] if not batched else V)  # warm-up, not timed
-        _sync(V)
-        t0 = time.perf_counter()
-        out = prod(V)
-        _sync(out)
-    return out, (time.perf_counter() - t0) / V.shape[1]
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 def gemm_rate(n: int = 2048, repeats: int = 3, device: str | torch.device = "cpu") -> float:
     """The device's float64 matrix-product rate (GFLOP/s), best of ``repeats`` (after a warm-up)."""
     a = torch.randn(n, n, dtype=torch.float64, device=device)
     a @ a
     best = math.inf
     for _ in range(repeats):
-        _sync(a)
+        sync_device(a)
         t0 = time.perf_counter()
         b = a @ a
-        _sync(b)
+        sync_device(b)
         best = min(best, time.perf_counter() - t0)
     return 2 * n**3 / best / 1e9
 
@@ -226,15 +97,15 @@ def hvp_timings(model, ids, V: torch.Tensor) -> dict:
     op = HessianOperator(model, ids, ids, loss="causal_lm")
     for _ in range(3):  # warm-up, not timed (as for autograd); on CUDA the third captures the graphs
         op @ V[:, 0], op @ V
-    _sync(V)
+    sync_device(V)
     t0 = time.perf_counter()
     prods["engine_hvp"] = torch.stack([op @ V[:, j] for j in range(hvps)], 1)
-    _sync(V)
+    sync_device(V)
     out["engine_hvp_s"] = (time.perf_counter() - t0) / hvps
     prods["autograd_hvp"], out["autograd_hvp_s"] = autograd_hvp(model, ids, V)
     t0 = time.perf_counter()
     prods["engine_hvp_block"] = op @ V
-    _sync(V)
+    sync_device(V)
     out["engine_hvp_block_s"] = (time.perf_counter() - t0) / hvps
     try:
         prods["autograd_hvp_batched"], out["autograd_hvp_batched_s"] = autograd_hvp(model, ids, V, batched=True)
@@ -262,6 +133,24 @@ def _hvp_results(out: dict, hvp: dict, HV_ref: torch.Tensor) -> None:
     out["hvp_block_speedup"] = best_block / out["engine_hvp_block_s"]
 
 
+def _first_write_s(P: int, dev: torch.device) -> float:
+    """Seconds to allocate and first write a dense P x P float64 matrix on ``dev``."""
+    sync_device(torch.zeros(1, device=dev))
+    t0 = time.perf_counter()
+    sync_device(torch.zeros(P, P, dtype=torch.float64, device=dev))
+    return time.perf_counter() - t0
+
+
+def _engine_dense(model, ids, block_bytes: int):
+    """(H, run, K, seconds) of the engine's dense Hessian, the capture (``prepare``) included."""
+    t0 = time.perf_counter()
+    run = prepare(model, ids, ids, loss="causal_lm")
+    K = block_size(run, block_bytes or None)
+    H = dense_hessian(run, K, Progress())
+    sync_device(H)
+    return H, run, K, time.perf_counter() - t0
+
+
 def bench_case(
     name: str, rows: int, hvps: int, device: str | torch.device = "cpu", block_bytes: int = 0, peer_chunk: int = 64
 ) -> dict:
@@ -275,16 +164,11 @@ def bench_case(
     log.info("%s: P = %d, dense H %.2f GiB, on %s", name, P, P * P * 8 / 2**30, dev)
     V = torch.randn(P, hvps, dtype=torch.float64, generator=torch.Generator().manual_seed(3)).to(dev)
     hvp = hvp_timings(model, ids, V)
-    _sync(V)
-    t0 = time.perf_counter()
-    _sync(torch.zeros(P, P, dtype=torch.float64, device=dev))  # first writing a dense P x P output
-    out_alloc = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    run = prepare(model, ids, ids, loss="causal_lm")
-    K = block_size(run, block_bytes or None)
-    H = dense_hessian(run, K, Progress())
-    _sync(H)
-    t_engine = time.perf_counter() - t0
+    out_alloc = _first_write_s(P, dev)
+    warm = dev.type == "cuda"  # on a GPU every method runs once untimed first (kernels, allocator)
+    if warm:
+        _engine_dense(model, ids, block_bytes)
+    H, run, K, t_engine = _engine_dense(model, ids, block_bytes)
     n_blocks = len(blocks(run, K))
     flops = engine_flops_per_block(run, K) * n_blocks
     sample = torch.linspace(0, P - 1, min(rows, P)).round().long()
@@ -297,10 +181,13 @@ def bench_case(
         "block": K,
         "blocks": n_blocks,
         "rows_timed": len(sample),
+        "warm_up": warm,
         # the engine's time includes allocating and first writing its P x P output; the peers'
         # whole-matrix times are their rows' times scaled up, which leave it out
         "output_alloc_s": out_alloc,
     }
+    if warm:
+        autograd_rows(model, ids, sample[:4])
     R, t = autograd_rows(model, ids, sample)
     out["autograd_s"] = t * P / len(sample)
     out["autograd_err"] = float((H[sample] - R).norm() / R.norm())
@@ -313,6 +200,8 @@ def bench_case(
     out["peer_failures"] = {}
     for key, rows_of, m in row_peers:
         try:
+            if warm:
+                rows_of(m, ids, sample[:peer_chunk], chunk=peer_chunk)
             R2, t2 = rows_of(m, ids, sample, chunk=peer_chunk)
         except (RuntimeError, NotImplementedError, ImportError) as err:  # e.g. no forward AD through a backward
             out["peer_failures"][key] = str(err).splitlines()[0][:200]

@@ -1,0 +1,142 @@
+"""The peers of ``transformer-hessian bench models`` (:mod:`.models`): rows of the Hessian and
+Hessian-vector products of a language model's causal LM loss by reverse-over-reverse autograd (one
+row at a time, or vmapped with ``is_grads_batched``), ``torch.func`` ``vmap(jvp(grad))`` and
+curvlinops, each timed (waiting for a CUDA device before reading the clock)."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from ..engine.ops.losses import NextTokenLogits, causal_lm
+
+
+def _flat_loss(model, ids):
+    names = [n for n, _ in model.named_parameters()]
+    shapes = [p.shape for _, p in model.named_parameters()]
+    sizes = [math.prod(s) for s in shapes]
+    w0 = torch.cat([p.detach().reshape(-1) for _, p in model.named_parameters()])
+
+    def loss(w):
+        ps = {n: t.view(s) for n, t, s in zip(names, torch.split(w, sizes), shapes, strict=True)}
+        return causal_lm(torch.func.functional_call(model, ps, (ids,)), ids)
+
+    return loss, w0
+
+
+def sync_device(t: torch.Tensor) -> None:
+    """Wait for the device that holds ``t`` (CUDA work is asynchronous; a timer needs it done)."""
+    if t.device.type == "cuda":
+        torch.cuda.synchronize(t.device)
+
+
+def autograd_rows(model, ids, rows: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """Rows of H by reverse-over-reverse autograd (math kernel), and the seconds they took."""
+    loss, w0 = _flat_loss(model, ids)
+    sync_device(w0)
+    t0 = time.perf_counter()
+    with sdpa_kernel(SDPBackend.MATH):
+        w = w0.clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(loss(w), w, create_graph=True)
+        out = torch.stack([torch.autograd.grad(g[i], w, retain_graph=True)[0] for i in rows.tolist()])
+    sync_device(out)
+    return out, time.perf_counter() - t0
+
+
+def autograd_batched_rows(model, ids, rows: torch.Tensor, chunk: int = 64) -> tuple[torch.Tensor, float]:
+    """Rows of H by reverse-over-reverse autograd vmapped over unit vectors in chunks
+    (``is_grads_batched``, what ``torch.autograd.functional.hessian(vectorize=True)`` does; math
+    kernel), and the seconds they took."""
+    loss, w0 = _flat_loss(model, ids)
+    eye = torch.zeros(len(rows), w0.numel(), dtype=w0.dtype, device=w0.device)
+    eye[torch.arange(len(rows)), rows] = 1.0
+    sync_device(w0)
+    t0 = time.perf_counter()
+    with sdpa_kernel(SDPBackend.MATH):
+        w = w0.clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(loss(w), w, create_graph=True)
+        out = torch.cat(
+            [
+                torch.autograd.grad(g, w, eye[i : i + chunk], retain_graph=True, is_grads_batched=True)[0]
+                for i in range(0, len(rows), chunk)
+            ]
+        )
+    sync_device(out)
+    return out, time.perf_counter() - t0
+
+
+def func_rows(model, ids, rows: torch.Tensor, chunk: int = 64) -> tuple[torch.Tensor, float]:
+    """Rows of H by torch.func vmap(jvp(grad)) (math kernel), and the seconds they took."""
+    loss, w0 = _flat_loss(model, ids)
+    g = torch.func.grad(loss)
+    eye = torch.zeros(len(rows), w0.numel(), dtype=w0.dtype, device=w0.device)
+    eye[torch.arange(len(rows)), rows] = 1.0
+    sync_device(w0)
+    t0 = time.perf_counter()
+    with sdpa_kernel(SDPBackend.MATH):
+        out = torch.cat(
+            [
+                torch.func.vmap(lambda v: torch.func.jvp(g, (w0,), (v,))[1])(eye[i : i + chunk])
+                for i in range(0, len(rows), chunk)
+            ]
+        )
+    sync_device(out)
+    return out, time.perf_counter() - t0
+
+
+def curvlinops_rows(model, ids, rows: torch.Tensor, chunk: int = 64) -> tuple[torch.Tensor, float]:
+    """Rows of H by curvlinops' HessianLinearOperator on unit vectors (math kernel), and the seconds
+    they took, the operator's construction included."""
+    from curvlinops import HessianLinearOperator
+
+    params = list(model.parameters())
+    P = sum(p.numel() for p in params)
+    E = torch.zeros(P, len(rows), dtype=torch.float64, device=params[0].device)
+    E[rows, torch.arange(len(rows))] = 1.0
+    data = [(ids, ids[:, 1:].reshape(-1))]
+    sync_device(E)
+    t0 = time.perf_counter()
+    with sdpa_kernel(SDPBackend.MATH):
+        op = HessianLinearOperator(
+            NextTokenLogits(model), torch.nn.CrossEntropyLoss(), params, data, check_deterministic=False
+        )
+        out = torch.cat([op @ E[:, i : i + chunk] for i in range(0, len(rows), chunk)], dim=1).T
+    sync_device(out)
+    return out.detach(), time.perf_counter() - t0
+
+
+def autograd_hvp(model, ids, V: torch.Tensor, math_kernel: bool = True, batched: bool = False):
+    """H v for each column of V by double backward through one kept gradient graph, one column at
+    a time or, with ``batched``, all at once vmapped over the columns (``is_grads_batched``); the
+    products and the seconds per product (after one untimed warm-up, as for the engine)."""
+    loss, w0 = _flat_loss(model, ids)
+    ctx = sdpa_kernel(SDPBackend.MATH) if math_kernel else _null()
+    with ctx:
+        w = w0.clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(loss(w), w, create_graph=True)
+        if batched:
+
+            def prod(Vb):
+                return torch.autograd.grad(g, w, Vb.T.contiguous(), retain_graph=True, is_grads_batched=True)[0].T
+        else:
+
+            def prod(Vb):
+                return torch.stack([torch.autograd.grad(g @ v, w, retain_graph=True)[0] for v in Vb.T], 1)
+
+        prod(V[:, :1] if not batched else V)  # warm-up, not timed
+        sync_device(V)
+        t0 = time.perf_counter()
+        out = prod(V)
+        sync_device(out)
+    return out, (time.perf_counter() - t0) / V.shape[1]
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
