@@ -702,8 +702,10 @@ def environment(chk: Check) -> dict:
     name = torch.cuda.get_device_name(chk.dev) if chk.cuda else platform.processor() or "cpu"
     commit = git_commit()
     stamp = ROOT / ".carry" / "COMMIT"
-    if commit == "unknown" and stamp.exists():  # the device's copy of the tree has no .git
-        commit = f"{stamp.read_text().strip()} (from .carry/COMMIT, written by scripts/gpu_carry.py)"
+    # the device's copy of the tree may have no .git, or (seen on 2026-12-04) the .git of the
+    # session's first commit under a newer tree: the commit that gpu_carry.py stamped comes first
+    if stamp.exists() and not commit.startswith(stamp.read_text().strip()):
+        commit = f"{stamp.read_text().strip()} (.carry/COMMIT, from scripts/gpu_carry.py; git there: {commit})"
     peak = next((p["bf16"] for k, p in PEAK_TFLOPS.items() if chk.cuda and k in name), None)
     return {
         "torch": torch.__version__,
