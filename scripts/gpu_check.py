@@ -649,7 +649,7 @@ def sec_bench_models(chk: Check) -> dict:
         c["gemm_share"] = r["engine_gflops"] / out["gemm_gflops"]
         if chk.cuda or chk.args.tiny:  # fewer, larger sweeps: a GPU has the memory and pays per kernel launch
             model, ids = (t.to(chk.dev) for t in build(CASES[name]))
-            for mib in (1024, 4096):
+            for mib in (1024, 4096):  # the default on CUDA is 16 GiB (engine.api.CUDA_BLOCK_BYTES)
                 chk.clock.check(f"bench_models {name} blocks of {mib} MiB")
                 run = prepare(model, ids, ids, loss="causal_lm")
                 K = block_size(run, mib << 20)

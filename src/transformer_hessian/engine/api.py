@@ -26,9 +26,9 @@ from .sweep import Progress, Run, dense_hessian, hvp_sweep
 #: K = 16 to 48 and 1.1-2x more at K = 346 (4 GiB), docs/timings.md
 DEFAULT_BLOCK_BYTES = 256 << 20
 #: the same on a CUDA device, where a sweep pays per kernel launch rather than per cache miss: on an
-#: H200 the GPT-2-like / Llama-like bench models' dense Hessians took 5.72 / 1.19 s in blocks of
-#: 256 MiB (K 20 / 38) and 0.52 / 0.11 s in blocks of 4 GiB (K 335 / 619) (docs/gpu.md)
-CUDA_BLOCK_BYTES = 4 << 30
+#: H200 the GPT-2-like / Llama-like bench models' sweeps took 5.72 / 1.19 s in blocks of 256 MiB
+#: (K 20 / 38), 2.03 / 0.35 s in 1 GiB and 0.57 / 0.10 s in 4 GiB (K 335 / 619) (docs/gpu.md)
+CUDA_BLOCK_BYTES = 16 << 30
 
 
 def default_block_bytes(device) -> int:
