@@ -32,6 +32,8 @@ long loops, and what it cuts off is recorded as skipped with the reason. Writes
   ``torch.nn.TransformerEncoderLayer`` against reverse-over-reverse autograd, when it exists.
 - ``exact_hessian_lm``: the graph engine (``exact_hessian`` and ``HessianOperator`` of any model) on
   a one-layer nanoGPT-style GPT with the causal LM loss, against autograd on the device.
+- ``large_block``: the block of ``h.0.c_attn`` (49,536 entries, 19.6 GB) of a 4-layer d-128
+  nanoGPT-style GPT, too large for a dense Hessian of the whole model; 4 rows against autograd.
 - ``bench_models``: ``transformer-hessian bench models`` on the device (the issue's GPT-2-like and
   Llama-like models, every correct peer there), and the dense Hessian again in blocks of 1 and 4 GiB.
 
@@ -659,6 +661,37 @@ def sec_bench_models(chk: Check) -> dict:
     return out
 
 
+def sec_large_block(chk: Check) -> dict:
+    """A block of the exact Hessian that a dense Hessian of the whole model could not give: the
+    fused attention input projection (``h.0.c_attn``, 49,536 entries, a 19.6 GB block) of a 4-layer
+    d-128 nanoGPT-style GPT (vocabulary 1024, T 64, batch 8); 4 of its rows against autograd's rows
+    of the whole model (math kernel). Tiny sizes with --tiny."""
+    from transformer_hessian import exact_hessian
+    from transformer_hessian.bench.lm_models import NanoGPT
+    from transformer_hessian.bench.lm_peers import autograd_rows
+
+    vocab, T, d, h, layers, B = (16, 6, 8, 2, 2, 2) if chk.args.tiny else (1024, 64, 128, 4, 4, 8)
+    torch.manual_seed(0)
+    model = NanoGPT(vocab, T, d, h, layers).to(chk.dev, torch.float64).eval()
+    ids = torch.randint(0, vocab, (B, T), generator=torch.Generator().manual_seed(1)).to(chk.dev)
+    names = [n for n, _ in model.named_parameters()]
+    offsets = dict(zip(names, np.cumsum([0] + [p.numel() for _, p in model.named_parameters()])[:-1].tolist()))
+    sel = ["h.0.c_attn.weight", "h.0.c_attn.bias"]
+    cols = torch.cat([torch.arange(offsets[n], offsets[n] + model.get_parameter(n).numel()) for n in sel])
+    H, sec = timed(chk.dev, lambda: exact_hessian(model, ids, ids, loss="causal_lm", params=sel, progress=False))
+    pick = torch.linspace(0, len(cols) - 1, 4).round().long()
+    R, ref_s = autograd_rows(model, ids, cols[pick])
+    return {
+        "model": {"vocab": vocab, "T": T, "d": d, "heads": h, "layers": layers, "batch": B},
+        "P_model": int(sum(p.numel() for p in model.parameters())),
+        "P_block": int(len(cols)),
+        "block_gb": 8 * len(cols) ** 2 / 1e9,
+        "exact_block_s": sec,
+        "autograd_4_rows_s": ref_s,
+        "rows_vs_autograd_rel": rel_diff(H[pick], R[:, cols.to(R.device)]),
+    }
+
+
 def sec_train(name: str, compile_: bool):
     """The section that times training of experiment ``name`` (compiled or not)."""
 
@@ -688,6 +721,7 @@ SECTIONS = {
     "exact_hessian_encoder": sec_exact_hessian_encoder,
     "exact_hessian_lm": sec_exact_hessian_lm,
     "bench_models": sec_bench_models,
+    "large_block": sec_large_block,
 }
 
 
@@ -752,6 +786,11 @@ def summary(name: str, r: dict) -> str:
         return (
             f"P={r['P']}; exact {r['exact_hessian_s']:.3g} s, autograd {r['reference_s']:.3g} s; "
             f"rel {r['exact_vs_reference_rel']:.1e}{extra}"
+        )
+    if name == "large_block":
+        return (
+            f"block {r['P_block']} of P={r['P_model']} ({r['block_gb']:.1f} GB) in {r['exact_block_s']:.3g} s; "
+            f"4 rows vs autograd {r['rows_vs_autograd_rel']:.1e} (autograd {r['autograd_4_rows_s']:.3g} s)"
         )
     if name == "bench_models":
         parts = []

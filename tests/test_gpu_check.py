@@ -129,6 +129,9 @@ def test_gpu_check_tiny_on_cpu(tmp_path, env, fake_mnist):
         assert c["hvp_speedup"] > 0 and c["engine_hvp_block_err"] < 1e-10, (case, c)
         assert [v["K"] for k, v in c.items() if k.startswith("engine_s_blocks_")] == [c["P"], c["P"]]
     assert "tiny P=" in md and "tiny-llama P=" in md
+    big = sections["large_block"]["result"]
+    assert big["P_block"] == 8 * 24 + 24 and big["P_model"] > big["P_block"], big
+    assert big["rows_vs_autograd_rel"] < 1e-10, big
 
 
 def test_budget_and_errors_are_recorded(tmp_path, monkeypatch):
