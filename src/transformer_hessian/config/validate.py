@@ -66,10 +66,19 @@ def _key_path(error: jsonschema.ValidationError) -> str:
     return path or "<top level>"
 
 
+#: parsed schemas by (path, mtime, size): parsing the YAML took ~50 ms of each validation
+_SCHEMAS: dict[tuple[str, int, int], dict] = {}
+
+
 def load_schema(path: str | Path = SCHEMA_PATH) -> dict:
-    """The config's JSON schema (``transformer_hessian/config/schema/config.schema.yaml``), parsed."""
-    with open(path) as fh:
-        return yaml.safe_load(fh)
+    """The config's JSON schema (``transformer_hessian/config/schema/config.schema.yaml``), parsed
+    once per version of the file; each call gets its own copy."""
+    st = Path(path).stat()
+    key = (str(Path(path).resolve()), st.st_mtime_ns, st.st_size)
+    if key not in _SCHEMAS:
+        with open(path) as fh:
+            _SCHEMAS[key] = yaml.safe_load(fh)
+    return copy.deepcopy(_SCHEMAS[key])
 
 
 _INT = re.compile(r"[+-]?[0-9]+")
