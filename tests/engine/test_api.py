@@ -96,6 +96,23 @@ def test_cuda_graph_bookkeeping_on_the_cpu(monkeypatch):
     assert (P, 3) not in op.graphs and len(op.graphs) == 2
 
 
+def test_block_size_follows_the_device_default_and_the_memory(monkeypatch):
+    """Blocks hold 256 MiB of tangents on a CPU and 16 GiB on CUDA (docs/gpu.md: launch-bound
+    sweeps there), at most a quarter of the memory left beside H, and never more rows than P."""
+    from transformer_hessian.engine import api
+
+    assert api.default_block_bytes("cpu") == api.DEFAULT_BLOCK_BYTES == 256 << 20
+    assert api.default_block_bytes(torch.device("cuda", 0)) == api.CUDA_BLOCK_BYTES == 16 << 30
+    model, ids = _gpt(seed=2, vocab=9, T=5, d=8, h=2, layers=2)
+    run = api.prepare(model, ids, ids, loss="causal_lm")
+    P, per = sum(p.numel() for p in model.parameters()), 3 * run.tangent_bytes()
+    monkeypatch.setenv("TRANSFORMER_HESSIAN_MEMORY_BYTES", str(1 << 40))
+    assert api.block_size(run) == min(P, (256 << 20) // per)
+    assert api.block_size(run, 40 * per) == 40
+    monkeypatch.setenv("TRANSFORMER_HESSIAN_MEMORY_BYTES", str(8 * P * P + 4 * 10 * per))  # room for 10 rows
+    assert api.block_size(run, 1 << 40) == 10
+
+
 def test_params_names_globs_blocks_and_tied_weights():
     model, ids = _gpt(seed=2, layers=2)
     H = exact_hessian(model, ids, ids, loss="causal_lm", progress=False)
