@@ -121,7 +121,8 @@ class HessianOperator:
     """H as a linear operator: ``op @ v`` for a vector (P,) or a matrix (P, K), with ``shape``,
     ``dtype`` and ``device``; :meth:`to_scipy` for ``scipy.sparse.linalg``. Captures once; each
     product is one sweep of exact second-order rules (the fused attention kernels run in the
-    model's own forward; no double backward is taken)."""
+    model's own forward; no double backward is taken). On CUDA the sweep of each shape of ``v`` is
+    replayed from a CUDA graph from its third product on (``cuda_graphs=False``: always eager)."""
 
     #: at most this many shapes of ``v`` get a CUDA graph each (each keeps its own memory)
     MAX_GRAPHS = 4
