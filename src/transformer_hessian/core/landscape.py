@@ -23,7 +23,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy import signal
 
 from .stats import (
     bootstrap_slope_ci,
@@ -57,6 +56,8 @@ def ema(x: Any, factor: float = 0.99) -> np.ndarray:
     a = np.array([1.0, -f])
     # Transposed direct form II: the initial state f*x_1 makes the first output x_1.
     zi = f * arr[..., :1]
+    from scipy import signal  # here: importing scipy.signal takes ~0.8 s, paid by every snakemake start
+
     out, _ = signal.lfilter(b, a, arr, axis=-1, zi=zi)
     return out
 
