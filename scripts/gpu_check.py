@@ -613,7 +613,6 @@ def sec_exact_hessian_lm(chk: Check) -> dict:
     Hv, hvp_s = timed(chk.dev, lambda: op @ v)
     Hv2 = op @ v  # the third product of this shape is captured in a CUDA graph (on CUDA); then replayed
     Hv3, replay_s = timed(chk.dev, lambda: op @ v)
-    graphs = {str(k): (g if isinstance(g, str) else "replayed") for k, g in op.graphs.items()}
     return {
         "model": {"vocab": V, "T": T, "d": d, "heads": h, "layers": 1, "batch": e["batch"]},
         "P": int(w.numel()),
@@ -624,7 +623,7 @@ def sec_exact_hessian_lm(chk: Check) -> dict:
         "hvp_vs_dense_rel": rel_diff(Hv, R @ v),
         "hvp_graphed_s": replay_s,
         "hvp_graphed_vs_dense_rel": max(rel_diff(Hv2, R @ v), rel_diff(Hv3, R @ v)),
-        "cuda_graphs": graphs if op.cuda_graphs else "off",
+        "cuda_graphs": op.graph_status(),
     }
 
 

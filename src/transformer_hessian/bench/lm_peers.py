@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import nullcontext
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -33,6 +34,13 @@ def sync_device(t: torch.Tensor) -> None:
         torch.cuda.synchronize(t.device)
 
 
+def _unit_rows(rows: torch.Tensor, w0: torch.Tensor) -> torch.Tensor:
+    """(len(rows), P) unit vectors e_r for the rows r, like ``w0``."""
+    eye = torch.zeros(len(rows), w0.numel(), dtype=w0.dtype, device=w0.device)
+    eye[torch.arange(len(rows)), rows] = 1.0
+    return eye
+
+
 def autograd_rows(model, ids, rows: torch.Tensor) -> tuple[torch.Tensor, float]:
     """Rows of H by reverse-over-reverse autograd (math kernel), and the seconds they took."""
     loss, w0 = _flat_loss(model, ids)
@@ -51,8 +59,7 @@ def autograd_batched_rows(model, ids, rows: torch.Tensor, chunk: int = 64) -> tu
     (``is_grads_batched``, what ``torch.autograd.functional.hessian(vectorize=True)`` does; math
     kernel), and the seconds they took."""
     loss, w0 = _flat_loss(model, ids)
-    eye = torch.zeros(len(rows), w0.numel(), dtype=w0.dtype, device=w0.device)
-    eye[torch.arange(len(rows)), rows] = 1.0
+    eye = _unit_rows(rows, w0)
     sync_device(w0)
     t0 = time.perf_counter()
     with sdpa_kernel(SDPBackend.MATH):
@@ -72,8 +79,7 @@ def func_rows(model, ids, rows: torch.Tensor, chunk: int = 64) -> tuple[torch.Te
     """Rows of H by torch.func vmap(jvp(grad)) (math kernel), and the seconds they took."""
     loss, w0 = _flat_loss(model, ids)
     g = torch.func.grad(loss)
-    eye = torch.zeros(len(rows), w0.numel(), dtype=w0.dtype, device=w0.device)
-    eye[torch.arange(len(rows)), rows] = 1.0
+    eye = _unit_rows(rows, w0)
     sync_device(w0)
     t0 = time.perf_counter()
     with sdpa_kernel(SDPBackend.MATH):
@@ -93,9 +99,7 @@ def curvlinops_rows(model, ids, rows: torch.Tensor, chunk: int = 64) -> tuple[to
     from curvlinops import HessianLinearOperator
 
     params = list(model.parameters())
-    P = sum(p.numel() for p in params)
-    E = torch.zeros(P, len(rows), dtype=torch.float64, device=params[0].device)
-    E[rows, torch.arange(len(rows))] = 1.0
+    E = _unit_rows(rows, torch.cat([p.detach().reshape(-1) for p in params])).T
     data = [(ids, ids[:, 1:].reshape(-1))]
     sync_device(E)
     t0 = time.perf_counter()
@@ -113,7 +117,7 @@ def autograd_hvp(model, ids, V: torch.Tensor, math_kernel: bool = True, batched:
     a time or, with ``batched``, all at once vmapped over the columns (``is_grads_batched``); the
     products and the seconds per product (after one untimed warm-up, as for the engine)."""
     loss, w0 = _flat_loss(model, ids)
-    ctx = sdpa_kernel(SDPBackend.MATH) if math_kernel else _null()
+    ctx = sdpa_kernel(SDPBackend.MATH) if math_kernel else nullcontext()
     with ctx:
         w = w0.clone().requires_grad_(True)
         (g,) = torch.autograd.grad(loss(w), w, create_graph=True)
@@ -132,11 +136,3 @@ def autograd_hvp(model, ids, V: torch.Tensor, math_kernel: bool = True, batched:
         out = prod(V)
         sync_device(out)
     return out, (time.perf_counter() - t0) / V.shape[1]
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False

@@ -111,9 +111,7 @@ def hvp_timings(model, ids, V: torch.Tensor) -> dict:
         prods["autograd_hvp_batched"], out["autograd_hvp_batched_s"] = autograd_hvp(model, ids, V, batched=True)
     except RuntimeError as err:
         failures["autograd_hvp_batched"] = str(err).splitlines()[0][:200]
-    out["engine_cuda_graphs"] = (
-        {str(k): (g if isinstance(g, str) else "replayed") for k, g in op.graphs.items()} if op.cuda_graphs else "off"
-    )
+    out["engine_cuda_graphs"] = op.graph_status()
     return {"times": out, "products": prods, "failures": failures}
 
 

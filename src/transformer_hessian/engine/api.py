@@ -168,6 +168,13 @@ class HessianOperator:
         graph.replay()
         return static_out.clone()
 
+    def graph_status(self) -> dict | str:
+        """Per shape of ``v`` that has a CUDA graph, "replayed" or why capture failed; "off" where
+        the operator keeps every product eager (not on CUDA, or ``cuda_graphs=False``)."""
+        if not self.cuda_graphs:
+            return "off"
+        return {str(k): (g if isinstance(g, str) else "replayed") for k, g in self.graphs.items()}
+
     def _capture(self, v: torch.Tensor):
         """(graph, input buffer, output buffer) of one sweep, or why it could not be captured."""
         static_in = v.clone()
