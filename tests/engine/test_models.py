@@ -8,8 +8,10 @@ import fnmatch
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from torch import nn
 
 from transformer_hessian import exact_hessian
 from transformer_hessian.engine.ops.losses import causal_lm, cross_entropy, mse_loss
@@ -164,3 +166,47 @@ def test_the_papers_vit_through_the_graph_engine():
     x, y = torch.randn(3, 1, 8, 8, dtype=DT), torch.randint(0, 3, (3,))
     H = exact_hessian(model, x, y, loss="cross_entropy", progress=False)
     assert rel_err(H, reference(model, x, y, cross_entropy, _names(model))) <= TOL
+
+
+class _BareNorms(nn.Module):
+    """Norms without weights (RMSNorm and LayerNorm), grouped-query fused attention with a float
+    mask, a product of two differentiated values: the branches of the rules where a tangent or a
+    weight is absent."""
+
+    def __init__(self, d: int, h: int, kv: int, product: bool = True):
+        super().__init__()
+        self.h, self.kv, self.dh, self.product = h, kv, d // h, product
+        self.rms, self.ln = nn.RMSNorm(d, elementwise_affine=False), nn.LayerNorm(d, elementwise_affine=False)
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, kv * self.dh), nn.Linear(d, kv * self.dh, bias=False)
+        self.out = nn.Linear(d, 3)
+
+    def forward(self, x, mask):
+        B, T, C = x.shape
+        y = self.rms(x)
+        q = self.q(y).view(B, T, self.h, self.dh).transpose(1, 2)
+        k = self.k(y).view(B, T, self.kv, self.dh).transpose(1, 2)
+        v = self.v(self.ln(x)).view(B, T, self.kv, self.dh).transpose(1, 2)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        z = x + a.transpose(1, 2).reshape(B, T, C)
+        return self.out(self.ln(z) * self.rms(z) if self.product else self.ln(z) + self.rms(z))
+
+
+@SETTINGS
+@given(
+    T=st.integers(2, 5), kv=st.sampled_from([1, 2]), rep=st.sampled_from([1, 2]), dh=st.integers(2, 3),
+    B=st.integers(1, 3), rows=st.sampled_from([None, "v.*", "k.*", "q.weight"]), seed=st.integers(0, 2**16),
+)  # fmt: skip
+def test_bare_norms_gqa_float_mask_and_row_subsets(T, kv, rep, dh, B, rows, seed):
+    torch.manual_seed(seed)
+    h = kv * rep
+    model = _BareNorms(h * dh, h, kv).to(DT).eval()
+    x, mask = torch.randn(B, T, h * dh, dtype=DT), torch.randn(T, T, dtype=DT)
+    y = torch.randn(B, T, 3, dtype=DT)
+    names = _names(model, rows)
+    H = exact_hessian(model, (x, mask), y, loss="mse", params=rows, progress=False)
+    assert rel_err(H, reference(model, (x, mask), y, mse_loss, names)) <= TOL
+    # linear after the norms: their outputs' adjoints have zero tangents
+    model.product = False
+    fn = lambda out, t: (out * t).sum()  # noqa: E731
+    H = exact_hessian(model, (x, mask), y, loss=fn, params=rows, progress=False)
+    assert rel_err(H, reference(model, (x, mask), y, fn, names)) <= TOL

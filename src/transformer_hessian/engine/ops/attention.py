@@ -113,6 +113,7 @@ class ScaledDotProductAttention(Op):
             )
         o = A @ v
         self.q, self.k, self.v, self.A, self.o = q, k, v, A, o
+        self.As = A * self.s
         self._tan = None
         return o
 
@@ -124,14 +125,15 @@ class ScaledDotProductAttention(Op):
             return self._tan[1]
         tq, tk, tv = ts
         tk, tv = self._rep(tk), self._rep(tv)
-        s, q, k, A = self.s, self.q, self.k, self.A
-        St = _lmm(tq, _t(k))
+        q, k, A = self.q, self.k, self.A
+        # S' / s = q' k^T + q k'^T; A' = A * S' - A rowsum(A * S'), in place on the fresh S'
+        At = _lmm(tq, _t(k))
         if tk is not None:
-            St = tadd(St, q @ _t(tk))
-        At = None
-        if St is not None:
-            At = (St * s).mul_(A)
-            At = At - A * At.sum(-1, keepdim=True)
+            term = q @ _t(tk)
+            At = term if At is None else At.add_(term)
+        if At is not None:
+            At.mul_(self.As)
+            At.addcmul_(A, At.sum(-1, keepdim=True), value=-1)
         ot = tadd(_mm(At, self.v), _rmm(A, tv))
         self._tan = (key, (tk, tv, At, ot))
         return self._tan[1]
@@ -151,18 +153,29 @@ class ScaledDotProductAttention(Op):
         tq = ts[0]
         tk, tv, At, ot = self._tangents(ts)
         s, q, k, v, A, gS = self.s, self.q, self.k, self.v, self.A, self.gS
-        gAt = tadd(_lmm(gt, _t(v)), _mm(g, None if tv is None else _t(tv)))
+        # g_S' = A * (g_A' - rowsum(g' o + g o')) + A' * (g_A - r), in place on the fresh g_A'
+        gSt = _lmm(gt, _t(v))
+        if tv is not None:
+            term = g @ _t(tv)
+            gSt = term if gSt is None else gSt.add_(term)
         rt = tadd(None if gt is None else gt * self.o, None if ot is None else g * ot)
-        gSt = None
         if rt is not None:
             rt = rt.sum(-1, keepdim=True)
-            gSt = A * ((gAt if gAt is not None else 0.0) - rt)
+            gSt = (-rt).mul(A) if gSt is None else gSt.sub_(rt).mul_(A)
+        elif gSt is not None:
+            gSt.mul_(A)
         if At is not None:
-            gSt = tadd(gSt, At * self.gA_r)
-        gqt = tadd(_mm(gSt, k), _rmm(gS, tk))
-        gkt = tadd(_mm(None if gSt is None else _t(gSt), q), _rmm(_t(gS), tq))
-        gvt = tadd(_mm(None if At is None else _t(At), g), _rmm(_t(A), gt))
-        return [None if gqt is None else gqt * s, None if gkt is None else self._unrep(gkt) * s, self._unrep(gvt)]
+            gSt = At * self.gA_r if gSt is None else gSt.addcmul_(At, self.gA_r)
+        gqt = gkt = gvt = None
+        if need[0]:
+            gqt = tadd(_mm(gSt, k), _rmm(gS, tk))
+            gqt = None if gqt is None else gqt.mul_(s)
+        if need[1]:
+            gkt = tadd(_mm(None if gSt is None else _t(gSt), q), _rmm(_t(gS), tq))
+            gkt = None if gkt is None else self._unrep(gkt).mul_(s)
+        if need[2]:
+            gvt = self._unrep(tadd(_mm(None if At is None else _t(At), g), _rmm(_t(A), gt)))
+        return [gqt, gkt, gvt]
 
 
 @rule(aten._softmax.default, aten.softmax.int)

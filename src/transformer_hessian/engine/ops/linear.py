@@ -61,15 +61,28 @@ class Linear(Op):
             if tW is not None:
                 gx = tadd(gx, _g_times(g, tW))
         if need[1]:
-            x2 = _flat(x, False)
-            if gt is not None:
-                gW = _flat(gt, True).transpose(1, 2) @ x2
-            if tx is not None:
-                term = _flat(g, False).T @ _flat(tx, True)
-                gW = term if gW is None else gW.add_(term)
+            gW = _xt_g(_flat(x, False), _flat(g, False), None if gt is None else _flat(gt, True), tx)
+            gW = None if gW is None else gW.transpose(1, 2)
         if self.has_b and need[2] and gt is not None:
             gb = _flat(gt, True).sum(1)
         return [gx, gW, gb] if self.has_b else [gx, gW]
+
+
+def _xt_g(x2, g2, gt2, tx) -> torch.Tensor | None:
+    """(K, i, o) = x^T gt + tx^T g for rows x2 (N, i), g2 (N, o) and K tangents gt2 (K, N, o), tx
+    (K, .., i) (either None): the adjoint tangent of a weight (transposed for ``linear``), in one
+    product and one batched product added in place (2.2x faster than gt^T x + g^T tx at the
+    bench's shapes, docs/timings.md)."""
+    out = None
+    if gt2 is not None:
+        out = torch.matmul(x2.T, gt2)
+    if tx is not None:
+        tx2 = _flat(tx, True).transpose(1, 2)
+        if out is None:
+            out = torch.matmul(tx2, g2)
+        else:
+            out.baddbmm_(tx2, g2.expand(tx2.shape[0], *g2.shape))
+    return out
 
 
 def _g_times(g: torch.Tensor, tW: torch.Tensor) -> torch.Tensor:
@@ -125,7 +138,7 @@ class Addmm(Op):
             gx = tadd(None if gt is None else gt @ M.T, None if tM is None else torch.matmul(g, tM.transpose(1, 2)))
             gx = gx if gx is None or a == 1 else gx * a
         if need[2]:
-            gM = tadd(None if gt is None else x.T @ gt, None if tx is None else tx.transpose(1, 2) @ g)
+            gM = _xt_g(x, g, gt, tx)
             gM = gM if gM is None or a == 1 else gM * a
         return [gb, gx, gM]
 

@@ -50,13 +50,12 @@ class _Norm(Op):
     def _affine_tangents(self, g2, gt2, nt, gam, tg):
         """Of y = n gamma + beta: (g_gamma' = sum g' n + g n', g_beta' = sum g', g_n' = g' gamma +
         g gamma'), rows of K tangents, None where zero."""
-        parts = (
-            []
-            if not self.has_g
-            else [(gt2 * self.n).sum(1) if gt2 is not None else None, (g2 * nt).sum(1) if nt is not None else None]
-        )
-        parts = [t for t in parts if t is not None]
-        ggt = None if not parts else parts[0] if len(parts) == 1 else parts[0] + parts[1]
+        ggt = None
+        if self.has_g and gt2 is not None:
+            prod = gt2 * self.n
+            ggt = (prod if nt is None else prod.addcmul_(g2, nt)).sum(1)
+        elif self.has_g and nt is not None:
+            ggt = (g2 * nt).sum(1)
         gbt = None if gt2 is None else gt2.sum(1)
         gnt = None if gt2 is None else (gt2 * gam if gam is not None else gt2)
         if tg is not None:
@@ -191,7 +190,7 @@ class RMSNorm(_Norm):
     def _n_tangent(self, tx):
         t = _rows(tx, True, self.d)
         a = _mean(self.n * t)
-        return self.r * (t - self.n * a), a
+        return t.addcmul(self.n, a, value=-1).mul_(self.r), a
 
     def adjoint(self, xs, y, g, need):
         x, gam, _ = self._split(xs)
@@ -201,7 +200,15 @@ class RMSNorm(_Norm):
         gx = r * (gn - n * _mean(gn * n))
         return self._join(gx.reshape(self.x_shape), (g2 * n).sum(0), None)
 
+    def _c(self, gn, m):
+        """g_x / r = g_n - n m, computed once per adjoint."""
+        if getattr(self, "_c_of", None) is not gn:
+            self._c_of, self._c_val = gn, gn - self.n * m
+        return self._c_val
+
     def adjoint_tangent(self, xs, ts, y, g, gt, need):
+        """g_x' = r (g_n' - m n' - n (mean(g_n' n) + mean(g_n n')) - r a (g_n - n m)) (the class
+        docstring's terms gathered: one pass per term over the K tangents)."""
         x, gam, _ = self._split(xs)
         tx, tg, _ = self._split(ts)
         n, r, d = self.n, self.r, self.d
@@ -213,11 +220,20 @@ class RMSNorm(_Norm):
         ggt, _, gnt = self._affine_tangents(g2, gt2, nt, gam, tg)
         gn, m = self._adjoint_parts(g, gam)
         gxt = None
-        if gnt is not None:
-            gxt = r * (gnt - n * _mean(gnt * n))
-        if nt is not None:
-            # r' (g_n - n m) + r (-n' m - n mean(g_n n'))
-            extra = -(r * r * a) * (gn - n * m) + r * (-nt * m - n * _mean(gn * nt))
-            gxt = extra if gxt is None else gxt + extra
-        gxt = None if gxt is None else gxt.reshape(gxt.shape[0], *self.x_shape)
+        if need[0] and (gnt is not None or nt is not None):
+            if gnt is None:
+                mm = _mean(gn * nt)
+                gxt = nt * (-m)
+            else:
+                prod = gnt * n
+                if nt is not None:
+                    prod.addcmul_(gn, nt)
+                mm = _mean(prod)
+                gxt = gnt.clone() if gnt is gt2 else gnt
+                if nt is not None:
+                    gxt.addcmul_(nt, m, value=-1)
+            gxt.addcmul_(n, mm, value=-1)
+            if a is not None:
+                gxt.addcmul_(self._c(gn, m), r * a, value=-1)
+            gxt = gxt.mul_(r).reshape(gxt.shape[0], *self.x_shape)
         return self._join(gxt, ggt, None)
