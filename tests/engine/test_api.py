@@ -243,3 +243,29 @@ def test_blocks_of_any_size_equal_autograd(K, kind, layers, seed):
     names = [n for n, _ in model.named_parameters()]
     H = dense_hessian(prepare(model, inputs, ids, loss="causal_lm"), K)
     assert rel_err(H, reference(model, inputs, ids, causal_lm, names)) <= TOL
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(
+    sizes=st.lists(st.integers(1, 5), min_size=1, max_size=5),
+    tile=st.integers(1, 7),
+    seed=st.integers(0, 2**16),
+)
+def test_symmetric_completion_tile_by_tile_equals_the_masks(sizes, tile, seed):
+    """complete_symmetric_ with tiles smaller than H (its shortcuts for tiles swept on one side or
+    on both) against the masks applied to the whole matrix at once."""
+    from transformer_hessian.engine.sweep import complete_symmetric_
+
+    g = torch.Generator().manual_seed(seed)
+    col_rank = torch.cat([torch.full((n,), r) for r, n in enumerate(sizes)])
+    # rows' blocks start at or before their parameter's first use (a block may begin in an earlier one)
+    row_first = (col_rank - torch.randint(0, 2, col_rank.shape, generator=g)).clamp(min=0)
+    P = len(col_rank)
+    S = torch.randn(P, P, dtype=DT, generator=g)
+    S = S + S.T  # the swept entries: those of a symmetric matrix
+    ma = col_rank.unsqueeze(0) >= row_first.unsqueeze(1)
+    swept = torch.where(ma, S, torch.full_like(S, float("nan")))
+    want = S.clone()
+    H = complete_symmetric_(swept.clone(), row_first, col_rank, tile=tile)
+    assert torch.equal(H, H.T)
+    assert torch.allclose(H, want, rtol=0, atol=1e-14)

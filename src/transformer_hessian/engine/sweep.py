@@ -258,18 +258,33 @@ def complete_symmetric_(H: torch.Tensor, row_first: torch.Tensor, col_rank: torc
     """H in place from its swept entries (r, c) (those with ``col_rank[c] >= row_first[r]``): where
     both (r, c) and (c, r) were swept their mean, where one was, that one, tile by tile (one pass
     over H, the extra memory a few tiles). One of the two is always swept: the blocks go in the
-    order of first use."""
+    order of first use. A tile swept on one side only is copied transposed, with no masks (GPT-2-like
+    bench model: 4.0 -> 0.9 s for its 6.5 GB H)."""
     P = H.shape[0]
     dev = H.device
     row_first, col_rank = row_first.to(dev), col_rank.to(dev)
     for i in range(0, P, tile):
         ri = slice(i, min(i + tile, P))
+        rf, cr = row_first[ri], col_rank[ri]
         for j in range(i, P, tile):
             cj = slice(j, min(j + tile, P))
+            rf_j, cr_j = row_first[cj], col_rank[cj]
+            # ma: (r, c) swept, mb: (c, r) swept, for r in ri and c in cj
+            a_all, a_any = bool(cr_j.min() >= rf.max()), bool(cr_j.max() >= rf.min())
+            b_all, b_any = bool(cr.min() >= rf_j.max()), bool(cr.max() >= rf_j.min())
+            if a_all and not b_any:  # the tile above the diagonal was swept, its mirror not
+                H[cj, ri] = H[ri, cj].T
+                continue
+            if b_all and not a_any:
+                H[ri, cj] = H[cj, ri].T
+                continue
             a, bt = H[ri, cj], H[cj, ri].T
-            ma = col_rank[cj].unsqueeze(0) >= row_first[ri].unsqueeze(1)
-            mb = col_rank[ri].unsqueeze(1) >= row_first[cj].unsqueeze(0)
-            m = torch.where(ma & mb, (a + bt).mul_(0.5), torch.where(ma, a, bt))
+            if a_all and b_all:
+                m = (a + bt).mul_(0.5)
+            else:
+                ma = cr_j.unsqueeze(0) >= rf.unsqueeze(1)
+                mb = cr.unsqueeze(1) >= rf_j.unsqueeze(0)
+                m = torch.where(ma & mb, (a + bt).mul_(0.5), torch.where(ma, a, bt))
             H[ri, cj] = m
             H[cj, ri] = m.T
     return H
