@@ -131,6 +131,7 @@ class Run:
                     if t is not None:
                         tan[step.node] = t
             adjt: dict[Node, torch.Tensor] = {}
+            owned: set[Node] = set()  # adjoint tangents allocated here (sums): added to in place
             for step in reversed(steps):
                 node, op = step.node, step.op
                 g = self.adj.get(node)
@@ -143,11 +144,23 @@ class Run:
                 need = needs[step.pos - first]
                 if not any(need):
                     continue
+                into = getattr(op, "transpose_into", None)
+                if into is not None:  # a selection: its adjoint tangent added into the input's place
+                    if gt is not None and need[0]:
+                        i = op.inputs[0]
+                        acc = adjt.get(i)
+                        if i not in owned:
+                            full = gt.new_zeros((gt.shape[0], *op.shape_in))
+                            acc = full if acc is None else full.add_(acc)
+                            adjt[i] = acc
+                            owned.add(i)
+                        into(acc, gt)
+                    continue
                 xs = [env[i] for i in op.inputs]
                 res = op.adjoint_tangent(xs, ts, env[node], g, gt, need)
                 for i, gi, nd in zip(op.inputs, res, need, strict=True):
                     if nd and gi is not None:
-                        adjt[i] = adjt[i] + gi if i in adjt else gi
+                        _accumulate(adjt, owned, i, gi)
         out = {}
         for n in cap.names:
             if self.rank[n] < first:
@@ -167,6 +180,19 @@ class Run:
             if isinstance(v, torch.Tensor):
                 total += v.numel() * v.element_size()
         return total
+
+
+def _accumulate(adjt: dict, owned: set, i: Node, gi: torch.Tensor) -> None:
+    """adjt[i] += gi: in place into a sum this sweep allocated, else a new sum (a rule's result
+    may be shared, e.g. a sum's transpose hands the same tensor to both inputs)."""
+    acc = adjt.get(i)
+    if acc is None:
+        adjt[i] = gi
+    elif i in owned and torch.broadcast_shapes(acc.shape, gi.shape) == acc.shape:
+        acc.add_(gi)
+    else:
+        adjt[i] = acc + gi
+        owned.add(i)
 
 
 def _as_recorded(v, node: Node):

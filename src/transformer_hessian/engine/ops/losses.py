@@ -81,7 +81,7 @@ class _Loss(Op):
 
     def adjoint_tangent(self, xs, ts, y, g, gt, need):
         t = ts[0]
-        out = None if t is None else self.curvature(xs[0], t) * g
+        out = None if t is None else self.curvature(xs[0], t).mul_(g)
         if gt is not None:
             term = gt.reshape(-1, *([1] * xs[0].dim())) * self.grad(xs[0])
             out = term if out is None else out + term
@@ -125,17 +125,19 @@ class CausalLM(_Loss):
         self.count = int(self.counted.sum())
 
     def _p_and_w(self, out):
-        """The probabilities and the weights of the counted positions, computed once per value."""
+        """The probabilities, the weights of the counted positions and their product, computed
+        once per value."""
         if getattr(self, "_pw_of", None) is not out:
             z = out[:, :-1]
             w = self.counted.unsqueeze(-1).to(z.dtype) / max(self.count, 1)
-            self._pw_of, self._pw = out, (torch.softmax(z, -1), w)
+            p = torch.softmax(z, -1)
+            self._pw_of, self._pw = out, (p, w, p * w)
         return self._pw
 
     def grad(self, out):
         if getattr(self, "_g_of", None) is out:
             return self._g
-        p, w = self._p_and_w(out)
+        p, w, _ = self._p_and_w(out)
         y = F.one_hot(self.next_ids.clamp(min=0).long(), out.shape[-1]).to(p.dtype)
         g = torch.zeros_like(out)
         g[:, :-1] = (p - y) * w
@@ -143,10 +145,13 @@ class CausalLM(_Loss):
         return g
 
     def curvature(self, out, t):
-        p, w = self._p_and_w(out)
+        p, _, pw = self._p_and_w(out)
         tz = t[:, :, :-1]
-        h = t.new_zeros(t.shape)
-        h[:, :, :-1] = (p * tz - p * (p * tz).sum(-1, keepdim=True)) * w
+        h = t.new_empty(t.shape)
+        h[:, :, -1] = 0.0
+        # (p tz - p <p, tz>) w, written into h's counted positions
+        hz = torch.mul(pw, tz, out=h[:, :, :-1])
+        hz.addcmul_(pw, (p * tz).sum(-1, keepdim=True), value=-1)
         return h
 
     def forward(self, xs):

@@ -153,9 +153,14 @@ class LayerNorm(_Norm):
         gn, m = self._adjoint_parts(g, gam)
         gxt = None
         if gnt is not None:
-            gxt = (gnt - _mean(gnt)).addcmul_(n, _mean(gnt * n), value=-1)
-        if nt is not None:
-            gxt = nt * (-m) if gxt is None else gxt.addcmul_(nt, m, value=-1)
+            prod = gnt * n  # mean(g_n' n) + mean(g_n n') in one mean
+            if nt is not None:
+                prod.addcmul_(gn, nt)
+            gxt = (gnt - _mean(gnt)).addcmul_(n, _mean(prod), value=-1)
+            if nt is not None:
+                gxt.addcmul_(nt, m, value=-1)
+        elif nt is not None:
+            gxt = nt * (-m)
             gxt.addcmul_(n, _mean(gn * nt), value=-1)
         if gxt is not None:
             gxt = gxt.div_(sigma)

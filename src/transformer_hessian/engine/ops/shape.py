@@ -154,6 +154,12 @@ class _Indexed(LinearOp):
         out[(slice(None), *self.index) if batched else self.index] = g
         return [out]
 
+    def transpose_into(self, acc: torch.Tensor, gt: torch.Tensor) -> None:
+        """acc (K tangents of the input) += the transpose of gt, in place: what the sweep calls
+        instead of :meth:`adjoint_tangent`, so that the pieces of a split (q, k, v of a fused
+        projection) land in one tensor instead of one of zeros each, summed."""
+        acc[(slice(None), *self.index)] += gt
+
 
 @rule(aten.slice.Tensor, aten.select.int, aten.narrow.default)
 class Slice(_Indexed):
