@@ -272,8 +272,8 @@ def dense_hessian(run: Run, K: int, progress: Callable[[int, int], None] | None 
             rows = slice(cols[n].start + a0, cols[n].start + a1)
             row_first[rows] = first
             for m, t in res.items():
-                if t is not None:
-                    H[rows, cols[m]] = t[k : k + a1 - a0].reshape(a1 - a0, -1)
+                if t is not None:  # one strided copy (a weight's rows may come transposed)
+                    H[rows, cols[m]].view(a1 - a0, *cap.shapes[m]).copy_(t[k : k + a1 - a0])
             k += a1 - a0
         if progress is not None:
             progress(b + 1, len(todo))
