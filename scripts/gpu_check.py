@@ -92,18 +92,20 @@ class Clock:
             raise BudgetExceeded(f"time budget of {self.budget_s:.0f} s spent during {what}")
 
 
-def sync(dev: torch.device) -> None:
-    """Wait for queued kernels on CUDA (no-op on the CPU)."""
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
+def sync_device(dev: torch.device) -> None:
+    """Wait for queued kernels on CUDA (the bench's own, imported where called: a package that fails
+    to import fails the section, not the script)."""
+    from transformer_hessian.bench.lm_peers import sync_device as sync
+
+    sync(dev)
 
 
 def timed(dev: torch.device, fn):
     """(result, seconds) of ``fn()``, synchronised on CUDA."""
-    sync(dev)
+    sync_device(dev)
     t0 = time.perf_counter()
     out = fn()
-    sync(dev)
+    sync_device(dev)
     return out, time.perf_counter() - t0
 
 
@@ -504,7 +506,7 @@ def _spectrum(chk: Check, whole: bool) -> dict:
             chk.clock.check(what)
             return mv0(V)
 
-        sync(chk.dev)
+        sync_device(chk.dev)
         t0 = time.perf_counter()
         # one start vector for both dtypes (drawn in float64, cast), so that the float64-float32
         # difference is one of precision, not of two Lanczos starts (spectrum._gaussian draws
@@ -512,10 +514,10 @@ def _spectrum(chk: Check, whole: bool) -> dict:
         v0 = torch.randn(1, w.numel(), generator=torch.Generator().manual_seed(271), dtype=torch.float64)
         runs = ritz(*lanczos_tridiagonal(mv, v0.to(w.device, w.dtype), s.lanczos_steps, seed=0))
         top = top_eigenvalues(mv, w, s.n_eigenvalues, s.lanczos_steps, runs=runs)
-        sync(chk.dev)
+        sync_device(chk.dev)
         t1 = time.perf_counter()
         tr = hutchinson_trace(mv, w, s.n_probes, seed=0)
-        sync(chk.dev)
+        sync_device(chk.dev)
         t2 = time.perf_counter()
         name = str(dtype).replace("torch.", "")
         per[name] = {"top": top["eigenvalues"], "top_residuals": top["residuals"], "trace": tr["mean"]}

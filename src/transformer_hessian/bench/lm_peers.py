@@ -28,10 +28,12 @@ def _flat_loss(model, ids):
     return loss, w0
 
 
-def sync_device(t: torch.Tensor) -> None:
-    """Wait for the device that holds ``t`` (CUDA work is asynchronous; a timer needs it done)."""
-    if t.device.type == "cuda":
-        torch.cuda.synchronize(t.device)
+def sync_device(t: torch.Tensor | torch.device) -> None:
+    """Wait for a device, or the one that holds the tensor ``t`` (CUDA work is asynchronous; a
+    timer needs it done); a no-op elsewhere."""
+    dev = t if isinstance(t, torch.device) else t.device
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
 
 
 def _unit_rows(rows: torch.Tensor, w0: torch.Tensor) -> torch.Tensor:
