@@ -210,3 +210,35 @@ def test_bare_norms_gqa_float_mask_and_row_subsets(T, kv, rep, dh, B, rows, seed
     fn = lambda out, t: (out * t).sum()  # noqa: E731
     H = exact_hessian(model, (x, mask), y, loss=fn, params=rows, progress=False)
     assert rel_err(H, reference(model, (x, mask), y, fn, names)) <= TOL
+
+
+class _Selections(nn.Module):
+    """Every kind of selection of one value, its pieces used more than once, and one other use of
+    the whole after them: split along the tokens, chunk along the features, unbind, a strided
+    slice, select and narrow (the sweep adds their adjoint tangents into one tensor in place, on
+    top of the later use's)."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.a, self.b = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+
+    def forward(self, x):
+        y = torch.tanh(self.a(x))  # (B, T, 2d)
+        T = y.shape[1]
+        first, rest = y.split([1, T - 1], dim=1)
+        lo, hi = y.chunk(2, dim=-1)
+        rows = y.unbind(1)
+        ev = y[:, :, ::2]  # (B, T, d)
+        z = torch.cat([rest, first], 1) * torch.cat([lo, lo], -1) + torch.cat([ev, ev], -1)
+        z = z + rows[0].unsqueeze(1) * y.select(1, -1).unsqueeze(1) + hi.narrow(-1, 0, 1) * z
+        return self.b(torch.sin(z) + y)
+
+
+@SETTINGS
+@given(d=st.integers(1, 3), T=st.integers(2, 4), B=st.integers(1, 3), seed=st.integers(0, 2**16))
+def test_selections_of_one_value_used_many_times(d, T, B, seed):
+    torch.manual_seed(seed)
+    model = _Selections(d).to(DT).eval()
+    x, y = torch.randn(B, T, d, dtype=DT), torch.randn(B, T, d, dtype=DT)
+    H = exact_hessian(model, x, y, loss="mse", progress=False)
+    assert rel_err(H, reference(model, x, y, mse_loss, _names(model))) <= TOL
