@@ -17,6 +17,10 @@ identity), and its adjoint tangent is its block of Hessian columns. So an operat
 parameter and no operation reads another's state. ``mixes_tokens`` tells graph-level passes
 whether an output position reads other positions (attention, a mean over tokens).
 
+A selection (a slice or a piece of a split) may also give ``transpose_into(acc, g')``: its
+adjoint tangent added in place into the input's (the sweep calls it instead of
+``adjoint_tangent``, so that the pieces of one value land in one tensor).
+
 An operation is one class registered for the torch operations it implements (:func:`rule`);
 :data:`RULES` is the table the front end (:mod:`.capture`) looks them up in.
 """
