@@ -130,8 +130,7 @@ class Run:
                     t = op.tangent([env[i] for i in op.inputs], ts, env[step.node])
                     if t is not None:
                         tan[step.node] = t
-            adjt: dict[Node, torch.Tensor] = {}
-            owned: set[Node] = set()  # adjoint tangents allocated here (sums): added to in place
+            adjt = _Sums()
             for step in reversed(steps):
                 node, op = step.node, step.op
                 g = self.adj.get(node)
@@ -147,20 +146,13 @@ class Run:
                 into = getattr(op, "transpose_into", None)
                 if into is not None:  # a selection: its adjoint tangent added into the input's place
                     if gt is not None and need[0]:
-                        i = op.inputs[0]
-                        acc = adjt.get(i)
-                        if i not in owned:
-                            full = gt.new_zeros((gt.shape[0], *op.shape_in))
-                            acc = full if acc is None else full.add_(acc)
-                            adjt[i] = acc
-                            owned.add(i)
-                        into(acc, gt)
+                        into(adjt.own(op.inputs[0], (gt.shape[0], *op.shape_in), gt), gt)
                     continue
                 xs = [env[i] for i in op.inputs]
                 res = op.adjoint_tangent(xs, ts, env[node], g, gt, need)
                 for i, gi, nd in zip(op.inputs, res, need, strict=True):
                     if nd and gi is not None:
-                        _accumulate(adjt, owned, i, gi)
+                        adjt.add(i, gi)
         out = {}
         for n in cap.names:
             if self.rank[n] < first:
@@ -182,17 +174,34 @@ class Run:
         return total
 
 
-def _accumulate(adjt: dict, owned: set, i: Node, gi: torch.Tensor) -> None:
-    """adjt[i] += gi: in place into a sum this sweep allocated, else a new sum (a rule's result
-    may be shared, e.g. a sum's transpose hands the same tensor to both inputs)."""
-    acc = adjt.get(i)
-    if acc is None:
-        adjt[i] = gi
-    elif i in owned and torch.broadcast_shapes(acc.shape, gi.shape) == acc.shape:
-        acc.add_(gi)
-    else:
-        adjt[i] = acc + gi
-        owned.add(i)
+class _Sums(dict):
+    """The adjoint tangents of a sweep's reverse pass, node -> (K, ...) tensor. Those the pass
+    allocated itself (sums) are added to in place; the others may be shared with another of a
+    rule's results (a sum's transpose hands the same tensor to both inputs) and are not."""
+
+    def __init__(self):
+        super().__init__()
+        self.owned: set[Node] = set()
+
+    def add(self, i: Node, gi: torch.Tensor) -> None:
+        """self[i] += gi."""
+        acc = self.get(i)
+        if acc is None:
+            self[i] = gi
+        elif i in self.owned and torch.broadcast_shapes(acc.shape, gi.shape) == acc.shape:
+            acc.add_(gi)
+        else:
+            self[i] = acc + gi
+            self.owned.add(i)
+
+    def own(self, i: Node, shape: tuple, like: torch.Tensor) -> torch.Tensor:
+        """self[i] as a tensor of ``shape`` this pass owns (zeros plus what was there), to add into."""
+        if i not in self.owned or tuple(self[i].shape) != tuple(shape):
+            full = like.new_zeros(shape)
+            acc = self.get(i)
+            self[i] = full if acc is None else full.add_(acc)
+            self.owned.add(i)
+        return self[i]
 
 
 def _as_recorded(v, node: Node):

@@ -21,10 +21,6 @@ def _t(x):
     return x.transpose(-1, -2)
 
 
-def _mm(a, b):
-    return None if a is None or b is None else a @ b
-
-
 def _lmm(x, y):
     """x @ y for K tangents x (K, *batch, R, C) and a value y (*batch, C, M): the K axis folded into
     the rows, so that each (batch) product is one (K R, C) x (C, M) matrix product instead of K
