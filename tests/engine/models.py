@@ -118,7 +118,8 @@ def reference(model, inputs, targets, loss_fn, names, head=None) -> torch.Tensor
         )
         kwargs = dict(inputs) if isinstance(inputs, dict) else {}
         out = functional_call(model, mp, args, kwargs)
-        out = out.logits if hasattr(out, "logits") else out[0] if isinstance(out, tuple) else out
+        out = out.logits if hasattr(out, "logits") else out.to_tuple() if hasattr(out, "to_tuple") else out
+        out = out[0] if isinstance(out, tuple) else out
         if head is not None:
             hp = {n[5:]: v for n, v in ps.items() if n not in own}
             out = functional_call(head, hp, (out.mean(1),))

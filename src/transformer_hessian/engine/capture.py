@@ -28,6 +28,7 @@ from torch.utils import _pytree as pytree
 
 from . import ops  # noqa: F401  (fills the rule table)
 from .contract import RULES, Op
+from .inplace import out_of_place
 from .ops.losses import causal_lm, cross_entropy, mse_loss
 from .ops.shape import SPLITS, SplitItem
 
@@ -50,7 +51,7 @@ class UnsupportedOperation(ValueError):
 
 
 class _Wrapped(nn.Module):
-    """The model, the output it returns (a tensor, ``.logits`` or the first of a tuple), the
+    """The model, the output it returns (:func:`pick_output`), the
     optional head on the token mean, and a callable loss."""
 
     def __init__(self, model: nn.Module, head: nn.Module | None, loss_fn):
@@ -65,16 +66,22 @@ class _Wrapped(nn.Module):
 
 
 def pick_output(out):
-    """A model's output tensor: the tensor itself, ``out.logits`` (Hugging Face), or the first
-    element of a tuple or list."""
+    """A model's output tensor: the tensor itself, ``out.logits`` (Hugging Face), the first field
+    of any other Hugging Face output (``last_hidden_state`` of ``BertModel``, ``T5EncoderModel``,
+    ``CLIPTextModel``), or the first element of a tuple or list."""
     if isinstance(out, torch.Tensor):
         return out
     logits = getattr(out, "logits", None)
     if isinstance(logits, torch.Tensor):
         return logits
+    if callable(getattr(out, "to_tuple", None)):  # a Hugging Face ModelOutput: its fields that are set
+        out = out.to_tuple()
     if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
         return out[0]
-    raise TypeError(f"model output: expected a tensor, an object with .logits or a tuple, got {type(out).__name__}")
+    raise TypeError(
+        "model output: expected a tensor, an object with .logits, a Hugging Face output or a tuple, "
+        f"got {type(out).__name__}"
+    )
 
 
 def model_inputs(model: nn.Module, inputs) -> tuple[tuple, dict]:
@@ -281,12 +288,17 @@ def _map_rules(cap: Captured) -> None:
     live: set[Node] = {ph for phs in cap.placeholders.values() for ph in phs}
     refused: list[str] = []
     steps: list[Step] = []
+    order = {n: i for i, n in enumerate(cap.graph.nodes)}
     for node in cap.graph.nodes:
         if node.op != "call_function" or node in live:
             continue
         if not any(i in live for i in node.all_input_nodes):
             continue
         live.add(node)
+        why = out_of_place(node, order)  # x += y in the model's code: its functional form
+        if why is not None:
+            refused.append(f"{node.target}: {why} ({_where(node)})")
+            continue
         t = node.target
         if t in _CHECKS:
             continue

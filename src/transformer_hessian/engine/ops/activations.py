@@ -1,6 +1,6 @@
 """Elementwise nonlinear functions of one input: activations (ReLU, GELU with erf or tanh, SiLU,
-tanh, sigmoid) and the pieces of hand-written norms and activations (powers, square roots, exp,
-log, sin, cos). Each gives its first and second derivative (:class:`.contract.Pointwise`)."""
+tanh, sigmoid, squared ReLU's square) and the pieces of hand-written norms and activations (powers,
+square roots, exp, log, sin, cos). Each gives its first and second derivative (:class:`.contract.Pointwise`)."""
 
 from __future__ import annotations
 
@@ -167,6 +167,17 @@ class Reciprocal(Pointwise):
 
     def d2(self, x, y):
         return 2.0 * y**3
+
+
+@rule(aten.square.default)
+class Square(Pointwise):
+    """x^2 (Persimmon's squared ReLU, ``torch.square``): f' = 2x, f'' = 2."""
+
+    def d1(self, x, y):
+        return 2.0 * x
+
+    def d2(self, x, y):
+        return torch.full_like(x, 2.0)
 
 
 @rule(aten.pow.Tensor_Scalar)

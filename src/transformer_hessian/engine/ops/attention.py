@@ -3,16 +3,18 @@ formulas here: float and bool masks, ``is_causal``, ``scale``, grouped-query hea
 softmax and log-softmax of hand-written attention and losses.
 
 Per batch and head, with s the scale and M the additive mask: S = s q k^T + M, A = softmax(S),
-o = A v. Tangents S' = s (q' k^T + q k'^T), A' = A * (S' - rowsum(A * S')), o' = A' v + A v';
+o = A v. Tangents S' = s (q' k^T + q k'^T) + M', A' = A * (S' - rowsum(A * S')), o' = A' v + A v';
 adjoints g_A = g v^T, g_v = A^T g, g_S = A * (g_A - rowsum(A * g_A)), g_q = s g_S k,
-g_k = s g_S^T q; their tangents are the second-order chain rule of the softmax and the two
-products (docs/theory.md, "Operations of any model": attention). Masked entries have A = 0."""
+g_k = s g_S^T q, g_M = g_S; their tangents are the second-order chain rule of the softmax and the
+two products (docs/theory.md, "Operations of any model": attention). Masked entries have A = 0.
+A float mask may depend on the parameters (T5's relative position bias): M' and g_M' = g_S'
+(summed over the axes it is broadcast along)."""
 
 from __future__ import annotations
 
 import torch
 
-from ..contract import Op, rule, shape_of, tadd
+from ..contract import Op, as_tangent, rule, shape_of, sum_to, tadd
 
 aten = torch.ops.aten
 
@@ -89,7 +91,14 @@ class ScaledDotProductAttention(Op):
         if isinstance(mask, torch.fx.Node) and self.causal:
             raise NotImplementedError("scaled_dot_product_attention with both attn_mask and is_causal")
         self.inputs = [q, k, v]
-        self.index_nodes = [mask] if isinstance(mask, torch.fx.Node) else []
+        self.index_nodes = []
+        self.m_shape = None
+        if isinstance(mask, torch.fx.Node):
+            if mask.meta["val"].is_floating_point():  # an additive bias: it may depend on the parameters (T5)
+                self.inputs.append(mask)
+                self.m_shape = shape_of(mask)
+            else:
+                self.index_nodes = [mask]
         self.q_shape, self.k_shape, self.v_shape = shape_of(q), shape_of(k), shape_of(v)
         self.rep = self.q_shape[-3] // self.k_shape[-3] if self.gqa and len(self.q_shape) >= 3 else 1
 
@@ -119,7 +128,9 @@ class ScaledDotProductAttention(Op):
         return t.reshape(*shape[:-3], shape[-3] // self.rep, self.rep, *shape[-2:]).sum(-3)
 
     def forward(self, xs):
-        q, k, v = xs
+        q, k, v = xs[:3]
+        if self.m_shape is not None:
+            self.mask = xs[3]
         k, v = self._rep(k), self._rep(v)
         self.s = self.scale if self.scale is not None else q.shape[-1] ** -0.5
         S = (q @ _t(k)) * self.s
@@ -143,16 +154,22 @@ class ScaledDotProductAttention(Op):
         key = tuple(ts)
         if self._tan is not None and all(a is b for a, b in zip(self._tan[0], key, strict=True)):
             return self._tan[1]
-        tq, tk, tv = ts
+        tq, tk, tv = ts[:3]
+        tm = ts[3] if len(ts) > 3 else None
         tk, tv = self._rep(tk), self._rep(tv)
         q, k, A = self.q, self.k, self.A
-        # S' / s = q' k^T + q k'^T; A' = A * S' - A rowsum(A * S'), in place on the fresh S'
+        # S' = s (q' k^T + q k'^T) + M' (M the additive mask); A' = A * S' - A rowsum(A * S'), in
+        # place on the fresh S'
         At = _lmm(tq, _t(k))
         if tk is not None:
             term = q @ _t(tk)
             At = term if At is None else At.add_(term)
         if At is not None:
             At.mul_(self.As)
+        if tm is not None:
+            term = as_tangent(tm, A.shape) * A
+            At = term if At is None else At.add_(term)
+        if At is not None:
             At.addcmul_(A, At.sum(-1, keepdim=True), value=-1)
         ot = tadd(_kmm(At, self.v), _rmm(A, tv))
         self._tan = (key, (tk, tv, At, ot))
@@ -167,7 +184,8 @@ class ScaledDotProductAttention(Op):
         r = (A * gA).sum(-1, keepdim=True)
         gS = A * (gA - r)
         self.gA_r, self.gS = gA - r, gS
-        return [(gS @ k) * s, self._unrep(_t(gS) @ q) * s, self._unrep(_t(A) @ g)]
+        out = [(gS @ k) * s, self._unrep(_t(gS) @ q) * s, self._unrep(_t(A) @ g)]
+        return out if self.m_shape is None else out + [sum_to(gS, self.m_shape) if need[3] else None]
 
     def adjoint_tangent(self, xs, ts, y, g, gt, need):
         tq = ts[0]
@@ -195,7 +213,9 @@ class ScaledDotProductAttention(Op):
             gkt = None if gkt is None else self._unrep(gkt).mul_(s)
         if need[2]:
             gvt = self._unrep(tadd(_kmm(None if At is None else _t(At), g), _rmm(_t(A), gt)))
-        return [gqt, gkt, gvt]
+        if self.m_shape is None:
+            return [gqt, gkt, gvt]
+        return [gqt, gkt, gvt, None if gSt is None or not need[3] else sum_to(gSt, self.m_shape, True)]
 
 
 @rule(aten._softmax.default, aten.softmax.int)

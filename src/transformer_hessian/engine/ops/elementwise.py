@@ -150,10 +150,11 @@ class MulDiv(Op):
         return out
 
 
-@rule(aten.where.self, aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+@rule(aten.where.self, aten.where.ScalarOther, aten.where.ScalarSelf, aten.masked_fill.Scalar, aten.masked_fill.Tensor)
 class Select(LinearOp):
-    """``where(cond, a, b)`` and ``masked_fill(x, mask, value)`` with a condition that does not
-    depend on the parameters: entries are taken from one input or are constants."""
+    """``where(cond, a, b)`` (either branch may be a number) and ``masked_fill(x, mask, value)``
+    with a condition that does not depend on the parameters: entries are taken from one input or
+    are constants."""
 
     def __init__(self, node):
         super().__init__(node)

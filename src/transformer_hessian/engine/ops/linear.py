@@ -1,5 +1,6 @@
 """Maps linear in each of two inputs: ``linear`` (x W^T + b), ``addmm`` (b + x W: Hugging Face's
-Conv1D), matrix products of two values (hand-written attention, a weight used directly), embedding
+Conv1D), matrix products of two values (hand-written attention, a weight used directly; ``baddbmm``
+adds a third value to one, as Bloom's ALiBi scores), embedding
 lookups and 2-d convolutions (a ViT's patch embedding). A weight is an input like any other, so a
 weight used twice (tied embeddings) gathers the adjoint tangents of both uses."""
 
@@ -193,6 +194,39 @@ class MatMul(Op):
             )
             gb = None if gb is None else sum_to(_full(gb, y.shape[:-2] + b.shape[-2:]), self.b_shape, True)
         return [ga, gb]
+
+
+@rule(aten.baddbmm.default)
+class Baddbmm(MatMul):
+    """y = beta c + alpha a @ b (batched 3-d products; Bloom adds its ALiBi bias c to the attention
+    scores so): the matrix product's rules times alpha, and c's linear term times beta."""
+
+    def __init__(self, node):
+        Op.__init__(self, node)  # not MatMul's: the operands come second and third
+        c, a, b = node.args[:3]
+        self.inputs = [a, b, c]
+        self.a_shape, self.b_shape, self.c_shape = shape_of(a), shape_of(b), shape_of(c)
+        self.beta, self.alpha = node.kwargs.get("beta", 1), node.kwargs.get("alpha", 1)
+
+    def tangent(self, xs, ts, y):
+        out = super().tangent(xs[:2], ts[:2], y)
+        if out is not None and self.alpha != 1:
+            out = out * self.alpha
+        tc = ts[2]
+        if tc is not None:
+            tc = as_tangent(tc, y.shape) * self.beta
+            out = tc.expand(tc.shape[0], *y.shape) if out is None else out + tc
+        return out
+
+    def adjoint(self, xs, y, g, need):
+        ga, gb = super().adjoint(xs[:2], y, g * self.alpha, need[:2])
+        return [ga, gb, sum_to(g, self.c_shape) * self.beta if need[2] else None]
+
+    def adjoint_tangent(self, xs, ts, y, g, gt, need):
+        a = self.alpha
+        ga, gb = super().adjoint_tangent(xs[:2], ts[:2], y, g * a, None if gt is None else gt * a, need[:2])
+        gc = sum_to(gt, self.c_shape, True) * self.beta if need[2] and gt is not None else None
+        return [ga, gb, gc]
 
 
 def _full(t: torch.Tensor, shape) -> torch.Tensor:

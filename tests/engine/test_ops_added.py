@@ -1,0 +1,108 @@
+"""Operations beyond the issue's table, each against autograd on drawn shapes: ``baddbmm`` with
+every input differentiated, ``square``, ``where`` with a number for a branch, an attention mask
+that is a parameter (with grouped-query heads), and in-place operations in a model's code
+(``a += b``, ``a.mul_(b)``, ``relu_``): taken as their functional form where no later reader sees
+the difference (autograd runs them in place); refused, naming the operation, where a view made
+before the write is read after it or the write goes into the model's input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from transformer_hessian import exact_hessian
+from transformer_hessian.engine.api import prepare
+from transformer_hessian.engine.capture import UnsupportedOperation
+from transformer_hessian.engine.ops.losses import mse_loss
+
+from .models import DT, TOL, reference, rel_err
+
+
+class BiasedAttention(nn.Module):
+    """Scores by ``baddbmm`` onto a learned bias, a squared-ReLU value path, ``where`` with a
+    number, and a fused attention whose float mask is a parameter (grouped-query heads)."""
+
+    def __init__(self, d: int, h: int, kv: int, T: int):
+        super().__init__()
+        self.h, self.kv, self.dh = h, kv, d // h
+        self.q, self.k = nn.Linear(d, d), nn.Linear(d, kv * self.dh)
+        self.v = nn.Linear(d, kv * self.dh, bias=False)
+        self.bias = nn.Parameter(0.3 * torch.randn(h, T, T))
+        self.scores_bias = nn.Parameter(0.3 * torch.randn(T, T))
+
+    def forward(self, x):
+        B, T, d = x.shape
+        q = self.q(x).view(B, T, self.h, self.dh).transpose(1, 2)
+        k = self.k(x).view(B, T, self.kv, self.dh).transpose(1, 2)
+        v = torch.square(F.relu(self.v(x))).view(B, T, self.kv, self.dh).transpose(1, 2)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=self.bias[:, :T, :T], enable_gqa=True)
+        keep = torch.ones(T, T, dtype=torch.bool).tril()
+        c = torch.where(keep, self.scores_bias, 0.0).expand(B, T, T)
+        s = torch.baddbmm(c, self.q(x), x.transpose(1, 2) * 0.5, beta=0.7, alpha=1.3)
+        s = torch.where(keep, s, -2.0) + torch.where(keep, 0.5, s)  # either branch a number
+        return o.transpose(1, 2).reshape(B, T, d) + s.softmax(-1) @ x
+
+
+@settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(
+    heads=st.sampled_from([(2, 1), (2, 2), (4, 2)]), dh=st.integers(1, 2), T=st.integers(2, 4),
+    B=st.integers(1, 2), seed=st.integers(0, 2**16),
+)  # fmt: skip
+def test_baddbmm_square_where_and_a_parameter_as_attention_mask(heads, dh, T, B, seed):
+    torch.manual_seed(seed)
+    h, kv = heads
+    model = BiasedAttention(h * dh, h, kv, T).to(DT).eval()
+    x, y = torch.randn(B, T, h * dh, dtype=DT), torch.randn(B, T, h * dh, dtype=DT)
+    names = [n for n, _ in model.named_parameters()]
+    H = exact_hessian(model, x, y, loss="mse", progress=False)
+    assert rel_err(H, reference(model, x, y, mse_loss, names)) <= TOL
+    # the first-order adjoints of the new rules (the mask's, baddbmm's third input) in the gradient
+    w = [p for _, p in model.named_parameters()]
+    g = torch.autograd.grad(mse_loss(model(x), y), w)
+    assert rel_err(prepare(model, x, y).gradient(), torch.cat([t.reshape(-1) for t in g])) <= TOL
+
+
+class InPlace(nn.Module):
+    def __init__(self, d: int, mode: str):
+        super().__init__()
+        self.lin1, self.lin2, self.mode = nn.Linear(d, d), nn.Linear(d, d), mode
+
+    def forward(self, x):
+        a = self.lin1(x)
+        b = torch.tanh(self.lin2(x))
+        if self.mode == "chain":
+            a += b
+            a.mul_(b)
+            a.sub_(0.5).relu_()
+            return a * b  # reads the twice-written a
+        if self.mode == "view before":
+            v = a.view(-1)
+            a += b
+            return v.view_as(b) * b  # a view made before the write, read after it
+        x += b  # into the model's input
+        return a * x
+
+
+@settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(d=st.integers(2, 4), n=st.integers(1, 4), seed=st.integers(0, 2**16))
+def test_in_place_arithmetic_equals_autograd(d, n, seed):
+    torch.manual_seed(seed)
+    model = InPlace(d, "chain").to(DT).eval()
+    x, y = torch.randn(n, d, dtype=DT), torch.randn(n, d, dtype=DT)
+    H = exact_hessian(model, x, y, loss="mse", progress=False)
+    R = reference(model, x, y, mse_loss, [n for n, _ in model.named_parameters()])
+    assert rel_err(H, R) <= TOL
+
+
+@pytest.mark.parametrize(
+    "mode, message", [("view before", "reads afterwards"), ("input", "writes into the model's input")]
+)
+def test_in_place_writes_a_later_reader_would_see_are_refused(mode, message):
+    model = InPlace(3, mode).to(DT).eval()
+    with pytest.raises(UnsupportedOperation, match=message) as err:
+        exact_hessian(model, torch.randn(2, 3, dtype=DT), torch.randn(2, 3, dtype=DT), progress=False)
+    assert "aten.add_" in str(err.value) and "test_ops_added.py" in str(err.value)

@@ -1,0 +1,31 @@
+"""exact_hessian of thirteen more Hugging Face architectures (tests/engine/zoo.py) against
+reverse-over-reverse autograd, float64 throughout, on a drawn seed each: every parameter of a
+one-layer model, through its own default attention implementation."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from transformer_hessian import exact_hessian
+from transformer_hessian.engine.ops.losses import causal_lm, cross_entropy, mse_loss
+
+from .models import TOL, reference, rel_err
+from .zoo import NAMES, Float64Throughout, build
+
+pytestmark = pytest.mark.slow
+LOSS_FNS = {"causal_lm": causal_lm, "cross_entropy": cross_entropy, "mse": mse_loss}
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck), phases=[Phase.generate])
+@given(seed=st.integers(0, 2**16))
+def test_architecture(name, seed):
+    model, inputs, targets, loss = build(name, seed)
+    names = [n for n, _ in model.named_parameters()]
+    with Float64Throughout():
+        H = exact_hessian(model, inputs, targets, loss=loss, progress=False)
+        R = reference(model, inputs, targets, LOSS_FNS[loss], names)
+    assert H.shape == R.shape
+    assert rel_err(H, R) <= TOL

@@ -1,0 +1,145 @@
+"""Hugging Face architectures beyond the issue's four, each from a tiny random configuration (no
+weights are downloaded), with what each brings the engine: ALiBi (Bloom's ``baddbmm``, MPT's add),
+in-place adds (Falcon), squared ReLU (Persimmon), a relative position bias that is a parameter inside
+the attention mask (T5), partial and interleaved rotary embeddings (GPT-NeoX, Phi, GPT-J), sliding
+windows (Mistral), logit soft-capping (Gemma 2), shared layers (ALBERT), multi-query attention
+(GPT-BigCode), and encoders whose output has no logits (T5's and CLIP's text encoders)."""
+
+from __future__ import annotations
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from .models import DT, hf
+
+V, T, B, D = 11, 5, 2, 8
+
+
+class Float64Throughout(TorchFunctionMode):
+    """Hugging Face upcasts softmax, norms and rotary tables to float32 inside a float64 model; the
+    engine keeps float64 through a cast. Under this mode the model computes in float64 throughout
+    (every float32 a call asks for is float64), so that the engine and the reference compute one
+    function: entered around both."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        args = tuple(torch.float64 if a is torch.float32 else a for a in args)
+        kwargs = {k: torch.float64 if v is torch.float32 else v for k, v in kwargs.items()}
+        if getattr(func, "__name__", "") == "float" and args and isinstance(args[0], torch.Tensor):
+            return args[0].to(torch.float64)
+        return func(*args, **kwargs)
+
+
+def _common(**kw):
+    base = dict(
+        vocab_size=V, hidden_size=D, num_hidden_layers=1, num_attention_heads=2, intermediate_size=6,
+        max_position_embeddings=16, pad_token_id=0, bos_token_id=0, eos_token_id=0,
+    )  # fmt: skip
+    base.update(kw)
+    return base
+
+
+def _configs(tr):
+    """name -> (model class, its configuration, loss)."""
+    return {
+        "bloom": (tr.BloomForCausalLM, tr.BloomConfig(vocab_size=V, hidden_size=D, n_layer=1, n_head=2), "causal_lm"),
+        "falcon": (
+            tr.FalconForCausalLM,
+            tr.FalconConfig(vocab_size=V, hidden_size=D, num_hidden_layers=1, num_attention_heads=2, multi_query=True),
+            "causal_lm",
+        ),
+        "persimmon": (tr.PersimmonForCausalLM, tr.PersimmonConfig(**_common()), "causal_lm"),
+        "t5-encoder": (
+            tr.T5EncoderModel,
+            tr.T5Config(
+                vocab_size=V,
+                d_model=D,
+                d_kv=4,
+                d_ff=6,
+                num_layers=1,
+                num_heads=2,
+                relative_attention_num_buckets=4,
+                relative_attention_max_distance=8,
+            ),  # fmt: skip
+            "mse",
+        ),
+        "clip-text": (
+            tr.CLIPTextModel,
+            tr.CLIPTextConfig(
+                vocab_size=V,
+                hidden_size=D,
+                intermediate_size=6,
+                num_hidden_layers=1,
+                num_attention_heads=2,
+                max_position_embeddings=16,
+            ),  # fmt: skip
+            "mse",
+        ),
+        "gpt-neox": (tr.GPTNeoXForCausalLM, tr.GPTNeoXConfig(**_common(rotary_pct=0.5)), "causal_lm"),
+        "phi": (tr.PhiForCausalLM, tr.PhiConfig(**_common(partial_rotary_factor=0.5)), "causal_lm"),
+        "gpt-j": (
+            tr.GPTJForCausalLM,
+            tr.GPTJConfig(vocab_size=V, n_embd=D, n_layer=1, n_head=2, rotary_dim=2, n_positions=16),
+            "causal_lm",
+        ),
+        "mistral": (
+            tr.MistralForCausalLM,
+            tr.MistralConfig(**_common(num_key_value_heads=1, sliding_window=2)),
+            "causal_lm",
+        ),
+        "gemma2": (
+            tr.Gemma2ForCausalLM,
+            tr.Gemma2Config(
+                **_common(num_key_value_heads=1, head_dim=4, attn_logit_softcapping=5.0, final_logit_softcapping=3.0)
+            ),
+            "causal_lm",
+        ),
+        "mpt": (
+            tr.MptForCausalLM,
+            tr.MptConfig(vocab_size=V, d_model=D, n_heads=2, n_layers=1, expansion_ratio=1, max_seq_len=16),
+            "causal_lm",
+        ),
+        "gpt-bigcode": (
+            tr.GPTBigCodeForCausalLM,
+            tr.GPTBigCodeConfig(vocab_size=V, n_embd=D, n_layer=1, n_head=2, n_positions=16, multi_query=True),
+            "causal_lm",
+        ),
+        "albert": (
+            tr.AlbertForSequenceClassification,
+            tr.AlbertConfig(
+                vocab_size=V,
+                embedding_size=6,
+                hidden_size=D,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=6,
+                max_position_embeddings=16,
+                num_labels=3,
+            ),  # fmt: skip
+            "cross_entropy",
+        ),
+    }
+
+
+NAMES = [
+    "bloom", "falcon", "persimmon", "t5-encoder", "clip-text", "gpt-neox", "phi", "gpt-j", "mistral", "gemma2",
+    "mpt", "gpt-bigcode", "albert",
+]  # fmt: skip
+
+
+def build(name: str, seed: int):
+    """(model in float64 eval mode, inputs, targets, loss name) of an architecture, tokens and
+    targets drawn from ``seed`` (classification with a padding mask on the second sequence)."""
+    tr = hf()
+    cls, cfg, loss = _configs(tr)[name]
+    torch.manual_seed(seed)
+    model = cls(cfg).to(DT).eval()
+    g = torch.Generator().manual_seed(seed + 1)
+    ids = torch.randint(1, V, (B, T), generator=g)
+    if loss == "causal_lm":
+        return model, {"input_ids": ids, "use_cache": False}, ids, loss
+    if loss == "mse":
+        return model, {"input_ids": ids}, torch.randn(B, T, D, dtype=DT, generator=g), loss
+    mask = torch.ones(B, T, dtype=torch.long)
+    mask[1, -2:] = 0
+    return model, {"input_ids": ids, "attention_mask": mask}, torch.randint(0, 3, (B,), generator=g), loss
