@@ -1,11 +1,15 @@
 """Operations beyond the issue's table, each against autograd on drawn shapes: ``baddbmm`` with
 every input differentiated, ``square``, ``where`` with a number for a branch, an attention mask
-that is a parameter (with grouped-query heads), and in-place operations in a model's code
-(``a += b``, ``a.mul_(b)``, ``relu_``): taken as their functional form where no later reader sees
-the difference (autograd runs them in place); refused, naming the operation, where a view made
-before the write is read after it or the write goes into the model's input."""
+that is a parameter (with grouped-query heads), a convolution with ``padding="same"``, and in-place
+operations in a model's code (``a += b``, ``a.mul_(b)``, ``relu_``): taken as their functional form
+where no later reader sees the difference (autograd runs them in place); refused, naming the
+operation, where a view made before the write is read after it or the write goes into the model's
+input. Tiling, padding, rolling, bilinear resizing and adaptive pooling are checked inside the
+models of tests/engine/test_zoo.py (DeBERTa, Swin, BEiT)."""
 
 from __future__ import annotations
+
+import warnings
 
 import pytest
 import torch
@@ -106,3 +110,26 @@ def test_in_place_writes_a_later_reader_would_see_are_refused(mode, message):
     with pytest.raises(UnsupportedOperation, match=message) as err:
         exact_hessian(model, torch.randn(2, 3, dtype=DT), torch.randn(2, 3, dtype=DT), progress=False)
     assert "aten.add_" in str(err.value) and "test_ops_added.py" in str(err.value)
+
+
+class SameConv(nn.Module):
+    def __init__(self, c: int, k: int, dilation: int):
+        super().__init__()
+        self.conv = nn.Conv2d(1, c, k, padding="same", dilation=dilation)
+        self.out = nn.Linear(c, 2)
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.conv(x)).flatten(2).transpose(1, 2))
+
+
+@settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(c=st.integers(1, 3), k=st.sampled_from([1, 3]), dilation=st.integers(1, 2), n=st.integers(3, 5))
+def test_convolution_with_same_padding(c, k, dilation, n):
+    torch.manual_seed(n + 10 * c)
+    model = SameConv(c, k, dilation).to(DT).eval()
+    x, y = torch.randn(2, 1, n, n, dtype=DT), torch.randn(2, n * n, 2, dtype=DT)
+    H = exact_hessian(model, x, y, progress=False)
+    assert rel_err(H, reference(model, x, y, mse_loss, [n for n, _ in model.named_parameters()])) <= TOL
+    with pytest.raises(UnsupportedOperation, match="padding='same' with an even kernel"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch's note on even kernels, at capture
+        exact_hessian(SameConv(c, 2, 1).to(DT).eval(), x, y, progress=False)

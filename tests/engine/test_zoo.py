@@ -1,8 +1,10 @@
-"""exact_hessian of thirteen more Hugging Face architectures (tests/engine/zoo.py) against
+"""exact_hessian of eighteen more Hugging Face architectures (tests/engine/zoo.py) against
 reverse-over-reverse autograd, float64 throughout, on a drawn seed each: every parameter of a
 one-layer model, through its own default attention implementation."""
 
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -12,7 +14,7 @@ from transformer_hessian import exact_hessian
 from transformer_hessian.engine.ops.losses import causal_lm, cross_entropy, mse_loss
 
 from .models import TOL, reference, rel_err
-from .zoo import NAMES, Float64Throughout, build
+from .zoo import NAMES, NATIVE, Float64Throughout, build
 
 pytestmark = pytest.mark.slow
 LOSS_FNS = {"causal_lm": causal_lm, "cross_entropy": cross_entropy, "mse": mse_loss}
@@ -24,7 +26,7 @@ LOSS_FNS = {"causal_lm": causal_lm, "cross_entropy": cross_entropy, "mse": mse_l
 def test_architecture(name, seed):
     model, inputs, targets, loss = build(name, seed)
     names = [n for n, _ in model.named_parameters()]
-    with Float64Throughout():
+    with contextlib.nullcontext() if name in NATIVE else Float64Throughout():
         H = exact_hessian(model, inputs, targets, loss=loss, progress=False)
         R = reference(model, inputs, targets, LOSS_FNS[loss], names)
     assert H.shape == R.shape

@@ -1,9 +1,11 @@
 """Hugging Face architectures beyond the issue's four, each from a tiny random configuration (no
 weights are downloaded), with what each brings the engine: ALiBi (Bloom's ``baddbmm``, MPT's add),
 in-place adds (Falcon), squared ReLU (Persimmon), a relative position bias that is a parameter inside
-the attention mask (T5), partial and interleaved rotary embeddings (GPT-NeoX, Phi, GPT-J), sliding
-windows (Mistral), logit soft-capping (Gemma 2), shared layers (ALBERT), multi-query attention
-(GPT-BigCode), and encoders whose output has no logits (T5's and CLIP's text encoders)."""
+the attention mask (T5), tiled relative embeddings (DeBERTa's ``repeat``), a bias table resized
+bilinearly (BEiT), padded and rolled windows with a pooled output (Swin), a convolution with
+``padding="valid"`` (SigLIP), partial and interleaved rotary embeddings (GPT-NeoX, Phi, GPT-J),
+sliding windows (Mistral), logit soft-capping (Gemma 2), q/k norms (Qwen3), shared layers (ALBERT),
+multi-query attention (GPT-BigCode), and encoders whose output has no logits (T5, CLIP, SigLIP)."""
 
 from __future__ import annotations
 
@@ -37,6 +39,12 @@ def _common(**kw):
     )  # fmt: skip
     base.update(kw)
     return base
+
+
+_VISION = dict(
+    image_size=6, patch_size=3, num_channels=1, hidden_size=D, num_hidden_layers=1, num_attention_heads=2,
+    intermediate_size=6,
+)  # fmt: skip
 
 
 def _configs(tr):
@@ -104,6 +112,44 @@ def _configs(tr):
             tr.GPTBigCodeConfig(vocab_size=V, n_embd=D, n_layer=1, n_head=2, n_positions=16, multi_query=True),
             "causal_lm",
         ),
+        "qwen3": (tr.Qwen3ForCausalLM, tr.Qwen3Config(**_common(num_key_value_heads=1, head_dim=4)), "causal_lm"),
+        "deberta-v2": (
+            tr.DebertaV2ForSequenceClassification,
+            tr.DebertaV2Config(
+                vocab_size=V,
+                hidden_size=D,
+                num_hidden_layers=1,
+                num_attention_heads=2,
+                intermediate_size=6,
+                max_position_embeddings=16,
+                relative_attention=True,
+                position_buckets=4,
+                max_relative_positions=8,
+                pos_att_type=["p2c", "c2p"],
+                num_labels=3,
+            ),  # fmt: skip
+            "cross_entropy",
+        ),
+        "beit": (
+            tr.BeitForImageClassification,
+            tr.BeitConfig(**_VISION, use_relative_position_bias=True, num_labels=3),
+            "image",
+        ),
+        "swin": (
+            tr.SwinForImageClassification,
+            tr.SwinConfig(
+                image_size=6,
+                patch_size=2,
+                num_channels=1,
+                embed_dim=4,
+                depths=[2, 1],
+                num_heads=[1, 2],
+                window_size=2,
+                num_labels=3,
+            ),  # fmt: skip
+            "image",
+        ),
+        "siglip-vision": (tr.SiglipVisionModel, tr.SiglipVisionConfig(**_VISION), "image-mse"),
         "albert": (
             tr.AlbertForSequenceClassification,
             tr.AlbertConfig(
@@ -122,9 +168,13 @@ def _configs(tr):
 
 
 NAMES = [
-    "bloom", "falcon", "persimmon", "t5-encoder", "clip-text", "gpt-neox", "phi", "gpt-j", "mistral", "gemma2",
-    "mpt", "gpt-bigcode", "albert",
+    "bloom", "falcon", "persimmon", "t5-encoder", "clip-text", "deberta-v2", "beit", "swin", "siglip-vision",
+    "gpt-neox", "phi", "gpt-j", "mistral", "gemma2", "mpt", "gpt-bigcode", "qwen3", "albert",
 ]  # fmt: skip
+
+#: computed as the model is, not under :class:`Float64Throughout` (DeBERTa's export fails under
+#: it; the model casts no differentiated value to float32, so both sides compute one function)
+NATIVE = {"deberta-v2"}
 
 
 def build(name: str, seed: int):
@@ -138,6 +188,13 @@ def build(name: str, seed: int):
     ids = torch.randint(1, V, (B, T), generator=g)
     if loss == "causal_lm":
         return model, {"input_ids": ids, "use_cache": False}, ids, loss
+    if loss.startswith("image"):
+        x = {"pixel_values": torch.randn(B, 1, 6, 6, dtype=DT, generator=g)}
+        if loss == "image":
+            return model, x, torch.randint(0, 3, (B,), generator=g), "cross_entropy"
+        with torch.no_grad():
+            shape = model(**x)[0].shape
+        return model, x, torch.randn(shape, dtype=DT, generator=g), "mse"
     if loss == "mse":
         return model, {"input_ids": ids}, torch.randn(B, T, D, dtype=DT, generator=g), loss
     mask = torch.ones(B, T, dtype=torch.long)

@@ -1,5 +1,5 @@
 """Arithmetic with broadcasting (sums, differences, products, quotients of values or with numbers),
-sign changes, selections with a fixed mask, and sums and means over axes."""
+sign changes, selections with a fixed mask, sums and means over axes, adaptive average pooling."""
 
 from __future__ import annotations
 
@@ -225,3 +225,32 @@ class Reduce(LinearOp):
         shape = ((g.shape[0],) if batched else ()) + self.shape_in
         g = g.expand(shape)
         return [g * self.scale if self.scale != 1.0 else g]
+
+
+@rule(aten.adaptive_avg_pool1d.default, aten.adaptive_avg_pool2d.default, aten._adaptive_avg_pool2d.default)
+class AdaptiveAvgPool(LinearOp):
+    """Adaptive average pooling of the last one or two axes to sizes that divide them (Swin's
+    pooler, to 1): means over equal windows, each output entry the mean of its window."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        self.inputs = [node.args[0]]
+        self.shape_in, self.shape_out = shape_of(node.args[0]), shape_of(node)
+        k = 1 if node.target is aten.adaptive_avg_pool1d.default else 2
+        self.lead, self.axes = self.shape_in[:-k], list(zip(self.shape_in[-k:], self.shape_out[-k:], strict=True))
+        if any(n % m for n, m in self.axes):
+            raise NotImplementedError(f"adaptive average pooling of {self.shape_in[-k:]} to {self.shape_out[-k:]}")
+        self.windows = [w for n, m in self.axes for w in (m, n // m)]
+        self.scale = 1.0 / torch.tensor([n // m for n, m in self.axes]).prod().item()
+
+    def apply(self, xs, batched):
+        x = xs[0]
+        lead = tuple(x.shape[:1]) if batched else ()
+        x = x.reshape(*lead, *self.lead, *self.windows)
+        dims = [x.dim() - 1 - 2 * i for i in range(len(self.axes))]
+        return x.sum(dims).reshape(*lead, *self.shape_out) * self.scale
+
+    def transpose(self, g, batched):
+        lead = tuple(g.shape[:1]) if batched else ()
+        g = g.reshape(*lead, *self.lead, *[v for _, m in self.axes for v in (m, 1)])
+        return [(g.expand(*lead, *self.lead, *self.windows) * self.scale).reshape(*lead, *self.shape_in)]

@@ -275,7 +275,7 @@ class Embedding(Op):
         return [out.index_add_(1, self.ids.reshape(-1), gt.reshape(K, -1, d))]
 
 
-@rule(aten.conv2d.default, aten.convolution.default)
+@rule(aten.conv2d.default, aten.conv2d.padding, aten.convolution.default)
 class Conv2d(Op):
     """A 2-d convolution (bilinear in input and weight, plus a bias): y' = conv(x', W) + conv(x, W')
     + b'; adjoints and their tangents through torch's convolution_backward, applied to the K
@@ -296,8 +296,13 @@ class Conv2d(Op):
             padding = args[4] if len(args) > 4 else node.kwargs.get("padding", [0, 0])
             dilation = args[5] if len(args) > 5 else node.kwargs.get("dilation", [1, 1])
             groups = args[6] if len(args) > 6 else node.kwargs.get("groups", 1)
-        if isinstance(padding, str):
-            raise NotImplementedError(f"conv2d padding={padding!r}")
+        if padding == "valid":
+            padding = [0, 0]
+        elif padding == "same":  # stride 1: d (k - 1) in all, the same on both sides when even
+            total = [d * (k - 1) for d, k in zip([*dilation] * (2 // len(dilation)), shape_of(W)[2:], strict=True)]
+            if any(t % 2 for t in total):
+                raise NotImplementedError("conv2d padding='same' with an even kernel (padded on one side)")
+            padding = [t // 2 for t in total]
         self.inputs = [v for v in (x, W, b) if v is not None]
         self.has_b = b is not None
         self.conf = (

@@ -1,5 +1,5 @@
-"""Shape operations: views, reshapes, transposes, expansions, slices, concatenations, splits,
-gathers. Each is linear in its input (:class:`.contract.LinearOp`): the tangent is the same
+"""Shape operations: views, reshapes, transposes, expansions, tilings (``repeat``), paddings,
+rolls, bilinear resizing, slices, concatenations, splits, gathers. Each is linear in its input (:class:`.contract.LinearOp`): the tangent is the same
 operation on a leading axis of K tangents, the adjoint its transpose (docs/theory.md, "Operations
 of any model": shape operations)."""
 
@@ -133,6 +133,98 @@ class Expand(_Unary):
 
     def transpose(self, g, batched):
         return [sum_to(g, self.shape_in, batched)]
+
+
+@rule(aten.repeat.default)
+class Repeat(_Unary):
+    """``x.repeat(r)``: the input tiled r_i times along each axis (DeBERTa's relative position
+    embeddings); the transpose sums the tiles."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        self.reps = tuple(int(r) for r in node.args[1])
+        self.padded = (1,) * (len(self.reps) - len(self.shape_in)) + self.shape_in
+
+    def apply(self, xs, batched):
+        x = xs[0]
+        return x.reshape(x.shape[0], *self.padded).repeat(1, *self.reps) if batched else x.repeat(*self.reps)
+
+    def transpose(self, g, batched):
+        lead = tuple(g.shape[:1]) if batched else ()
+        tiles = [v for r, n in zip(self.reps, self.padded, strict=True) for v in (r, n)]
+        g = g.reshape(*lead, *tiles).sum(dim=tuple(len(lead) + 2 * i for i in range(len(self.reps))))
+        return [g.reshape(*lead, *self.shape_in)]
+
+
+@rule(aten.pad.default, aten.constant_pad_nd.default)
+class Pad(_Unary):
+    """Constant padding (or cropping, by negative amounts) of the last axes (Swin's windows): the
+    padded entries are constants, the transpose crops them off."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        mode = node.args[2] if len(node.args) > 2 else node.kwargs.get("mode", "constant")
+        if node.target is aten.pad.default and mode != "constant":
+            raise NotImplementedError(f"pad with mode={mode!r}")
+        self.pad = [int(p) for p in node.args[1]]
+
+    def apply(self, xs, batched):
+        return torch.nn.functional.pad(xs[0], self.pad)
+
+    def transpose(self, g, batched):
+        return [torch.nn.functional.pad(g, [-p for p in self.pad])]
+
+
+@rule(aten.roll.default)
+class Roll(_Unary):
+    """``torch.roll`` (Swin's shifted windows): a permutation of the entries; the transpose rolls back."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        n = len(self.shape_in)
+        self.shifts = [int(v) for v in node.args[1]]
+        dims = node.args[2] if len(node.args) > 2 else node.kwargs.get("dims", [])
+        self.dims = [_dim(d, n) for d in dims]
+
+    def _roll(self, x, shifts, batched):
+        if not self.dims:  # rolled as one flat axis
+            lead = x.shape[:1] if batched else ()
+            return x.reshape(*lead, -1).roll(shifts, -1).reshape(x.shape)
+        return x.roll(shifts, [d + 1 for d in self.dims] if batched else self.dims)
+
+    def apply(self, xs, batched):
+        return self._roll(xs[0], self.shifts, batched)
+
+    def transpose(self, g, batched):
+        return [self._roll(g, [-v for v in self.shifts], batched)]
+
+
+@rule(aten.upsample_bilinear2d.vec, aten.upsample_bilinear2d.default)
+class Bilinear(_Unary):
+    """Bilinear resizing of (N, C, H, W) values (BEiT's relative position bias table to a new
+    window): linear in the input; the transpose is torch's own upsample_bilinear2d_backward (a
+    first-order kernel of a linear map)."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        a = list(node.args)
+        self.align = bool(a[2])
+        if node.target is aten.upsample_bilinear2d.vec:
+            f = a[3] if len(a) > 3 else node.kwargs.get("scale_factors")
+            self.scales = (None, None) if f is None else (float(f[0]), float(f[1]))
+        else:
+            self.scales = tuple(a[3:5]) + (None,) * (2 - len(a[3:5]))
+
+    def apply(self, xs, batched):
+        x = xs[0].reshape(-1, *self.shape_in[1:])
+        out = aten.upsample_bilinear2d.default(x, list(self.shape_out[2:]), self.align, *self.scales)
+        return out.reshape(-1, *self.shape_out) if batched else out.reshape(self.shape_out)
+
+    def transpose(self, g, batched):
+        g = g.reshape(-1, *self.shape_out[1:])
+        size = [g.shape[0], *self.shape_in[1:]]
+        out = aten.upsample_bilinear2d_backward.default(g, list(self.shape_out[2:]), size, self.align, *self.scales)
+        return [out.reshape(-1, *self.shape_in) if batched else out.reshape(self.shape_in)]
 
 
 class _Indexed(LinearOp):
