@@ -133,3 +133,52 @@ def test_convolution_with_same_padding(c, k, dilation, n):
     with pytest.raises(UnsupportedOperation, match="padding='same' with an even kernel"), warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # torch's note on even kernels, at capture
         exact_hessian(SameConv(c, 2, 1).to(DT).eval(), x, y, progress=False)
+
+
+#: each new elementwise function, as a model's code calls it
+ACTIVATIONS = {
+    "leaky_relu": lambda x: F.leaky_relu(x, 0.2),
+    "relu6": F.relu6,
+    "hardtanh": lambda x: F.hardtanh(x, -0.5, 0.7),
+    "clamp": lambda x: x.clamp(-0.4, 0.6),
+    "clamp_min": lambda x: x.clamp(min=-0.3),
+    "abs": torch.abs,
+    "elu": lambda x: F.elu(x, 0.7),
+    "selu": F.selu,
+    "celu": lambda x: F.celu(x, 0.5),
+    "softplus": lambda x: F.softplus(x, beta=2.0, threshold=1.0),
+    "hardswish": F.hardswish,
+    # autograd has no second derivative of hardsigmoid ("derivative for aten::hardsigmoid_backward
+    # is not implemented"): its reference is the same function written out
+    "hardsigmoid": (F.hardsigmoid, lambda x: (x / 6 + 0.5).clamp(0.0, 1.0)),
+    "mish": F.mish,
+    "logsigmoid": F.logsigmoid,
+    "log1p": lambda x: torch.log1p(x.exp()),
+    "expm1": torch.expm1,
+    "erf": torch.erf,
+    "where(x > 0)": lambda x: torch.where(x > 0, x, 0.05 * x),  # a comparison: a constant of the point
+    "x * (x > 0)": lambda x: x * (x > 0),
+    "sign": lambda x: x * torch.sign(x) + x.floor(),
+}
+
+
+class Activation(nn.Module):
+    def __init__(self, d: int, f):
+        super().__init__()
+        self.inp, self.out, self.f = nn.Linear(d, 2 * d), nn.Linear(2 * d, 2), f
+
+    def forward(self, x):
+        return self.out(self.f(3.0 * self.inp(x)))
+
+
+@pytest.mark.parametrize("name", list(ACTIVATIONS))
+@settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(d=st.integers(1, 3), n=st.integers(2, 5), seed=st.integers(0, 2**16))
+def test_activation_and_comparisons(name, d, n, seed):
+    torch.manual_seed(seed)
+    f, f_ref = ACTIVATIONS[name] if isinstance(ACTIVATIONS[name], tuple) else (ACTIVATIONS[name],) * 2
+    model = Activation(d, f).to(DT).eval()
+    x, y = torch.randn(n, d, dtype=DT), torch.randn(n, 2, dtype=DT)
+    H = exact_hessian(model, x, y, progress=False)
+    model.f = f_ref
+    assert rel_err(H, reference(model, x, y, mse_loss, [n for n, _ in model.named_parameters()])) <= TOL

@@ -283,6 +283,21 @@ def _check_parameters(named, names, p0) -> None:
             raise ValueError(f"params: {n!r} has non-finite entries (nan or inf)")
 
 
+#: floating results with a zero derivative almost everywhere
+_STEPS = {aten.sign.default, aten.floor.default, aten.ceil.default, aten.round.default, aten.trunc.default}
+
+
+def _flat(node: Node) -> bool:
+    """The node's result does not change under small changes of its inputs (almost everywhere): a
+    bool or integer result (a comparison such as ``x > 0``, ``argmax``) or a step function. Like
+    autograd, the engine takes it as a constant of the point, so ``where(x > 0, x, 0.01 * x)``
+    differentiates as a leaky ReLU."""
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor) and not (val.is_floating_point() or val.is_complex()):
+        return True
+    return node.target in _STEPS
+
+
 def _map_rules(cap: Captured) -> None:
     """Mark what depends on a selected parameter and give each such operation its rule."""
     live: set[Node] = {ph for phs in cap.placeholders.values() for ph in phs}
@@ -294,6 +309,8 @@ def _map_rules(cap: Captured) -> None:
             continue
         if not any(i in live for i in node.all_input_nodes):
             continue
+        if _flat(node):
+            continue  # no derivative almost everywhere: evaluated once, a constant of the point
         live.add(node)
         why = out_of_place(node, order)  # x += y in the model's code: its functional form
         if why is not None:

@@ -197,3 +197,163 @@ class Power(Pointwise):
         if p in (0.0, 1.0):
             return None
         return torch.full_like(x, 2.0) if p == 2 else p * (p - 1) * x ** (p - 2)
+
+
+def _arg(node, i: int, name: str, default):
+    """A number argument of the node, positional or keyword."""
+    return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
+
+
+@rule(aten.leaky_relu.default)
+class LeakyReLU(Pointwise):
+    """x for x > 0, a x otherwise: f' = 1 or a, f'' = 0 (almost everywhere)."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        self.a = float(_arg(node, 1, "negative_slope", 0.01))
+
+    def d1(self, x, y):
+        return (x > 0).to(x.dtype).mul_(1.0 - self.a).add_(self.a)
+
+
+@rule(aten.hardtanh.default, aten.relu6.default, aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default)
+class Clamp(Pointwise):
+    """x clipped to [lo, hi] (``hardtanh``, ReLU6, ``clamp``; either bound may be absent): f' = 1
+    strictly inside, 0 outside, f'' = 0 (almost everywhere)."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        t = node.target
+        if t is aten.relu6.default:
+            self.lo, self.hi = 0.0, 6.0
+        elif t is aten.hardtanh.default:
+            self.lo, self.hi = _arg(node, 1, "min_val", -1.0), _arg(node, 2, "max_val", 1.0)
+        elif t is aten.clamp_min.default:
+            self.lo, self.hi = node.args[1], None
+        elif t is aten.clamp_max.default:
+            self.lo, self.hi = None, node.args[1]
+        else:
+            self.lo, self.hi = _arg(node, 1, "min", None), _arg(node, 2, "max", None)
+        if any(isinstance(b, torch.fx.Node) for b in (self.lo, self.hi)):
+            raise NotImplementedError("clamp with tensor bounds")
+
+    def d1(self, x, y):
+        inside = torch.ones_like(x, dtype=torch.bool)
+        if self.lo is not None:
+            inside &= x > self.lo
+        if self.hi is not None:
+            inside &= x < self.hi
+        return inside.to(x.dtype)
+
+
+@rule(aten.abs.default)
+class Abs(Pointwise):
+    """|x|: f' = sign x, f'' = 0 (almost everywhere)."""
+
+    def d1(self, x, y):
+        return torch.sign(x)
+
+
+@rule(aten.elu.default, aten.selu.default, aten.celu.default)
+class ELU(Pointwise):
+    """s x for x > 0, s a (exp(i x) - 1) otherwise (ELU; SELU with torch's constants; CELU, i = 1/a):
+    f' = s or s a i exp(i x), f'' = 0 or s a i^2 exp(i x)."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        if node.target is aten.selu.default:  # torch's SELU constants
+            self.a, self.s, self.i = 1.6732632423543772, 1.0507009873554805, 1.0
+        elif node.target is aten.celu.default:  # a (exp(x / a) - 1) below 0
+            self.a = float(_arg(node, 1, "alpha", 1.0))
+            self.s, self.i = 1.0, 1.0 / self.a
+        else:
+            self.a = float(_arg(node, 1, "alpha", 1.0))
+            self.s = float(_arg(node, 2, "scale", 1.0))
+            self.i = float(_arg(node, 3, "input_scale", 1.0))
+
+    def d1(self, x, y):
+        return torch.where(x > 0, self.s, self.s * self.a * self.i * torch.exp(self.i * x.clamp(max=0)))
+
+    def d2(self, x, y):
+        return torch.where(x > 0, 0.0, self.s * self.a * self.i**2 * torch.exp(self.i * x.clamp(max=0)))
+
+
+@rule(aten.softplus.default)
+class Softplus(Pointwise):
+    """log(1 + exp(b x)) / b, x itself where b x > threshold: f' = sigmoid(b x), f'' = b f' (1 - f')."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        self.b = float(_arg(node, 1, "beta", 1.0))
+        self.th = float(_arg(node, 2, "threshold", 20.0))
+
+    def d1(self, x, y):
+        return torch.where(self.b * x > self.th, 1.0, torch.sigmoid(self.b * x))
+
+    def d2(self, x, y):
+        s = torch.sigmoid(self.b * x)
+        return torch.where(self.b * x > self.th, 0.0, self.b * s * (1.0 - s))
+
+
+@rule(aten.hardswish.default, aten.hardsigmoid.default)
+class HardSwish(Pointwise):
+    """hardsigmoid(x) = clip(x / 6 + 1/2, 0, 1) and hardswish(x) = x hardsigmoid(x): f' = 1/6 or
+    x / 3 + 1/2 on -3 < x < 3 (0 below, 0 or 1 above), f'' = 0 or 1/3 there."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        self.swish = node.target is aten.hardswish.default
+
+    def d1(self, x, y):
+        inside = (x > -3.0) & (x < 3.0)
+        if not self.swish:
+            return inside.to(x.dtype) / 6.0
+        return torch.where(inside, x / 3.0 + 0.5, (x >= 3.0).to(x.dtype))
+
+    def d2(self, x, y):
+        return ((x > -3.0) & (x < 3.0)).to(x.dtype) / 3.0 if self.swish else None
+
+
+@rule(aten.mish.default)
+class Mish(Pointwise):
+    """x tanh(softplus x): with t = tanh(softplus x), s = sigmoid x, u = (1 - t^2) s:
+    f' = t + x u, f'' = 2 u + x u (1 - s - 2 t s)."""
+
+    def _tsu(self, x):
+        t, s = torch.tanh(torch.nn.functional.softplus(x)), torch.sigmoid(x)
+        return t, s, (1.0 - t * t) * s
+
+    def d1(self, x, y):
+        t, _, u = self._tsu(x)
+        return t + x * u
+
+    def d2(self, x, y):
+        t, s, u = self._tsu(x)
+        return 2.0 * u + x * u * (1.0 - s - 2.0 * t * s)
+
+
+@rule(aten.log_sigmoid.default, aten.log1p.default, aten.expm1.default, aten.erf.default)
+class Smooth(Pointwise):
+    """log sigmoid x (f' = sigmoid(-x), f'' = -s (1 - s)), log(1 + x) (f' = 1 / (1 + x),
+    f'' = -f'^2), exp(x) - 1 (f' = f'' = exp x) and erf x (f' = 2 exp(-x^2) / sqrt(pi), f'' = -2 x f')."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        self.kind = node.target.overloadpacket.__name__
+
+    def d1(self, x, y):
+        k = self.kind
+        if k == "log_sigmoid":
+            return torch.sigmoid(-x)
+        if k == "log1p":
+            return 1.0 / (1.0 + x)
+        return torch.exp(x) if k == "expm1" else 2.0 / math.sqrt(math.pi) * torch.exp(-x * x)
+
+    def d2(self, x, y):
+        k = self.kind
+        if k == "log_sigmoid":
+            s = torch.sigmoid(x)
+            return -s * (1.0 - s)
+        if k == "log1p":
+            return -1.0 / (1.0 + x) ** 2
+        return torch.exp(x) if k == "expm1" else -2.0 * x * self.d1(x, y)
