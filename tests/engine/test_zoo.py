@@ -1,16 +1,18 @@
 """exact_hessian of eighteen more Hugging Face architectures (tests/engine/zoo.py) against
 reverse-over-reverse autograd, float64 throughout, on a drawn seed each: every parameter of a
-one-layer model, through its own default attention implementation."""
+one-layer model, through its own default attention implementation; and the Hessian-vector product
+operator against the dense Hessian."""
 
 from __future__ import annotations
 
 import contextlib
 
 import pytest
+import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from transformer_hessian import exact_hessian
+from transformer_hessian import HessianOperator, exact_hessian
 from transformer_hessian.engine.ops.losses import causal_lm, cross_entropy, mse_loss
 
 from .models import TOL, reference, rel_err
@@ -29,5 +31,8 @@ def test_architecture(name, seed):
     with contextlib.nullcontext() if name in NATIVE else Float64Throughout():
         H = exact_hessian(model, inputs, targets, loss=loss, progress=False)
         R = reference(model, inputs, targets, LOSS_FNS[loss], names)
+        op = HessianOperator(model, inputs, targets, loss=loss)
     assert H.shape == R.shape
     assert rel_err(H, R) <= TOL
+    V = torch.randn(H.shape[0], 2, dtype=H.dtype, generator=torch.Generator().manual_seed(seed))
+    assert rel_err(op @ V, H @ V) <= TOL  # the products with the model's own fused attention

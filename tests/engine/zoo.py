@@ -68,7 +68,7 @@ def _configs(tr):
                 num_heads=2,
                 relative_attention_num_buckets=4,
                 relative_attention_max_distance=8,
-            ),  # fmt: skip
+            ),
             "mse",
         ),
         "clip-text": (
@@ -80,7 +80,7 @@ def _configs(tr):
                 num_hidden_layers=1,
                 num_attention_heads=2,
                 max_position_embeddings=16,
-            ),  # fmt: skip
+            ),
             "mse",
         ),
         "gpt-neox": (tr.GPTNeoXForCausalLM, tr.GPTNeoXConfig(**_common(rotary_pct=0.5)), "causal_lm"),
@@ -127,7 +127,7 @@ def _configs(tr):
                 max_relative_positions=8,
                 pos_att_type=["p2c", "c2p"],
                 num_labels=3,
-            ),  # fmt: skip
+            ),
             "cross_entropy",
         ),
         "beit": (
@@ -146,7 +146,7 @@ def _configs(tr):
                 num_heads=[1, 2],
                 window_size=2,
                 num_labels=3,
-            ),  # fmt: skip
+            ),
             "image",
         ),
         "siglip-vision": (tr.SiglipVisionModel, tr.SiglipVisionConfig(**_VISION), "image-mse"),
@@ -161,7 +161,7 @@ def _configs(tr):
                 intermediate_size=6,
                 max_position_embeddings=16,
                 num_labels=3,
-            ),  # fmt: skip
+            ),
             "cross_entropy",
         ),
     }
