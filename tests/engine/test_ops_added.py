@@ -182,3 +182,62 @@ def test_activation_and_comparisons(name, d, n, seed):
     H = exact_hessian(model, x, y, progress=False)
     model.f = f_ref
     assert rel_err(H, reference(model, x, y, mse_loss, [n for n, _ in model.named_parameters()])) <= TOL
+
+
+class PositiveAxes(nn.Module):
+    """Softmax and log-softmax over axes named from the front (dim=1 of (n, c), dim=3 of scores)."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.q, self.k, self.out = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        s = (self.q(x).unsqueeze(1) @ self.k(x).unsqueeze(1).transpose(2, 3)).softmax(dim=3)
+        h = (s @ x.unsqueeze(1)).squeeze(1)
+        return F.log_softmax(self.out(h), dim=2) + torch.softmax(h, dim=1)
+
+
+@settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(d=st.integers(2, 4), T=st.integers(2, 4), B=st.integers(1, 3), seed=st.integers(0, 2**16))
+def test_softmax_over_an_axis_named_from_the_front(d, T, B, seed):
+    # these rules once reduced a tangent (K entries in front) over the axis before the one named
+    torch.manual_seed(seed)
+    model = PositiveAxes(d).to(DT).eval()
+    x, y = torch.randn(B, T, d, dtype=DT), torch.randn(B, T, d, dtype=DT)
+    H = exact_hessian(model, x, y, progress=False)
+    assert rel_err(H, reference(model, x, y, mse_loss, [n for n, _ in model.named_parameters()])) <= TOL
+
+
+#: torch's own losses in a callable loss (each becomes torch's decomposition of it); targets:
+#: class ids with an ignored one, or probabilities
+LOSSES = {
+    "cross_entropy, ignore_index": (lambda o, t: F.cross_entropy(o, t), "ids"),
+    "cross_entropy, label_smoothing, sum": (
+        lambda o, t: F.cross_entropy(o, t.clamp(min=0), label_smoothing=0.1, reduction="sum"),
+        "ids",
+    ),
+    "cross_entropy, probabilities": (lambda o, t: F.cross_entropy(o, t), "probs"),
+    "nll_loss of log_softmax": (lambda o, t: F.nll_loss(F.log_softmax(o, 1), t), "ids"),
+    "kl_div": (lambda o, t: F.kl_div(F.log_softmax(o, -1), t, reduction="batchmean"), "probs"),
+    "mse_loss, sum": (lambda o, t: F.mse_loss(o, t, reduction="sum"), "probs"),
+    "l1_loss": (F.l1_loss, "probs"),
+    "huber_loss": (lambda o, t: F.huber_loss(o, t, delta=0.3), "probs"),
+    "smooth_l1_loss": (lambda o, t: F.smooth_l1_loss(o, t, beta=0.3), "probs"),
+}
+
+
+@pytest.mark.parametrize("name", list(LOSSES))
+@settings(max_examples=2, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(n=st.integers(2, 6), c=st.integers(2, 5), seed=st.integers(0, 2**16))
+def test_torch_losses_in_a_callable_loss(name, n, c, seed):
+    torch.manual_seed(seed)
+    loss, kind = LOSSES[name]
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, c)).to(DT)
+    x = torch.randn(n, 3, dtype=DT)
+    if kind == "ids":
+        t = torch.randint(0, c, (n,))
+        t[0] = -100  # ignored (F.cross_entropy's and F.nll_loss's default ignore_index)
+    else:
+        t = torch.rand(n, c, dtype=DT).softmax(-1)
+    H = exact_hessian(model, x, t, loss=loss, progress=False)
+    assert rel_err(H, reference(model, x, t, loss, [n for n, _ in model.named_parameters()])) <= TOL

@@ -28,6 +28,7 @@ from torch.utils import _pytree as pytree
 
 from . import ops  # noqa: F401  (fills the rule table)
 from .contract import RULES, Op
+from .decompose import inline_losses
 from .inplace import out_of_place
 from .ops.losses import causal_lm, cross_entropy, mse_loss
 from .ops.shape import SPLITS, SplitItem
@@ -211,6 +212,7 @@ def capture(model: nn.Module, inputs, targets, *, loss="mse", head=None, params=
     except Exception as err:  # torch's own message says what stopped the capture
         raise RuntimeError(f"model: torch.export could not capture it: {type(err).__name__}: {err}") from err
     graph = ep.graph_module.graph
+    inline_losses(graph)  # torch's losses in a callable loss, as operations with rules
     sig = ep.graph_signature
     by_id = {}
     for n, p in named.items():

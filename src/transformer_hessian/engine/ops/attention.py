@@ -218,6 +218,12 @@ class ScaledDotProductAttention(Op):
         return [gqt, gkt, gvt, None if gSt is None or not need[3] else sum_to(gSt, self.m_shape, True)]
 
 
+def _from_end(dim: int, x) -> int:
+    """An axis of a value counted from the end, so that it names the same axis of a tangent (which
+    has the K entries in front)."""
+    return dim - len(shape_of(x)) if dim >= 0 else dim
+
+
 @rule(aten._softmax.default, aten.softmax.int)
 class Softmax(Op):
     """y = softmax(x) on one axis: y' = y (x' - <y, x'>), g_x = y (g - <y, g>),
@@ -228,7 +234,7 @@ class Softmax(Op):
     def __init__(self, node):
         super().__init__(node)
         self.inputs = [node.args[0]]
-        self.dim = node.args[1]
+        self.dim = _from_end(node.args[1], node.args[0])
 
     def _yt(self, y, t):
         return y * (t - (y * t).sum(self.dim, keepdim=True))
@@ -257,7 +263,7 @@ class LogSoftmax(Op):
     def __init__(self, node):
         super().__init__(node)
         self.inputs = [node.args[0]]
-        self.dim = node.args[1]
+        self.dim = _from_end(node.args[1], node.args[0])
 
     def tangent(self, xs, ts, y):
         t = ts[0]
