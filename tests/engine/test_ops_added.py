@@ -223,6 +223,7 @@ LOSSES = {
     "l1_loss": (F.l1_loss, "probs"),
     "huber_loss": (lambda o, t: F.huber_loss(o, t, delta=0.3), "probs"),
     "smooth_l1_loss": (lambda o, t: F.smooth_l1_loss(o, t, beta=0.3), "probs"),
+    "binary_cross_entropy_with_logits": (F.binary_cross_entropy_with_logits, "probs"),
 }
 
 

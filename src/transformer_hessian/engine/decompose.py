@@ -1,15 +1,18 @@
 """Torch's own losses in a callable ``loss=`` (``F.cross_entropy`` with ``ignore_index``,
 ``label_smoothing`` or probabilities as targets, ``F.nll_loss``, ``F.mse_loss``, ``F.l1_loss``,
-``F.huber_loss``, ``F.smooth_l1_loss``, ``F.kl_div``), taken as torch's own decompositions of them.
+``F.huber_loss``, ``F.smooth_l1_loss``, ``F.kl_div``, ``F.binary_cross_entropy_with_logits``), taken as
+torch's own decompositions of them.
 
 The capture records such a loss as one ATen operation (``aten.cross_entropy_loss``), which has no
 rule. :func:`inline_losses` replaces the node by the graph torch's decomposition of it traces to on
 the recorded shapes (``make_fx`` with ``torch._decomp``'s entries for these operations only): log-
 softmax, gathers, sums, comparisons with the targets, each an operation with a rule or a constant of
-the point. The new nodes keep the loss's source line, so a refusal inside names it.
+the point (log-sigmoid's forward with its buffer becomes ``log_sigmoid``). The new nodes keep the loss's source line, so a refusal inside names it.
 """
 
 from __future__ import annotations
+
+import operator
 
 import torch
 from torch.fx import Node
@@ -29,6 +32,7 @@ LOSSES = (
     aten.huber_loss,
     aten.smooth_l1_loss,
     aten.kl_div,
+    aten.binary_cross_entropy_with_logits,
     aten.broadcast_tensors,
 )
 _table: dict | None = None
@@ -63,7 +67,11 @@ def _inline(graph: torch.fx.Graph, node: Node) -> None:
         return node.target(*args, **kwargs)
 
     sub = make_fx(call, decomposition_table=_decompositions(), tracing_mode="fake")(*examples)
-    if any(n.op == "get_attr" for n in sub.graph.nodes):
+    buffer_read = any(
+        n.target is operator.getitem and n.args[0].target is aten.log_sigmoid_forward.default and n.args[1] and n.users
+        for n in sub.graph.nodes
+    )
+    if buffer_read or any(n.op == "get_attr" for n in sub.graph.nodes):
         return  # a tensor constant of its own: left as it is (and refused, named, if on the loss's path)
     env: dict[Node, object] = {}
     placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
@@ -77,7 +85,14 @@ def _inline(graph: torch.fx.Graph, node: Node) -> None:
             if n.op == "output":
                 out = pytree.tree_map(lambda a: env[a] if isinstance(a, Node) else a, n.args[0])
                 break
-            new = graph.node_copy(n, lambda a: env[a])
+            if n.target is aten.log_sigmoid_forward.default:  # (log sigmoid x, a buffer): the first is read
+                new = graph.call_function(aten.log_sigmoid.default, (env[n.args[0]],))
+                new.meta["val"] = n.meta["val"][0]
+            elif n.target is operator.getitem and n.args[0].target is aten.log_sigmoid_forward.default:
+                env[n] = env[n.args[0]]
+                continue
+            else:
+                new = graph.node_copy(n, lambda a: env[a])
             for key in ("stack_trace", "nn_module_stack"):
                 if key in node.meta:
                     new.meta[key] = node.meta[key]
