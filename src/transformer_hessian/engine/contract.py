@@ -88,6 +88,12 @@ class Op:
         raise NotImplementedError
 
 
+def node_arg(node: Node, i: int, name: str, default=None):
+    """A setting of a captured operation: its ``i``-th positional argument, else keyword ``name``,
+    else ``default``."""
+    return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
+
+
 def node_inputs(node: Node) -> list[Node]:
     """Every graph node among a node's arguments, in argument order (repeats kept)."""
     out: list[Node] = []

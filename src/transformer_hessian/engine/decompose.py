@@ -12,6 +12,7 @@ the point (log-sigmoid's forward with its buffer becomes ``log_sigmoid``). The n
 
 from __future__ import annotations
 
+import functools
 import operator
 
 import torch
@@ -35,16 +36,13 @@ LOSSES = (
     aten.binary_cross_entropy_with_logits,
     aten.broadcast_tensors,
 )
-_table: dict | None = None
 
 
+@functools.cache
 def _decompositions() -> dict:
-    global _table
-    if _table is None:
-        from torch._decomp import get_decompositions
+    from torch._decomp import get_decompositions
 
-        _table = get_decompositions(list(LOSSES))
-    return _table
+    return get_decompositions(list(LOSSES))
 
 
 def inline_losses(graph: torch.fx.Graph) -> None:
@@ -72,7 +70,7 @@ def _inline(graph: torch.fx.Graph, node: Node) -> None:
         for n in sub.graph.nodes
     )
     if buffer_read or any(n.op == "get_attr" for n in sub.graph.nodes):
-        return  # a tensor constant of its own: left as it is (and refused, named, if on the loss's path)
+        return  # a tensor constant of its own, or log-sigmoid's buffer read: left as it is (refused, named)
     env: dict[Node, object] = {}
     placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
     for ph, i in zip(placeholders, where, strict=True):

@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from ..contract import Pointwise, rule
+from ..contract import Pointwise, node_arg, rule
 
 aten = torch.ops.aten
 
@@ -169,24 +169,14 @@ class Reciprocal(Pointwise):
         return 2.0 * y**3
 
 
-@rule(aten.square.default)
-class Square(Pointwise):
-    """x^2 (Persimmon's squared ReLU, ``torch.square``): f' = 2x, f'' = 2."""
-
-    def d1(self, x, y):
-        return 2.0 * x
-
-    def d2(self, x, y):
-        return torch.full_like(x, 2.0)
-
-
-@rule(aten.pow.Tensor_Scalar)
+@rule(aten.pow.Tensor_Scalar, aten.square.default)
 class Power(Pointwise):
-    """x^p for a number p: f' = p x^(p-1), f'' = p (p-1) x^(p-2)."""
+    """x^p for a number p (``square``, Persimmon's squared ReLU: p = 2): f' = p x^(p-1),
+    f'' = p (p-1) x^(p-2)."""
 
     def __init__(self, node):
         super().__init__(node)
-        self.p = float(node.args[1])
+        self.p = 2.0 if node.target is aten.square.default else float(node.args[1])
 
     def d1(self, x, y):
         p = self.p
@@ -199,18 +189,13 @@ class Power(Pointwise):
         return torch.full_like(x, 2.0) if p == 2 else p * (p - 1) * x ** (p - 2)
 
 
-def _arg(node, i: int, name: str, default):
-    """A number argument of the node, positional or keyword."""
-    return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
-
-
 @rule(aten.leaky_relu.default)
 class LeakyReLU(Pointwise):
     """x for x > 0, a x otherwise: f' = 1 or a, f'' = 0 (almost everywhere)."""
 
     def __init__(self, node):
         super().__init__(node)
-        self.a = float(_arg(node, 1, "negative_slope", 0.01))
+        self.a = float(node_arg(node, 1, "negative_slope", 0.01))
 
     def d1(self, x, y):
         return (x > 0).to(x.dtype).mul_(1.0 - self.a).add_(self.a)
@@ -227,13 +212,13 @@ class Clamp(Pointwise):
         if t is aten.relu6.default:
             self.lo, self.hi = 0.0, 6.0
         elif t is aten.hardtanh.default:
-            self.lo, self.hi = _arg(node, 1, "min_val", -1.0), _arg(node, 2, "max_val", 1.0)
+            self.lo, self.hi = node_arg(node, 1, "min_val", -1.0), node_arg(node, 2, "max_val", 1.0)
         elif t is aten.clamp_min.default:
             self.lo, self.hi = node.args[1], None
         elif t is aten.clamp_max.default:
             self.lo, self.hi = None, node.args[1]
         else:
-            self.lo, self.hi = _arg(node, 1, "min", None), _arg(node, 2, "max", None)
+            self.lo, self.hi = node_arg(node, 1, "min", None), node_arg(node, 2, "max", None)
         if any(isinstance(b, torch.fx.Node) for b in (self.lo, self.hi)):
             raise NotImplementedError("clamp with tensor bounds")
 
@@ -264,12 +249,12 @@ class ELU(Pointwise):
         if node.target is aten.selu.default:  # torch's SELU constants
             self.a, self.s, self.i = 1.6732632423543772, 1.0507009873554805, 1.0
         elif node.target is aten.celu.default:  # a (exp(x / a) - 1) below 0
-            self.a = float(_arg(node, 1, "alpha", 1.0))
+            self.a = float(node_arg(node, 1, "alpha", 1.0))
             self.s, self.i = 1.0, 1.0 / self.a
         else:
-            self.a = float(_arg(node, 1, "alpha", 1.0))
-            self.s = float(_arg(node, 2, "scale", 1.0))
-            self.i = float(_arg(node, 3, "input_scale", 1.0))
+            self.a = float(node_arg(node, 1, "alpha", 1.0))
+            self.s = float(node_arg(node, 2, "scale", 1.0))
+            self.i = float(node_arg(node, 3, "input_scale", 1.0))
 
     def d1(self, x, y):
         return torch.where(x > 0, self.s, self.s * self.a * self.i * torch.exp(self.i * x.clamp(max=0)))
@@ -284,8 +269,8 @@ class Softplus(Pointwise):
 
     def __init__(self, node):
         super().__init__(node)
-        self.b = float(_arg(node, 1, "beta", 1.0))
-        self.th = float(_arg(node, 2, "threshold", 20.0))
+        self.b = float(node_arg(node, 1, "beta", 1.0))
+        self.th = float(node_arg(node, 2, "threshold", 20.0))
 
     def d1(self, x, y):
         return torch.where(self.b * x > self.th, 1.0, torch.sigmoid(self.b * x))
@@ -332,28 +317,46 @@ class Mish(Pointwise):
         return 2.0 * u + x * u * (1.0 - s - 2.0 * t * s)
 
 
-@rule(aten.log_sigmoid.default, aten.log1p.default, aten.expm1.default, aten.erf.default)
-class Smooth(Pointwise):
-    """log sigmoid x (f' = sigmoid(-x), f'' = -s (1 - s)), log(1 + x) (f' = 1 / (1 + x),
-    f'' = -f'^2), exp(x) - 1 (f' = f'' = exp x) and erf x (f' = 2 exp(-x^2) / sqrt(pi), f'' = -2 x f')."""
-
-    def __init__(self, node):
-        super().__init__(node)
-        self.kind = node.target.overloadpacket.__name__
+@rule(aten.log_sigmoid.default)
+class LogSigmoid(Pointwise):
+    """log sigmoid x: f' = sigmoid(-x), f'' = -s (1 - s) with s = sigmoid x."""
 
     def d1(self, x, y):
-        k = self.kind
-        if k == "log_sigmoid":
-            return torch.sigmoid(-x)
-        if k == "log1p":
-            return 1.0 / (1.0 + x)
-        return torch.exp(x) if k == "expm1" else 2.0 / math.sqrt(math.pi) * torch.exp(-x * x)
+        return torch.sigmoid(-x)
 
     def d2(self, x, y):
-        k = self.kind
-        if k == "log_sigmoid":
-            s = torch.sigmoid(x)
-            return -s * (1.0 - s)
-        if k == "log1p":
-            return -1.0 / (1.0 + x) ** 2
-        return torch.exp(x) if k == "expm1" else -2.0 * x * self.d1(x, y)
+        s = torch.sigmoid(x)
+        return -s * (1.0 - s)
+
+
+@rule(aten.log1p.default)
+class Log1p(Pointwise):
+    """log(1 + x): f' = 1 / (1 + x), f'' = -f'^2."""
+
+    def d1(self, x, y):
+        return 1.0 / (1.0 + x)
+
+    def d2(self, x, y):
+        return -1.0 / (1.0 + x) ** 2
+
+
+@rule(aten.expm1.default)
+class Expm1(Pointwise):
+    """exp(x) - 1: f' = f'' = exp x."""
+
+    def d1(self, x, y):
+        return torch.exp(x)
+
+    def d2(self, x, y):
+        return torch.exp(x)
+
+
+@rule(aten.erf.default)
+class Erf(Pointwise):
+    """erf x: f' = 2 exp(-x^2) / sqrt(pi), f'' = -2 x f'."""
+
+    def d1(self, x, y):
+        return 2.0 / math.sqrt(math.pi) * torch.exp(-x * x)
+
+    def d2(self, x, y):
+        return -2.0 * x * self.d1(x, y)

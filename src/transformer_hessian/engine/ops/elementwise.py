@@ -3,6 +3,8 @@ sign changes, selections with a fixed mask, sums and means over axes, adaptive a
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch.fx import Node
 
@@ -241,7 +243,7 @@ class AdaptiveAvgPool(LinearOp):
         if any(n % m for n, m in self.axes):
             raise NotImplementedError(f"adaptive average pooling of {self.shape_in[-k:]} to {self.shape_out[-k:]}")
         self.windows = [w for n, m in self.axes for w in (m, n // m)]
-        self.scale = 1.0 / torch.tensor([n // m for n, m in self.axes]).prod().item()
+        self.scale = 1.0 / math.prod(n // m for n, m in self.axes)
 
     def apply(self, xs, batched):
         x = xs[0]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ..contract import LinearOp, rule, shape_of, sum_to
+from ..contract import LinearOp, node_arg, rule, shape_of, sum_to
 
 aten = torch.ops.aten
 
@@ -163,7 +163,7 @@ class Pad(_Unary):
 
     def __init__(self, node):
         super().__init__(node)
-        mode = node.args[2] if len(node.args) > 2 else node.kwargs.get("mode", "constant")
+        mode = node_arg(node, 2, "mode", "constant")
         if node.target is aten.pad.default and mode != "constant":
             raise NotImplementedError(f"pad with mode={mode!r}")
         self.pad = [int(p) for p in node.args[1]]
@@ -183,8 +183,7 @@ class Roll(_Unary):
         super().__init__(node)
         n = len(self.shape_in)
         self.shifts = [int(v) for v in node.args[1]]
-        dims = node.args[2] if len(node.args) > 2 else node.kwargs.get("dims", [])
-        self.dims = [_dim(d, n) for d in dims]
+        self.dims = [_dim(d, n) for d in node_arg(node, 2, "dims", [])]
 
     def _roll(self, x, shifts, batched):
         if not self.dims:  # rolled as one flat axis
@@ -207,13 +206,12 @@ class Bilinear(_Unary):
 
     def __init__(self, node):
         super().__init__(node)
-        a = list(node.args)
-        self.align = bool(a[2])
+        self.align = bool(node.args[2])
         if node.target is aten.upsample_bilinear2d.vec:
-            f = a[3] if len(a) > 3 else node.kwargs.get("scale_factors")
+            f = node_arg(node, 3, "scale_factors")
             self.scales = (None, None) if f is None else (float(f[0]), float(f[1]))
         else:
-            self.scales = tuple(a[3:5]) + (None,) * (2 - len(a[3:5]))
+            self.scales = (node_arg(node, 3, "scales_h"), node_arg(node, 4, "scales_w"))
 
     def apply(self, xs, batched):
         x = xs[0].reshape(-1, *self.shape_in[1:])
