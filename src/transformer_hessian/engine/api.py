@@ -18,6 +18,7 @@ import torch
 
 from ..util.resources import available_bytes, check_dense_memory
 from .capture import capture
+from .data import one_of
 from .sweep import Progress, Run, dense_hessian, hvp_sweep
 
 #: bytes of tangents one block may hold (the block size K follows from the model's values), at most
@@ -75,7 +76,11 @@ def prepare(model, inputs, targets, *, loss="mse", params=None, head=None) -> Ru
     _check_inputs(inputs)
     if isinstance(targets, torch.Tensor) and targets.is_floating_point() and not torch.isfinite(targets).all():
         raise ValueError("targets: has non-finite entries (nan or inf)")
-    return Run(capture(model, inputs, targets, loss=loss, head=head, params=params))
+    from .data import check_sweep_memory
+
+    cap = capture(model, inputs, targets, loss=loss, head=head, params=params)
+    check_sweep_memory(cap, inputs)
+    return Run(cap)
 
 
 def _check_memory(P: int, dtype: torch.dtype, device: torch.device) -> None:
@@ -122,12 +127,53 @@ class HessianOperator:
     ``dtype`` and ``device``; :meth:`to_scipy` for ``scipy.sparse.linalg``. Captures once; each
     product is one sweep of exact second-order rules (the fused attention kernels run in the
     model's own forward; no double backward is taken). On CUDA the sweep of each shape of ``v`` is
-    replayed from a CUDA graph from its third product on (``cuda_graphs=False``: always eager)."""
+    replayed from a CUDA graph from its third product on (``cuda_graphs=False``: always eager).
+
+    ``data=`` (instead of ``inputs`` and ``targets``): a re-iterable of ``(inputs, targets)``
+    batches (a list, a ``DataLoader``; a dict batch with ``labels`` is split as Hugging Face's):
+    ``op @ v`` is then the Hessian of the data set's mean loss times ``v``, the mean over every loss
+    term of every batch (:mod:`.data`), one batch swept at a time. Under ``torch.distributed`` (or
+    with ``process_group``; False: none) each process passes its own share and every product and
+    gradient is all-reduced, weighted by the processes' loss-term counts. ``keep``: keep every
+    batch's values between products (None: when they fit a quarter of the memory available);
+    ``loss_terms(inputs, targets)``: a batch's count of loss terms, for a callable loss that is not
+    a mean over the targets' first axis."""
 
     #: at most this many shapes of ``v`` get a CUDA graph each (each keeps its own memory)
     MAX_GRAPHS = 4
 
-    def __init__(self, model, inputs, targets, *, loss="mse", params=None, head=None, cuda_graphs: bool = True):
+    def __init__(
+        self,
+        model,
+        inputs=None,
+        targets=None,
+        *,
+        data=None,
+        loss="mse",
+        params=None,
+        head=None,
+        cuda_graphs: bool = True,
+        process_group=None,
+        keep=None,
+        loss_terms=None,
+    ):
+        one_of(inputs, targets, data)
+        self.data = None
+        if data is not None:
+            # a data set (this process's share): H of the mean loss over all its terms, all-reduced
+            from .data import DataRuns
+
+            self.data = DataRuns(
+                model, data, loss=loss, params=params, head=head, process_group=process_group, keep=keep,
+                loss_terms=loss_terms,
+            )  # fmt: skip
+            self.run = None
+            self.names = list(self.data.names)
+            self.shape = (self.data.P, self.data.P)
+            self.dtype, self.device = self.data.dtype, self.data.device
+            self.cuda_graphs, self.graphs, self._seen = False, {}, {}
+            return
+        one_of(inputs, targets, None, process_group, keep, loss_terms)
         self.run = prepare(model, inputs, targets, loss=loss, params=params, head=head)
         cap = self.run.cap
         self.names = list(cap.names)
@@ -146,6 +192,8 @@ class HessianOperator:
             shape = tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
             raise ValueError(f"HessianOperator @ v: expected ({self.shape[0]},) or ({self.shape[0]}, K), got {shape}")
         v = v.to(device=self.device, dtype=self.dtype)
+        if self.data is not None:
+            return self.data.hvp(v)
         if self.cuda_graphs:
             return self._graphed(v)
         return hvp_sweep(self.run, v)
@@ -193,8 +241,18 @@ class HessianOperator:
         return self @ v
 
     def gradient(self) -> torch.Tensor:
-        """The loss's gradient w.r.t. the selected parameters (a by-product of the capture)."""
-        return self.run.gradient()
+        """The loss's gradient w.r.t. the selected parameters (a by-product of the capture); with
+        ``data=`` the data set's mean loss's."""
+        return self.run.gradient() if self.data is None else self.data.gradient()
+
+    def loss(self) -> float:
+        """The loss at the parameters (with ``data=`` the data set's mean loss)."""
+        return float(self.run.loss) if self.data is None else self.data.mean_loss()
+
+    @property
+    def n_terms(self) -> int | None:
+        """With ``data=``: the loss terms of the whole data set (every process's share)."""
+        return None if self.data is None else self.data.N
 
     def to_scipy(self):
         """A ``scipy.sparse.linalg.LinearOperator`` of H on numpy float64 vectors."""
@@ -208,9 +266,23 @@ class HessianOperator:
         return LinearOperator(self.shape, matvec=mv, matmat=mv, rmatvec=mv, dtype=np.float64)
 
 
-def hvp(model, inputs, targets, v: torch.Tensor, *, loss="mse", params=None, head=None) -> torch.Tensor:
-    """H v (v: (P,) or (P, K)) in one sweep; for many products build a :class:`HessianOperator` once."""
-    return HessianOperator(model, inputs, targets, loss=loss, params=params, head=head) @ v
+def hvp(
+    model,
+    inputs=None,
+    targets=None,
+    v: torch.Tensor | None = None,
+    *,
+    data=None,
+    loss="mse",
+    params=None,
+    head=None,
+    **data_options,
+) -> torch.Tensor:
+    """H v (v: (P,) or (P, K)) in one sweep (with ``data=``, one sweep a batch); for many products
+    build a :class:`HessianOperator` once."""
+    if v is None:
+        raise TypeError("hvp: v (the vector or (P, K) matrix) is required")
+    return HessianOperator(model, inputs, targets, data=data, loss=loss, params=params, head=head, **data_options) @ v
 
 
 def _torch_encoder(model) -> bool:
@@ -221,9 +293,10 @@ def _torch_encoder(model) -> bool:
 
 def exact_hessian(
     model,
-    inputs,
-    targets,
+    inputs=None,
+    targets=None,
     *,
+    data=None,
     loss="mse",
     params=None,
     head=None,
@@ -232,6 +305,9 @@ def exact_hessian(
     src_key_padding_mask=None,
     engine: str = "auto",
     progress: bool = True,
+    process_group=None,
+    keep=None,
+    loss_terms=None,
     **encoder_options,
 ) -> torch.Tensor:
     """Dense (P, P) Hessian of the loss of any torch model w.r.t. ``params``, exact (float64 to
@@ -245,9 +321,26 @@ def exact_hessian(
     ``chunk_bytes``, ``tangent_block``, ``fast_path``, ``workers``), except with a key-padding mask,
     which the graph engine takes (``engine="graph"``, what every other model uses). Rows and
     columns in the order of ``params`` (each flattened), in the parameters' dtype and device.
+
+    ``data=`` (instead of ``inputs`` and ``targets``): a re-iterable of ``(inputs, targets)``
+    batches; the Hessian of the data set's mean loss (over every loss term of every batch), summed
+    batch by batch and, under ``torch.distributed``, over the processes' shares (:mod:`.data`).
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model: expected an nn.Module, got {type(model).__name__}")
+    one_of(inputs, targets, data)
+    if data is not None:
+        if encoder_options or mask is not None or is_causal or src_key_padding_mask is not None or engine == "encoder":
+            raise ValueError("data=: the graph engine's options only (no encoder options or masks)")
+        from .data import DataRuns
+
+        runs = DataRuns(
+            model, data, loss=loss, params=params, head=head, process_group=process_group, keep=keep,
+            loss_terms=loss_terms,
+        )  # fmt: skip
+        _check_memory(runs.P, runs.dtype, runs.device)
+        return runs.dense(block_size, progress)
+    one_of(inputs, targets, None, process_group, keep, loss_terms)
     if engine not in ("auto", "graph", "encoder"):
         raise ValueError(f"engine: 'auto', 'graph' or 'encoder', got {engine!r}")
     encoder = _torch_encoder(model)
@@ -296,8 +389,9 @@ def exact_hessian(
     return hessian(model, inputs, targets, loss=loss, params=names, head=head, progress=progress)
 
 
-def hessian_blocks(model, inputs, targets, **kwargs) -> dict[tuple[str, str], torch.Tensor]:
-    """:func:`exact_hessian` as named blocks: ``(name_i, name_j) -> (numel_i, numel_j)`` views."""
+def hessian_blocks(model, inputs=None, targets=None, **kwargs) -> dict[tuple[str, str], torch.Tensor]:
+    """:func:`exact_hessian` as named blocks: ``(name_i, name_j) -> (numel_i, numel_j)`` views
+    (``data=`` for a data set's, as there)."""
     from .capture import parameter_names, select
 
     named = parameter_names(model, kwargs.get("head"))

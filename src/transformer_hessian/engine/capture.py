@@ -19,6 +19,7 @@ import fnmatch
 import inspect
 import operator
 import re
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -186,6 +187,28 @@ class Captured:
     live: set[Node] = field(default_factory=set)
     dtype: torch.dtype = torch.float64
     device: torch.device = torch.device("cpu")
+    #: the placeholders of the user's inputs and targets, in the order of their pytree leaves, and
+    #: the placeholder of the targets of a loss named by string (None for a callable loss)
+    user: list[Node] = field(default_factory=list)
+    targets: Node | None = None
+
+    def rebind(self, inputs_leaves: list, targets) -> Captured:
+        """The same graph and rules on another batch of the same shapes (the leaves of the user's
+        inputs and targets replaced): what a data set's batches share. The rules keep the state of
+        the last :class:`.sweep.Run` evaluated (``Run.activate`` restores a run's own)."""
+        if len(inputs_leaves) < len(self.user):
+            raise ValueError(f"data: a batch has {len(inputs_leaves)} input leaves, the capture {len(self.user)}")
+        leaves = dict(self.leaves)
+        leaves.update(zip(self.user, inputs_leaves[: len(self.user)], strict=True))
+        if self.targets is not None:
+            leaves[self.targets] = targets
+        return dataclasses.replace(self, leaves=leaves)
+
+
+def user_leaves(model: nn.Module, inputs, targets) -> list:
+    """The leaves of a call's inputs and targets, in the order of the capture's user placeholders."""
+    args, kwargs = model_inputs(model, inputs)
+    return pytree.tree_leaves(((args, kwargs, targets), {}))
 
 
 def capture(model: nn.Module, inputs, targets, *, loss="mse", head=None, params=None) -> Captured:
@@ -221,6 +244,7 @@ def capture(model: nn.Module, inputs, targets, *, loss="mse", head=None, params=
     leaves: dict[Node, object] = {}
     user_leaves = pytree.tree_leaves(((args, kwargs, targets), {}))
     user_iter = iter(user_leaves)
+    user_nodes: list[Node] = []
     selected: dict[str, list[Node]] = {n: [] for n in names}
     for ph, spec in zip(placeholders, sig.input_specs, strict=True):
         kind = spec.kind.name
@@ -236,6 +260,7 @@ def capture(model: nn.Module, inputs, targets, *, loss="mse", head=None, params=
             leaves[ph] = ep.constants[spec.target]
         elif kind == "USER_INPUT":
             leaves[ph] = next(user_iter)
+            user_nodes.append(ph)
         else:
             raise RuntimeError(f"model: captured input of kind {kind} is not supported")
     out_node = next(n for n in graph.nodes if n.op == "output")
@@ -243,6 +268,7 @@ def capture(model: nn.Module, inputs, targets, *, loss="mse", head=None, params=
     if len(out) != 1 or not isinstance(out[0], Node):
         raise RuntimeError("model: the capture returned more than one output")
     result = out[0]
+    tnode = None
     if named_loss is not None:
         first = placeholders[0] if placeholders else out_node
         with graph.inserting_before(first):
@@ -264,6 +290,8 @@ def capture(model: nn.Module, inputs, targets, *, loss="mse", head=None, params=
         loss=result,
         dtype=p0.dtype,
         device=p0.device,
+        user=user_nodes,
+        targets=tnode,
     )
     _check_parameters(named, names, p0)
     _map_rules(cap)

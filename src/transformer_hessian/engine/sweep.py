@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -20,6 +21,11 @@ from torch.fx import Node
 from .capture import Captured
 from .contract import tadd
 from .ops.shape import SPLITS
+
+
+#: id of a graph's rules (its steps list) -> the run whose state they hold (weak: a run that is
+#: gone leaves its entry until the next run on that graph replaces it)
+_ACTIVE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 def _value(env: dict, arg):
@@ -64,6 +70,21 @@ class Run:
                 first_use.setdefault(i, step.pos)
         self.rank = {n: min(first_use.get(ph, len(cap.steps)) for ph in cap.placeholders[n]) for n in cap.names}
         self._needs: dict[int, list[list[bool]]] = {}
+        # the rules keep what their forward computed (normalised values, probabilities, bound
+        # targets); runs of other batches on the same graph share the rules, so each keeps its own
+        self._state = [dict(s.op.__dict__) for s in cap.steps]
+        _ACTIVE[id(cap.steps)] = self
+
+    def activate(self) -> None:
+        """Give the rules this run's state again (another batch's run on the same graph may have
+        replaced it); a no-op when this run was the last evaluated or activated."""
+        key = id(self.cap.steps)
+        if _ACTIVE.get(key) is self:
+            return
+        for step, state in zip(self.cap.steps, self._state, strict=True):
+            step.op.__dict__.clear()
+            step.op.__dict__.update(state)
+        _ACTIVE[key] = self
 
     def needs(self, first: int) -> list[list[bool]]:
         """For each step from ``first`` on, which of its inputs a sweep from ``first`` needs the
@@ -97,6 +118,7 @@ class Run:
 
     def gradient(self) -> torch.Tensor:
         """dL/dtheta over the selected parameters (H's order)."""
+        self.activate()
         parts = []
         for n in self.cap.names:
             g = None
@@ -113,6 +135,7 @@ class Run:
         """Tangents ``seeds`` (name -> (K, *shape)) forward from step ``first`` and their adjoints'
         tangents back to it: name -> (K, *shape) adjoint tangent of every selected parameter whose
         first use is at or after ``first`` (the others' are incomplete and left out)."""
+        self.activate()
         cap, env = self.cap, self.env
         tan: dict[Node, torch.Tensor] = {}
         for n, t in seeds.items():
