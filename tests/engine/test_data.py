@@ -19,7 +19,6 @@ from torch.func import functional_call
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from transformer_hessian import HessianOperator, exact_hessian, hessian_blocks, hvp
-from transformer_hessian.core.spectral import hutchinson_trace, top_eigenvalues
 from transformer_hessian.engine.data import check_sweep_memory, loss_terms, sweep_bytes
 
 from .models import DT, TOL, NanoGPT, gpt2, rel_err

@@ -15,11 +15,11 @@ names are read here and nowhere else in the engine.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import inspect
 import operator
 import re
-import dataclasses
 from dataclasses import dataclass, field
 
 import torch

@@ -22,7 +22,6 @@ from .capture import Captured
 from .contract import tadd
 from .ops.shape import SPLITS
 
-
 #: id of a graph's rules (its steps list) -> the run whose state they hold (weak: a run that is
 #: gone leaves its entry until the next run on that graph replaces it)
 _ACTIVE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
