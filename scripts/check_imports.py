@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "theory": CORE,  # the paper's closed forms
     "encoder": CORE,  # exact_hessian by curvature propagation
     "engine": CORE,  # exact_hessian of any torch model: capture, operation contract, rules, sweeps
+    "scale": CORE,  # spectra of a data set's Hessian on many processes, resumable; the curvature command
     "data": DATA,  # data sets, their files and readers
     "config": CONFIG,  # validation, cross-key checks, the typed sections, the schema
     "train": TRAIN,  # training, checkpoints, the train rule's result paths

@@ -42,7 +42,7 @@ def batched_hvp(loss: Callable[[torch.Tensor], torch.Tensor], w: torch.Tensor, c
     return matvec
 
 
-def lanczos_tridiagonal(matvec: Matvec, v0: torch.Tensor, steps: int, seed: int = 0):
+def lanczos_tridiagonal(matvec: Matvec, v0: torch.Tensor, steps: int, seed: int = 0, *, resume=None, save=None):
     """Lanczos with full reorthogonalisation on ``B`` symmetric operators at once.
 
     ``v0`` is ``(B, P)``; ``matvec`` maps ``(B, P) -> (B, P)`` row by row. ``m = min(steps, P)``
@@ -55,17 +55,29 @@ def lanczos_tridiagonal(matvec: Matvec, v0: torch.Tensor, steps: int, seed: int 
     eigenvalues of ``A`` and the first components of the eigenvectors of the new block are 0, so
     the quadrature of :func:`slq_density` is unchanged. With ``m = P`` the Ritz values are the
     eigenvalues of ``A`` up to rounding. Returns ``(alpha, beta)``, each ``(B, m)``.
+
+    ``save(state)``, when given, is called after every step with the whole state (a dict: steps
+    done ``j``, ``Q``, ``alpha``, ``beta``, the next ``q`` and the generator's state); ``resume``,
+    such a state, continues from it to the same numbers as a run that was never stopped. The
+    basis is then in ``state["Q"]`` (the Ritz vectors are ``Q^T s``).
     """
     B, P = v0.shape
     m = max(1, min(int(steps), P))
-    Q = v0.new_zeros(m, B, P)
-    alpha, beta = v0.new_zeros(B, m), v0.new_zeros(B, m)
-    norms = v0.norm(dim=1, keepdim=True)
-    if torch.any(norms == 0):
-        raise ValueError("lanczos_tridiagonal: a start vector is zero")
-    q = v0 / norms
     gen = torch.Generator().manual_seed(int(seed) + 104729)
-    for j in range(m):
+    if resume is not None:
+        j0, Q, alpha, beta, q = resume["j"], resume["Q"], resume["alpha"], resume["beta"], resume["q"]
+        gen.set_state(resume["gen"])
+        if tuple(Q.shape) != (m, B, P):
+            raise ValueError(f"lanczos_tridiagonal: a saved basis of shape {tuple(Q.shape)}, this run's is {(m, B, P)}")
+    else:
+        j0 = 0
+        Q = v0.new_zeros(m, B, P)
+        alpha, beta = v0.new_zeros(B, m), v0.new_zeros(B, m)
+        norms = v0.norm(dim=1, keepdim=True)
+        if torch.any(norms == 0):
+            raise ValueError("lanczos_tridiagonal: a start vector is zero")
+        q = v0 / norms
+    for j in range(j0, m):
         Q[j] = q
         w = matvec(q)
         alpha[:, j] = (w * q).sum(dim=1)
@@ -73,18 +85,19 @@ def lanczos_tridiagonal(matvec: Matvec, v0: torch.Tensor, steps: int, seed: int 
             w = w - torch.einsum("jb,jbp->bp", torch.einsum("jbp,bp->jb", Q[: j + 1], w), Q[: j + 1])
         b = w.norm(dim=1)
         beta[:, j] = b
-        if j == m - 1:
-            break
-        broke = b <= 1e-10 * alpha[:, : j + 1].abs().amax(dim=1).clamp_min(1e-300)
-        if torch.any(broke):
-            r = torch.randn(B, P, generator=gen, dtype=v0.dtype).to(v0.device)
-            for _ in range(2):
-                r = r - torch.einsum("jb,jbp->bp", torch.einsum("jbp,bp->jb", Q[: j + 1], r), Q[: j + 1])
-            r = r / r.norm(dim=1, keepdim=True)
-            q = torch.where(broke[:, None], r, w / torch.where(broke, 1.0, b)[:, None])
-            beta[:, j] = torch.where(broke, torch.zeros_like(b), b)
-        else:
-            q = w / b[:, None]
+        if j < m - 1:
+            broke = b <= 1e-10 * alpha[:, : j + 1].abs().amax(dim=1).clamp_min(1e-300)
+            if torch.any(broke):
+                r = torch.randn(B, P, generator=gen, dtype=v0.dtype).to(v0.device)
+                for _ in range(2):
+                    r = r - torch.einsum("jb,jbp->bp", torch.einsum("jbp,bp->jb", Q[: j + 1], r), Q[: j + 1])
+                r = r / r.norm(dim=1, keepdim=True)
+                q = torch.where(broke[:, None], r, w / torch.where(broke, 1.0, b)[:, None])
+                beta[:, j] = torch.where(broke, torch.zeros_like(b), b)
+            else:
+                q = w / b[:, None]
+        if save is not None:
+            save({"j": j + 1, "Q": Q, "alpha": alpha, "beta": beta, "q": q, "gen": gen.get_state()})
     return alpha, beta
 
 
@@ -117,12 +130,24 @@ def _gaussian(n: int, P: int, seed: int, like: torch.Tensor) -> torch.Tensor:
     return torch.randn(n, P, generator=gen, dtype=like.dtype).to(like.device)
 
 
-def lanczos_runs(matvec: Matvec, w: torch.Tensor, n: int, steps: int, seed: int = 0):
+def lanczos_runs(matvec: Matvec, w: torch.Tensor, n: int, steps: int, seed: int = 0, **resumable):
     """:func:`ritz` of ``n`` Lanczos runs from seeded Gaussian starts (one batched run): the runs
-    behind both :func:`top_eigenvalues` and :func:`slq_density`, so one set serves both."""
+    behind both :func:`top_eigenvalues` and :func:`slq_density`, so one set serves both.
+    ``resumable``: ``resume`` and ``save`` of :func:`lanczos_tridiagonal`."""
     matvec, w = as_matvec(matvec, w)
-    alpha, beta = lanczos_tridiagonal(matvec, _gaussian(int(n), w.numel(), int(seed) + 271, w), steps, seed)
+    alpha, beta = lanczos_tridiagonal(
+        matvec, _gaussian(int(n), w.numel(), int(seed) + 271, w), steps, seed, **resumable
+    )
     return ritz(alpha, beta)
+
+
+def best_run(theta: torch.Tensor, rtol: float = 1e-9) -> int:
+    """The run whose top Ritz value is largest; of runs within ``rtol`` of it (converged to the same
+    eigenvalue, apart only by rounding) the first, so that processes whose products differ in the
+    last bits choose the same run."""
+    top = theta[:, -1]
+    m = float(top.max())
+    return int(torch.nonzero(top >= m - rtol * max(abs(m), 1e-300))[0, 0])
 
 
 def top_eigenvalues(
@@ -138,7 +163,7 @@ def top_eigenvalues(
     bound of ``lambda_min(A)``) and ``steps`` (``m``).
     """
     theta, _, res = runs if runs is not None else lanczos_runs(matvec, w, n_starts, steps, seed)
-    best = int(torch.argmax(theta[:, -1]))
+    best = best_run(theta)
     order = torch.argsort(theta[best], descending=True)[: int(k)]
     return {
         "eigenvalues": theta[best, order].tolist(),
@@ -148,18 +173,30 @@ def top_eigenvalues(
     }
 
 
-def hutchinson_trace(matvec: Matvec, w: torch.Tensor, n_probes: int, seed: int = 0) -> dict[str, Any]:
+def hutchinson_trace(
+    matvec: Matvec, w: torch.Tensor, n_probes: int, seed: int = 0, *, chunk: int | None = None, resume=None, save=None
+) -> dict[str, Any]:
     """Hutchinson's estimate ``tr(A) ~ (1/n) sum_i z_i^T A z_i``, ``z_i`` i.i.d. Rademacher.
 
     Each term is unbiased (``E[z z^T] = I``); ``stderr = std(z_i^T A z_i, ddof=1) / sqrt(n)``
     is the standard error of the mean. Returns ``mean``, ``stderr``, ``n_probes``.
+    ``chunk``: probes per product (default all at once); ``save(state)`` is called after each
+    chunk with the terms so far (``{"done", "terms"}``) and ``resume`` continues from such a state.
     """
     matvec, w = as_matvec(matvec, w)
     if n_probes < 2:
         raise ValueError(f"spectrum.n_probes: Hutchinson needs at least 2 probes for a standard error, got {n_probes}")
     gen = torch.Generator().manual_seed(int(seed) + 31337)
     Z = (torch.randint(0, 2, (int(n_probes), w.numel()), generator=gen) * 2 - 1).to(w.device, w.dtype)
-    vals = (Z * matvec(Z)).sum(dim=1).cpu().numpy().astype(np.float64)
+    step = int(n_probes) if chunk is None else max(1, int(chunk))
+    done, terms = (0, []) if resume is None else (int(resume["done"]), list(resume["terms"]))
+    while done < int(n_probes):
+        Zc = Z[done : done + step]
+        terms.extend((Zc * matvec(Zc)).sum(dim=1).cpu().tolist())
+        done += len(Zc)
+        if save is not None:
+            save({"done": done, "terms": list(terms)})
+    vals = np.asarray(terms, dtype=np.float64)
     return {
         "mean": float(vals.mean()),
         "stderr": float(vals.std(ddof=1) / math.sqrt(len(vals))),

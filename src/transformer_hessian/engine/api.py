@@ -17,7 +17,7 @@ import math
 import torch
 
 from ..util.resources import available_bytes, check_dense_memory
-from .capture import capture
+from .capture import capture, check_inputs
 from .data import one_of
 from .sweep import Progress, Run, dense_hessian, hvp_sweep
 
@@ -38,42 +38,12 @@ def default_block_bytes(device) -> int:
     return CUDA_BLOCK_BYTES if torch.device(device).type == "cuda" else DEFAULT_BLOCK_BYTES
 
 
-def _check_inputs(inputs) -> None:
-    leaves = (
-        list(inputs.values())
-        if isinstance(inputs, dict)
-        else list(inputs)
-        if isinstance(inputs, (tuple, list))
-        else [inputs]
-    )
-    for i, x in enumerate(leaves):
-        if not isinstance(x, torch.Tensor):
-            continue
-        where = (
-            f"inputs[{list(inputs)[i]!r}]"
-            if isinstance(inputs, dict)
-            else ("inputs" if len(leaves) == 1 else f"inputs[{i}]")
-        )
-        if x.device.type == "meta":
-            raise ValueError(f"{where}: on the meta device (it has no values)")
-        if x.dim() > 0 and x.shape[0] == 0:
-            raise ValueError(f"{where}: empty (shape {tuple(x.shape)}); the loss of no samples is undefined")
-        if x.dim() > 1 and x.shape[1] == 0:
-            raise ValueError(f"{where}: no tokens (shape {tuple(x.shape)})")
-        if x.numel() == 0:
-            raise ValueError(f"{where}: empty (shape {tuple(x.shape)})")
-        if x.is_floating_point() and torch.isnan(x).any():
-            raise ValueError(f"{where}: has nan entries")
-        if x.is_floating_point() and "mask" not in where and torch.isinf(x).any():
-            raise ValueError(f"{where}: has infinite entries")
-
-
 def prepare(model, inputs, targets, *, loss="mse", params=None, head=None) -> Run:
     """Capture the model and run its values and adjoints once: what :func:`hessian`, :func:`hvp`
     and :class:`HessianOperator` sweep."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model: expected an nn.Module, got {type(model).__name__}")
-    _check_inputs(inputs)
+    check_inputs(inputs)
     if isinstance(targets, torch.Tensor) and targets.is_floating_point() and not torch.isfinite(targets).all():
         raise ValueError("targets: has non-finite entries (nan or inf)")
     from .data import check_sweep_memory
@@ -359,7 +329,7 @@ def exact_hessian(
     from .capture import parameter_names, select
 
     names = select(parameter_names(model, head), params, [n for n, _ in model.named_parameters()])
-    _check_inputs(inputs)
+    check_inputs(inputs)
     if use_encoder:
         from ..encoder.api import exact_hessian as encoder_hessian
 

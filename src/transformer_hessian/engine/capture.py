@@ -205,6 +205,37 @@ class Captured:
         return dataclasses.replace(self, leaves=leaves)
 
 
+def check_inputs(inputs) -> None:
+    """ValueError naming the input that is empty, on the meta device, or holds nan (or inf outside a mask)."""
+    leaves = (
+        list(inputs.values())
+        if isinstance(inputs, dict)
+        else list(inputs)
+        if isinstance(inputs, (tuple, list))
+        else [inputs]
+    )
+    for i, x in enumerate(leaves):
+        if not isinstance(x, torch.Tensor):
+            continue
+        where = (
+            f"inputs[{list(inputs)[i]!r}]"
+            if isinstance(inputs, dict)
+            else ("inputs" if len(leaves) == 1 else f"inputs[{i}]")
+        )
+        if x.device.type == "meta":
+            raise ValueError(f"{where}: on the meta device (it has no values)")
+        if x.dim() > 0 and x.shape[0] == 0:
+            raise ValueError(f"{where}: empty (shape {tuple(x.shape)}); the loss of no samples is undefined")
+        if x.dim() > 1 and x.shape[1] == 0:
+            raise ValueError(f"{where}: no tokens (shape {tuple(x.shape)})")
+        if x.numel() == 0:
+            raise ValueError(f"{where}: empty (shape {tuple(x.shape)})")
+        if x.is_floating_point() and torch.isnan(x).any():
+            raise ValueError(f"{where}: has nan entries")
+        if x.is_floating_point() and "mask" not in where and torch.isinf(x).any():
+            raise ValueError(f"{where}: has infinite entries")
+
+
 def user_leaves(model: nn.Module, inputs, targets) -> list:
     """The leaves of a call's inputs and targets, in the order of the capture's user placeholders."""
     args, kwargs = model_inputs(model, inputs)

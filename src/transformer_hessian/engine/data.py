@@ -27,7 +27,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from ..util.resources import available_bytes, format_bytes
-from .capture import Captured, capture, parameter_names, select, user_leaves
+from .capture import Captured, capture, check_inputs, parameter_names, select, user_leaves
 from .ops.losses import IGNORE_INDEX
 from .sweep import Run, dense_hessian, hvp_sweep
 
@@ -230,11 +230,9 @@ class DataRuns:
 
     def _run(self, i: int, batch) -> Run:
         """The batch's run: its graph captured once per shape (else the shared graph rebound to it)."""
-        from .api import _check_inputs
-
         inputs, targets = batch
         try:
-            _check_inputs(inputs)
+            check_inputs(inputs)
         except ValueError as err:
             raise ValueError(f"data[{i}]: {err}") from None
         leaves, spec = pytree.tree_flatten(((inputs, targets), {}))

@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
         _add_bench_parsers,
     ):
         add(sub)
+    from ..scale.command import add_parser as add_curvature
+
+    add_curvature(sub, _json_arg)
     from ..studies import study_parts
 
     for study in study_parts("cli"):  # every studies/<name>/cli.py, sorted by name: no edit here per study
