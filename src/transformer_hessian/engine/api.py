@@ -17,8 +17,9 @@ import math
 import torch
 
 from ..util.resources import available_bytes, check_dense_memory
-from .capture import capture, check_inputs
+from .capture import capture
 from .data import one_of
+from .inputs import check_inputs
 from .sweep import Progress, Run, dense_hessian, hvp_sweep
 
 #: bytes of tangents one block may hold (the block size K follows from the model's values), at most
@@ -291,26 +292,16 @@ def exact_hessian(
     ``chunk_bytes``, ``tangent_block``, ``fast_path``, ``workers``), except with a key-padding mask,
     which the graph engine takes (``engine="graph"``, what every other model uses). Rows and
     columns in the order of ``params`` (each flattened), in the parameters' dtype and device.
-
-    ``data=`` (instead of ``inputs`` and ``targets``): a re-iterable of ``(inputs, targets)``
-    batches; the Hessian of the data set's mean loss (over every loss term of every batch), summed
-    batch by batch and, under ``torch.distributed``, over the processes' shares (:mod:`.data`).
+    ``data=``, ``process_group``, ``keep``, ``loss_terms``: a data set's mean loss, as
+    :class:`HessianOperator` (dense Hessians summed batch by batch and over the processes).
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model: expected an nn.Module, got {type(model).__name__}")
-    one_of(inputs, targets, data)
+    one_of(inputs, targets, data, *(() if data is not None else (process_group, keep, loss_terms)))
     if data is not None:
         if encoder_options or mask is not None or is_causal or src_key_padding_mask is not None or engine == "encoder":
             raise ValueError("data=: the graph engine's options only (no encoder options or masks)")
-        from .data import DataRuns
-
-        runs = DataRuns(
-            model, data, loss=loss, params=params, head=head, process_group=process_group, keep=keep,
-            loss_terms=loss_terms,
-        )  # fmt: skip
-        _check_memory(runs.P, runs.dtype, runs.device)
-        return runs.dense(block_size, progress)
-    one_of(inputs, targets, None, process_group, keep, loss_terms)
+        return _data_hessian(model, data, loss, params, head, progress, process_group, keep, loss_terms)
     if engine not in ("auto", "graph", "encoder"):
         raise ValueError(f"engine: 'auto', 'graph' or 'encoder', got {engine!r}")
     encoder = _torch_encoder(model)
@@ -345,18 +336,35 @@ def exact_hessian(
             **encoder_options,
         )
     if encoder and isinstance(inputs, torch.Tensor):
-        from torch import nn
-
-        key = "src_mask" if isinstance(model, nn.TransformerEncoderLayer) else "mask"
-        kpm = src_key_padding_mask
-        if kpm is not None and (not isinstance(kpm, torch.Tensor) or tuple(kpm.shape) != tuple(inputs.shape[:2])):
-            shape = tuple(kpm.shape) if isinstance(kpm, torch.Tensor) else type(kpm).__name__
-            raise ValueError(f"src_key_padding_mask: expected {tuple(inputs.shape[:2])} (B, T), got {shape}")
-        inputs = {"src": inputs, key: mask, "src_key_padding_mask": kpm, "is_causal": bool(is_causal)}
-        if mask is None and is_causal:
-            T = inputs["src"].shape[1]
-            inputs[key] = torch.nn.Transformer.generate_square_subsequent_mask(T, dtype=inputs["src"].dtype)
+        inputs = _encoder_call(model, inputs, mask, is_causal, src_key_padding_mask)
     return hessian(model, inputs, targets, loss=loss, params=names, head=head, progress=progress)
+
+
+def _encoder_call(model, inputs, mask, is_causal, src_key_padding_mask) -> dict:
+    """A torch encoder module's keyword inputs for the graph engine (with its key-padding mask)."""
+    from torch import nn
+
+    key = "src_mask" if isinstance(model, nn.TransformerEncoderLayer) else "mask"
+    kpm = src_key_padding_mask
+    if kpm is not None and (not isinstance(kpm, torch.Tensor) or tuple(kpm.shape) != tuple(inputs.shape[:2])):
+        shape = tuple(kpm.shape) if isinstance(kpm, torch.Tensor) else type(kpm).__name__
+        raise ValueError(f"src_key_padding_mask: expected {tuple(inputs.shape[:2])} (B, T), got {shape}")
+    inputs = {"src": inputs, key: mask, "src_key_padding_mask": kpm, "is_causal": bool(is_causal)}
+    if mask is None and is_causal:
+        T = inputs["src"].shape[1]
+        inputs[key] = torch.nn.Transformer.generate_square_subsequent_mask(T, dtype=inputs["src"].dtype)
+    return inputs
+
+
+def _data_hessian(model, data, loss, params, head, progress, process_group, keep, loss_terms) -> torch.Tensor:
+    """:func:`exact_hessian` of a data set's mean loss (:class:`.data.DataRuns`)."""
+    from .data import DataRuns
+
+    runs = DataRuns(
+        model, data, loss=loss, params=params, head=head, process_group=process_group, keep=keep, loss_terms=loss_terms
+    )
+    _check_memory(runs.P, runs.dtype, runs.device)
+    return runs.dense(block_size, progress)
 
 
 def hessian_blocks(model, inputs=None, targets=None, **kwargs) -> dict[tuple[str, str], torch.Tensor]:

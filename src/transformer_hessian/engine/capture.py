@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import inspect
 import operator
 import re
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from . import ops  # noqa: F401  (fills the rule table)
 from .contract import RULES, Op
 from .decompose import inline_losses
 from .inplace import out_of_place
+from .inputs import model_inputs
 from .ops.losses import causal_lm, cross_entropy, mse_loss
 from .ops.shape import SPLITS, SplitItem
 
@@ -84,29 +84,6 @@ def pick_output(out):
         "model output: expected a tensor, an object with .logits, a Hugging Face output or a tuple, "
         f"got {type(out).__name__}"
     )
-
-
-def model_inputs(model: nn.Module, inputs) -> tuple[tuple, dict]:
-    """(args, kwargs) of the model call: a tensor, a tuple/list of positional inputs, or a dict of
-    keyword inputs (Hugging Face's ``input_ids``, ``attention_mask``, ...); ``use_cache=False`` is
-    added where the model takes it (a cache in the output stops the capture)."""
-    if isinstance(inputs, torch.Tensor):
-        args, kwargs = (inputs,), {}
-    elif isinstance(inputs, (tuple, list)):
-        args, kwargs = tuple(inputs), {}
-    elif isinstance(inputs, dict):
-        args, kwargs = (), dict(inputs)
-    else:
-        raise TypeError(
-            f"inputs: expected a tensor, a tuple of inputs or a dict of keyword inputs, got {type(inputs).__name__}"
-        )
-    try:
-        takes_cache = "use_cache" in inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        takes_cache = False
-    if takes_cache and "use_cache" not in kwargs:
-        kwargs["use_cache"] = False
-    return args, kwargs
 
 
 def parameter_names(model: nn.Module, head: nn.Module | None) -> dict[str, nn.Parameter]:
@@ -205,43 +182,6 @@ class Captured:
         return dataclasses.replace(self, leaves=leaves)
 
 
-def check_inputs(inputs) -> None:
-    """ValueError naming the input that is empty, on the meta device, or holds nan (or inf outside a mask)."""
-    leaves = (
-        list(inputs.values())
-        if isinstance(inputs, dict)
-        else list(inputs)
-        if isinstance(inputs, (tuple, list))
-        else [inputs]
-    )
-    for i, x in enumerate(leaves):
-        if not isinstance(x, torch.Tensor):
-            continue
-        where = (
-            f"inputs[{list(inputs)[i]!r}]"
-            if isinstance(inputs, dict)
-            else ("inputs" if len(leaves) == 1 else f"inputs[{i}]")
-        )
-        if x.device.type == "meta":
-            raise ValueError(f"{where}: on the meta device (it has no values)")
-        if x.dim() > 0 and x.shape[0] == 0:
-            raise ValueError(f"{where}: empty (shape {tuple(x.shape)}); the loss of no samples is undefined")
-        if x.dim() > 1 and x.shape[1] == 0:
-            raise ValueError(f"{where}: no tokens (shape {tuple(x.shape)})")
-        if x.numel() == 0:
-            raise ValueError(f"{where}: empty (shape {tuple(x.shape)})")
-        if x.is_floating_point() and torch.isnan(x).any():
-            raise ValueError(f"{where}: has nan entries")
-        if x.is_floating_point() and "mask" not in where and torch.isinf(x).any():
-            raise ValueError(f"{where}: has infinite entries")
-
-
-def user_leaves(model: nn.Module, inputs, targets) -> list:
-    """The leaves of a call's inputs and targets, in the order of the capture's user placeholders."""
-    args, kwargs = model_inputs(model, inputs)
-    return pytree.tree_leaves(((args, kwargs, targets), {}))
-
-
 def capture(model: nn.Module, inputs, targets, *, loss="mse", head=None, params=None) -> Captured:
     """Export ``model`` on ``inputs`` with its loss and map the operations on the way from the
     selected parameters to the loss onto the rules (:class:`UnsupportedOperation` otherwise)."""
@@ -273,9 +213,7 @@ def capture(model: nn.Module, inputs, targets, *, loss="mse", head=None, params=
         by_id.setdefault(id(p), n)
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     leaves: dict[Node, object] = {}
-    user_leaves = pytree.tree_leaves(((args, kwargs, targets), {}))
-    user_iter = iter(user_leaves)
-    user_nodes: list[Node] = []
+    user_iter, user_nodes = iter(pytree.tree_leaves(((args, kwargs, targets), {}))), []
     selected: dict[str, list[Node]] = {n: [] for n in names}
     for ph, spec in zip(placeholders, sig.input_specs, strict=True):
         kind = spec.kind.name
@@ -298,15 +236,7 @@ def capture(model: nn.Module, inputs, targets, *, loss="mse", head=None, params=
     out = pytree.tree_leaves(out_node.args)
     if len(out) != 1 or not isinstance(out[0], Node):
         raise RuntimeError("model: the capture returned more than one output")
-    result = out[0]
-    tnode = None
-    if named_loss is not None:
-        first = placeholders[0] if placeholders else out_node
-        with graph.inserting_before(first):
-            tnode = graph.placeholder("engine_targets")
-        leaves[tnode] = targets
-        with graph.inserting_before(out_node):
-            result = graph.call_function(named_loss, (result, tnode))
+    result, tnode = _append_loss(graph, named_loss, out[0], targets, leaves)
     unused = [n for n, phs in selected.items() if not phs]
     if unused:
         raise ValueError(f"params: {unused} take no part in the model's computation on these inputs")
@@ -327,6 +257,21 @@ def capture(model: nn.Module, inputs, targets, *, loss="mse", head=None, params=
     _check_parameters(named, names, p0)
     _map_rules(cap)
     return cap
+
+
+def _append_loss(graph, named_loss, result: Node, targets, leaves: dict) -> tuple[Node, Node | None]:
+    """(loss node, targets placeholder): a loss named by string appended to the graph after the
+    model's output, its targets a new placeholder; a callable loss was captured with the model."""
+    if named_loss is None:
+        return result, None
+    nodes = list(graph.nodes)
+    out_node = next(n for n in nodes if n.op == "output")
+    first = next((n for n in nodes if n.op == "placeholder"), out_node)
+    with graph.inserting_before(first):
+        tnode = graph.placeholder("engine_targets")
+    leaves[tnode] = targets
+    with graph.inserting_before(out_node):
+        return graph.call_function(named_loss, (result, tnode)), tnode
 
 
 def _check_parameters(named, names, p0) -> None:

@@ -27,7 +27,8 @@ import torch
 from torch.utils import _pytree as pytree
 
 from ..util.resources import available_bytes, format_bytes
-from .capture import Captured, capture, check_inputs, parameter_names, select, user_leaves
+from .capture import Captured, capture, parameter_names, select
+from .inputs import check_inputs, user_leaves
 from .ops.losses import IGNORE_INDEX
 from .sweep import Run, dense_hessian, hvp_sweep
 

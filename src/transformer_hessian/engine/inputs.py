@@ -1,0 +1,70 @@
+"""A model call's inputs: the positional and keyword arguments of the call, their checks, and the
+leaves the capture's placeholders take (in pytree order)."""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+
+def model_inputs(model: nn.Module, inputs) -> tuple[tuple, dict]:
+    """(args, kwargs) of the model call: a tensor, a tuple/list of positional inputs, or a dict of
+    keyword inputs (Hugging Face's ``input_ids``, ``attention_mask``, ...); ``use_cache=False`` is
+    added where the model takes it (a cache in the output stops the capture)."""
+    if isinstance(inputs, torch.Tensor):
+        args, kwargs = (inputs,), {}
+    elif isinstance(inputs, (tuple, list)):
+        args, kwargs = tuple(inputs), {}
+    elif isinstance(inputs, dict):
+        args, kwargs = (), dict(inputs)
+    else:
+        raise TypeError(
+            f"inputs: expected a tensor, a tuple of inputs or a dict of keyword inputs, got {type(inputs).__name__}"
+        )
+    try:
+        takes_cache = "use_cache" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        takes_cache = False
+    if takes_cache and "use_cache" not in kwargs:
+        kwargs["use_cache"] = False
+    return args, kwargs
+
+
+def check_inputs(inputs) -> None:
+    """ValueError naming the input that is empty, on the meta device, or holds nan (or inf outside a mask)."""
+    leaves = (
+        list(inputs.values())
+        if isinstance(inputs, dict)
+        else list(inputs)
+        if isinstance(inputs, (tuple, list))
+        else [inputs]
+    )
+    for i, x in enumerate(leaves):
+        if not isinstance(x, torch.Tensor):
+            continue
+        where = (
+            f"inputs[{list(inputs)[i]!r}]"
+            if isinstance(inputs, dict)
+            else ("inputs" if len(leaves) == 1 else f"inputs[{i}]")
+        )
+        if x.device.type == "meta":
+            raise ValueError(f"{where}: on the meta device (it has no values)")
+        if x.dim() > 0 and x.shape[0] == 0:
+            raise ValueError(f"{where}: empty (shape {tuple(x.shape)}); the loss of no samples is undefined")
+        if x.dim() > 1 and x.shape[1] == 0:
+            raise ValueError(f"{where}: no tokens (shape {tuple(x.shape)})")
+        if x.numel() == 0:
+            raise ValueError(f"{where}: empty (shape {tuple(x.shape)})")
+        if x.is_floating_point() and torch.isnan(x).any():
+            raise ValueError(f"{where}: has nan entries")
+        if x.is_floating_point() and "mask" not in where and torch.isinf(x).any():
+            raise ValueError(f"{where}: has infinite entries")
+
+
+def user_leaves(model: nn.Module, inputs, targets) -> list:
+    """The leaves of a call's inputs and targets, in the order of the capture's user placeholders."""
+    args, kwargs = model_inputs(model, inputs)
+    return pytree.tree_leaves(((args, kwargs, targets), {}))
