@@ -175,3 +175,32 @@ def test_landscape2d_step_writes_the_grid_and_the_figure_draws(trained, tmp_path
     assert len(fig.axes) == 3  # two panels and one colour bar
     fig.savefig(tmp_path / "f.png")
     assert math.isfinite(r["grad_norm"])
+
+
+def test_claim_row_follows_the_measured_gap():
+    from transformer_hessian.studies.lm import claims
+
+    l2 = {"near": {"points": 4, "disc_radius": 0.1, "max_gap": 1e-3, "max_change": 0.1, "rel_gap": 0.01,
+                   "max_gap_all": 0.5}, "tolerance": 0.1, "eigenvalues": [3.0, 1.0], "sequences": 40, "P": 244,
+          "radius": 0.4}  # fmt: skip
+    (row,) = claims.landscape2d_rows(l2, "e")
+    assert row["id"] == "lm_quadratic_model_near_wstar" and row["verdict"] == "reproduced"
+    assert row["source"].startswith(claims.BEYOND) and "ratio 0.01" in row["measured"]
+    l2["near"]["rel_gap"] = 0.2
+    assert claims.landscape2d_rows(l2, "e")[0]["verdict"] == "not reproduced"
+    l2["near"]["rel_gap"] = None
+    assert claims.landscape2d_rows(l2, "e")[0]["verdict"] == "not testable on this data set"
+
+
+def test_factory_reads_its_arguments_from_a_settings_file(trained, tmp_path):
+    """Rule lm_curvature passes {"settings": FILE}: the same model and batches as the keywords."""
+    import json
+
+    s, tmp = trained
+    kw = {"checkpoint": str(tmp / "main/checkpoints/final.pt"), "data_root": str(tmp / "data"), "lm": s.to_dict(),
+          "batch_size": 16, "corpus": str(tmp / "main/corpus.json")}  # fmt: skip
+    (tmp_path / "f.json").write_text(json.dumps(kw))
+    m1, b1 = curvature.training_set(settings=str(tmp_path / "f.json"))
+    m2, b2 = curvature.training_set(**kw)
+    assert len(b1) == len(b2) == 3 and all(torch.equal(x, y) for (x, _), (y, _) in zip(b1, b2))
+    assert all(p.equal(q) for p, q in zip(m1.parameters(), m2.parameters()))
