@@ -81,7 +81,7 @@ def test_hostile_strings_in_every_string_key_never_reach_a_shell(tmp_path, env):
     marker = tmp_path / "MARKER"
     stubs = tmp_path / "stubs"
     stubs.mkdir()
-    for name in ("transformer-hessian", "papermill"):
+    for name in ("transformer-hessian", "papermill", "torchrun"):  # torchrun: rule lm_curvature (processes > 1)
         (stubs / name).write_text(STUB.format(python=sys.executable))
         (stubs / name).chmod(0o755)
     base = tiny_config()

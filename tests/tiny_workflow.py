@@ -108,6 +108,18 @@ TINY = {
             "steps": 20,
             "lanczos_iters": 5,
         },
+        # the curvature over the 256 training sequences under torchrun (2 processes) and a 5 x 5 landscape
+        "curvature": {
+            "enabled": True,
+            "processes": 2,
+            "batch_size": 64,
+            "top_k": 2,
+            "lanczos_steps": 6,
+            "probes": 2,
+            "slq_probes": 1,
+            "blocks": ["blocks.0.attn.*"],
+            "landscape": {"points": 5, "radius": 0.5, "near": 0.5},
+        },
     },
     "spectrum": {
         "batch_size": 16,
@@ -468,6 +480,36 @@ def test_language_study_outputs(run):
         assert len((run / f"paper/tables/{table}.csv").read_text().splitlines()) >= 4
 
 
+def test_language_curvature_outputs(run):
+    """The curvature command's result over the tiny decoder's 256 training sequences (2 processes),
+    its eigenvectors, the 2-D landscape, its claim row and the summary's copy; the figure exists."""
+    import torch
+
+    c = json.loads((run / "results/lm/curvature/curvature.json").read_text())
+    assert {"eigenvalues", "residuals", "trace", "slq", "blocks", "P", "batches", "processes", "products"} <= set(c)
+    assert len(c["eigenvalues"]) == 2 and c["eigenvalues"] == sorted(c["eigenvalues"], reverse=True)
+    assert c["processes"] == 2 and c["batches"] == 4 and set(c["blocks"]) == {"blocks.0.attn.*"}
+    assert c["trace"]["n_probes"] == 2 and c["blocks"]["blocks.0.attn.*"]["P"] == 4 * (4 * 4 + 4)
+    bad = [(p, v) for p, v in _numbers(c) if not math.isfinite(v)]
+    assert not bad
+    e = torch.load(run / "results/lm/curvature/eigenvectors.pt", weights_only=True)
+    assert e["vectors"].shape == (2, c["P"]) and e["eigenvalues"] == pytest.approx(c["eigenvalues"])
+    assert torch.allclose(e["vectors"].norm(dim=1), torch.ones(2, dtype=e["vectors"].dtype), atol=1e-8)
+    r = json.loads((run / "results/lm/landscape2d.json").read_text())
+    assert r["sequences"] == 256 and r["points"] == 5 and np.asarray(r["loss"]).shape == (5, 5)
+    assert r["eigenvalues"] == pytest.approx(c["eigenvalues"][:2]) and r["loss"][2][2] == pytest.approx(r["L0"])
+    assert all(math.isfinite(v) for row in r["loss"] + r["quadratic"] for v in row)
+    assert (run / "results/lm/curvature/curvature.png").stat().st_size > 1000
+    assert mpimg.imread(run / "paper/figures/lm_landscape2d.png").shape[1] > 100
+    rows = {x["id"]: x for x in json.loads((run / "paper/claims.json").read_text())["claims"]}
+    row = rows["lm_quadratic_model_near_wstar"]
+    rel = r["near"]["rel_gap"]
+    assert row["verdict"] == ("not testable on this data set" if rel is None else
+                              "reproduced" if rel <= r["tolerance"] else "not reproduced")  # fmt: skip
+    s = json.loads((run / "paper/summary.json").read_text())["lm"]["curvature"]
+    assert s["eigenvalues"] == c["eigenvalues"] and s["sequences"] == 256
+
+
 # The checks above, by name: every test of a finished run that the local and the SLURM run share.
 RUN_CHECKS = {
     "test_every_declared_output_is_valid": test_every_declared_output_is_valid,
@@ -483,4 +525,5 @@ RUN_CHECKS = {
     "test_bounds_outputs_hold_and_are_complete": test_bounds_outputs_hold_and_are_complete,
     "test_scaling_outputs": test_scaling_outputs,
     "test_language_study_outputs": test_language_study_outputs,
+    "test_language_curvature_outputs": test_language_curvature_outputs,
 }

@@ -414,6 +414,24 @@ def _lm(name):
     return build
 
 
+def build_lm_landscape2d():
+    """The 2-D landscape figure on a micro decoder (d 4, one layer, vocab 7): the loss and the quadratic
+    model on the plane of two orthonormal directions of the blocks' parameters, eigenvalues given."""
+    from transformer_hessian.core.gpt import GPT, GPTConfig
+    from transformer_hessian.studies.lm import curvature, plot
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab=7, context=5, width=4, depth=1, heads=2)).double().eval()
+    batches = curvature.batches_of(torch.randint(0, 7, (12, 5), generator=torch.Generator().manual_seed(1)), 4)
+    named = {n: p for n, p in model.named_parameters() if n.startswith("blocks.")}
+    P = sum(p.numel() for p in named.values())
+    V, _ = torch.linalg.qr(torch.randn(P, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(2)))
+    eig = {"names": list(named), "shapes": {n: list(p.shape) for n, p in named.items()}, "eigenvalues": [2.0, 1.0],
+           "vectors": V.T.contiguous()}  # fmt: skip
+    r = curvature.landscape2d(model, batches, eig, radius=0.5, points=9, near=0.25)
+    return [plot.landscape2d_figure(r)]
+
+
 BUILDERS = {
     "fig2": build_fig2,
     "fig3": lambda: _heatmaps("fig3"),
@@ -429,6 +447,7 @@ BUILDERS = {
     "spectrum": build_spectrum,
     "architectures": build_architectures,
     **{name: _lm(name) for name in ("lm_hessian", "lm_norms", "lm_landscape", "lm_approx", "lm_scaling")},
+    "lm_landscape2d": build_lm_landscape2d,
 }
 NEEDS_PROBE = {"fig1", "theorem7", "fig12"}
 

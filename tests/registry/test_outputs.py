@@ -66,6 +66,7 @@ def test_templates_come_from_their_producers_once():
     }
     expected |= {"bounds_table", "architectures", "architectures_report", "scaling_models", "scaling"}
     expected |= {"lm_train", "lm_hessian", "lm_vit_approx", "lm_landscape", "lm_scaling_models", "lm_law", "lm_claims"}
+    expected |= {"lm_curvature", "lm_landscape2d"}
     assert set(declared) == expected
     for rule, keys in declared.items():
         for key, path in keys.items():

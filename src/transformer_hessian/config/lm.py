@@ -9,7 +9,7 @@ from typing import ClassVar
 
 from .section import AdamWTrain, Section
 
-__all__ = ["Lm", "LmScaling", "LmTrain"]
+__all__ = ["Lm", "LmCurvature", "LmLandscape2d", "LmScaling", "LmTrain"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,36 @@ class LmScaling(Section):
 
 
 @dataclass(frozen=True)
+class LmLandscape2d(Section):
+    """The grid of the loss on the plane of the top two Hessian eigenvectors (``lm.curvature.landscape``)."""
+
+    SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "lm", "properties", "curvature", "properties", "landscape")
+
+    points: int
+    radius: float
+    near: float
+    tolerance: float
+
+
+@dataclass(frozen=True)
+class LmCurvature(Section):
+    """The trained decoder's curvature over its whole training set (``lm.curvature``): the package's
+    ``curvature`` command under ``processes`` processes, and the 2-D landscape on its top eigenvectors."""
+
+    SCHEMA_NODE: ClassVar[tuple[str, ...]] = ("properties", "lm", "properties", "curvature")
+
+    enabled: bool
+    processes: int
+    batch_size: int
+    top_k: int
+    lanczos_steps: int
+    probes: int
+    slq_probes: int
+    blocks: tuple[str, ...]
+    landscape: LmLandscape2d
+
+
+@dataclass(frozen=True)
 class Lm(Section):
     """The causal language-model study (:mod:`.studies.lm`, off unless ``enabled``): corpus, model,
     training, the Hessian batch, the D_k analysis, the scaling grid and the approximations."""
@@ -67,3 +97,4 @@ class Lm(Section):
     tolerance: float
     approximations: bool
     scaling: LmScaling
+    curvature: LmCurvature

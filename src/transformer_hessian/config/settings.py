@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .architectures import ArchKeys
-from .lm import Lm, LmScaling, LmTrain
+from .lm import Lm, LmCurvature, LmLandscape2d, LmScaling, LmTrain
 from .section import AdamWTrain, Section
 
 __all__ = [
@@ -43,6 +43,8 @@ __all__ = [
     "ScalingTrain",
     "Scaling",
     "Lm",
+    "LmCurvature",
+    "LmLandscape2d",
     "LmScaling",
     "LmTrain",
     "ArchitecturesTrain",

@@ -13,7 +13,7 @@ from ...util.claim_schema import NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, verdi
 from ...util.datanames import described
 from ...util.numfmt import fmt, fmt_interval
 
-__all__ = ["BEYOND", "lm_claim_rows"]
+__all__ = ["BEYOND", "landscape2d_rows", "lm_claim_rows"]
 
 #: how every row of the study marks its source
 BEYOND = "beyond the paper: language model"
@@ -154,10 +154,44 @@ def scaling_rows(sc: Mapping[str, Any], s, evidence: str) -> list[dict[str, Any]
     return rows
 
 
-def lm_claim_rows(h, ls, sc, s, evidence: str) -> list[dict[str, Any]]:
+def landscape2d_rows(l2: Mapping[str, Any], evidence: str) -> list[dict[str, Any]]:
+    """The loss against the quadratic model on the plane of the top two Hessian eigenvectors (rule
+    lm_landscape2d): within ``lm.curvature.landscape.near`` of the grid's radius, the largest
+    ``|L - Q|`` is at most ``tolerance`` times the largest ``|Q - L0|`` there."""
+    n = l2["near"]
+    tol = float(l2["tolerance"])
+    rel = n.get("rel_gap")
+    holds = None if rel is None else rel <= tol
+    lam = l2["eigenvalues"]
+    measured = (
+        f"whole training set ({l2['sequences']:,} sequences, P = {l2['P']:,}), top eigenvalues {fmt(lam[0])}, "
+        f"{fmt(lam[1])}; {n['points']} grid points within {fmt(n['disc_radius'])} of w*: max |L - Q| = "
+        + (f"{fmt(n['max_gap'])}, max |Q - L0| = {fmt(n['max_change'])}, ratio {fmt(rel)}" if rel is not None
+           else "n/a (no grid point in the disc, or Q = L0 there)")
+        + f" (tolerance {fmt(tol)}); over the whole grid (radius {fmt(l2['radius'])}) max |L - Q| = {fmt(n['max_gap_all'])}"
+    )  # fmt: skip
+    return [
+        {
+            "id": "lm_quadratic_model_near_wstar",
+            "claim": "near w* the loss is its second-order Taylor expansion, the model behind Theorem 7's "
+            "curvature term M ||w - w*||^2 (paraphrase)",
+            "source": f"{BEYOND}; Sec. 4.3 (Theorem 7)",
+            "rule": "on the plane of the top two Hessian eigenvectors u1, u2 of the whole training set's mean loss, "
+            "the grid points within lm.curvature.landscape.near of its radius (w* left out): max |L - Q| <= "
+            "lm.curvature.landscape.tolerance x max |Q - L0|, Q = L0 + a g.u1 + b g.u2 + (lambda1 a^2 + lambda2 b^2)/2",
+            "measured": measured,
+            "verdict": verdict(holds),
+            "evidence": evidence,
+        }
+    ]
+
+
+def lm_claim_rows(h, ls, sc, s, evidence: str, l2=None, evidence2d: str = "") -> list[dict[str, Any]]:
     """Every row of the study (:func:`hessian_rows`, :func:`landscape_rows`, :func:`scaling_rows`
-    when the grid ran)."""
+    when the grid ran, :func:`landscape2d_rows` with the 2-D landscape ``l2``)."""
     rows = hessian_rows(h, evidence) + landscape_rows(ls, h, evidence)
     if sc is not None:
         rows += scaling_rows(sc, s, evidence)
+    if l2 is not None:
+        rows += landscape2d_rows(l2, evidence2d or evidence)
     return rows

@@ -1,5 +1,5 @@
 """The ``transformer-hessian lm`` command (``train``, ``hessian``, ``vit-approx``, ``landscape``,
-``scaling-models``, ``scaling``, ``claims``), added to the package's parser by :func:`add_parser`."""
+``landscape2d``, ``scaling-models``, ``scaling``, ``claims``), added to the package's parser by :func:`add_parser`."""
 
 from __future__ import annotations
 
@@ -62,8 +62,15 @@ def _claims(a) -> None:
     from .step import claims_step
 
     claims_step(
-        _lm(a), a.hessian, a.landscape, a.scaling, a.metrics, a.out, a.summary_out, a.tables_dir, vit=a.vit_approx
-    )
+        _lm(a), a.hessian, a.landscape, a.scaling, a.metrics, a.out, a.summary_out, a.tables_dir, vit=a.vit_approx,
+        landscape2d=a.landscape2d,
+    )  # fmt: skip
+
+
+def _landscape2d(a) -> None:
+    from .curvature import landscape2d_step
+
+    landscape2d_step(_lm(a), a.data_root, a.final, a.corpus, a.eigenvectors, a.curvature, a.out)
 
 
 def add_parser(sub, json_arg, data_root_help: str) -> None:
@@ -107,6 +114,16 @@ def add_parser(sub, json_arg, data_root_help: str) -> None:
     ls.add_argument("--corpus", required=True, help="the training's corpus record (corpus.json)")
     ls.add_argument("--out", required=True, help="output JSON")
     ls.set_defaults(func=_landscape)
+    l2 = ssub.add_parser(
+        "landscape2d", help="the loss on the plane of the top two Hessian eigenvectors vs the quadratic model"
+    )
+    common(l2)
+    l2.add_argument("--final", required=True, help="trained checkpoint (final.pt)")
+    l2.add_argument("--corpus", required=True, help="the training's corpus record (corpus.json)")
+    l2.add_argument("--eigenvectors", required=True, help="the curvature command's eigenvectors.pt")
+    l2.add_argument("--curvature", required=True, help="the curvature command's curvature.json")
+    l2.add_argument("--out", required=True, help="output JSON")
+    l2.set_defaults(func=_landscape2d)
     m = ssub.add_parser("scaling-models", help="train and measure one part of the scaling grid (cached per model)")
     common(m)
     m.add_argument("--part", type=int, default=0, help="this job's part (0-based)")
@@ -125,6 +142,7 @@ def add_parser(sub, json_arg, data_root_help: str) -> None:
     c.add_argument("--landscape", required=True, help="lm_landscape's JSON")
     c.add_argument("--scaling", default=None, help="lm_scaling's JSON (absent when the grid is off)")
     c.add_argument("--vit-approx", default=None, help="lm_vit_approx's JSON (the approximations on the paper's ViT)")
+    c.add_argument("--landscape2d", default=None, help="lm_landscape2d's JSON (absent when lm.curvature is off)")
     c.add_argument("--metrics", required=True, help="the decoder's metrics.json")
     c.add_argument("--out", required=True, help="claim rows (JSON list)")
     c.add_argument("--summary-out", required=True, help="the summary section (JSON)")

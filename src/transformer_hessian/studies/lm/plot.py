@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import NullFormatter
+from matplotlib.ticker import MaxNLocator, NullFormatter
 
 from ...plotting import COMPACT_RC
 from ...plotting.style import HEATMAP_CMAP, STAGE_COLOURS
@@ -20,6 +20,7 @@ __all__ = [
     "approx_figure",
     "approx_table",
     "hessian_maps_figure",
+    "landscape2d_figure",
     "landscape_figure",
     "norms_figure",
     "scaling_figure",
@@ -155,6 +156,46 @@ def landscape_figure(ls: Mapping[str, Any]) -> Figure:
         for a in (ax, bx):
             a.xaxis.set_minor_formatter(NullFormatter())
             a.yaxis.set_minor_formatter(NullFormatter())
+    return fig
+
+
+def landscape2d_figure(r: Mapping[str, Any]) -> Figure:
+    """The whole training set's mean loss on the plane of the top two Hessian eigenvectors through
+    w* (a) next to the quadratic model L0 + a g.u1 + b g.u2 + (lambda1 a^2 + lambda2 b^2)/2 (b):
+    filled contours on one set of levels (over both panels) with one colour bar, w* marked, the
+    axes labelled with the eigenvalues; the disc of the claim (``near``) dashed on both."""
+    a, b = np.asarray(r["a"]), np.asarray(r["b"])
+    L, Q = np.asarray(r["loss"]), np.asarray(r["quadratic"])
+    lo, hi = float(min(L.min(), Q.min())), float(max(L.max(), Q.max()))
+    levels = np.linspace(lo, hi if hi > lo else lo + 1e-12, 16)
+    l1, l2 = r["eigenvalues"][:2]
+    near = r["near"]
+    with plt.rc_context(COMPACT_RC):
+        fig, axes = plt.subplots(1, 2, figsize=(6.2, 3.3), layout="constrained", sharey=True)
+        panels = (("(a) loss L(w* + a u1 + b u2)", L), ("(b) quadratic model at w*", Q))
+        for ax, (title, Z) in zip(axes, panels):
+            cs = ax.contourf(a, b, Z.T, levels=levels, cmap="viridis")
+            ax.contour(a, b, Z.T, levels=levels, colors="white", linewidths=0.3, alpha=0.6)
+            ax.plot([0], [0], marker="*", ms=6, color="#DD8452", mec="k", mew=0.4, ls="none")
+            t = np.linspace(0, 2 * np.pi, 200)
+            rho = near["disc_radius"]
+            ax.plot(rho * np.cos(t), rho * np.sin(t), "--", color="white", lw=0.8)
+            ax.set_aspect("equal")
+            ax.set_xlabel(f"a along u1 (λ1 = {l1:.3g})")
+            ax.set_title(title)
+        axes[0].set_ylabel(f"b along u2 (λ2 = {l2:.3g})")
+        cb = fig.colorbar(cs, ax=axes, shrink=0.85, label="mean training loss (nats)")
+        cb.locator = MaxNLocator(6)
+        cb.update_ticks()
+        rel = near.get("rel_gap")
+        gap = (
+            f"; within {near['disc_radius']:.3g} (dashed) max |L - Q| / |Q - L0| = {rel:.2g}" if rel is not None else ""
+        )
+        fig.suptitle(
+            f"Plane of the top two Hessian eigenvectors, whole training set\n({r['sequences']:,} sequences, "
+            f"P = {r['P']:,}){gap}",
+            fontsize=7.5,
+        )
     return fig
 
 

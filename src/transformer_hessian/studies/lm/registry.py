@@ -1,6 +1,7 @@
 """The language study's entries in the figure registry (:mod:`transformer_hessian.registry` collects
-them): four figures of one notebook run (``notebooks/lm.ipynb``) and the scaling figure
-(``notebooks/lm_scaling.ipynb``), only with ``lm.enabled`` (and ``lm.scaling.enabled``)."""
+them): four figures of one notebook run (``notebooks/lm.ipynb``), the 2-D landscape
+(``notebooks/lm_curvature.ipynb``) and the scaling figure (``notebooks/lm_scaling.ipynb``), only with
+``lm.enabled`` (and ``lm.curvature.enabled``, ``lm.scaling.enabled``)."""
 
 from __future__ import annotations
 
@@ -76,6 +77,22 @@ FIGURES: list[Figure] = [
         "and batch). Table lm_approx adds the spectral errors.",
         shows="relative error of GGN, K-FAC, EK-FAC and block-diagonal against the exact Hessian, per block",
         functions="`studies.lm.plot.approx_figure`; `studies.lm.approx.approximation_errors`, `studies.lm.vit.vit_approximations`",
+    ),
+    Figure(
+        id="lm_landscape2d",
+        paper="beyond the paper: language model (curvature over the training set)",
+        label="fig:lm_landscape2d",
+        notebook="lm_curvature.ipynb",
+        inputs={"landscape2d": Output("lm_landscape2d", "json"), "curvature": Output("lm_curvature", "json")},
+        group="lm_curvature_figures",
+        enabled_by="lm.enabled and lm.curvature.enabled",
+        caption=f"The loss landscape of {_MODEL} around its trained weights w*, on the plane of the top two "
+        "eigenvectors u1, u2 of the Hessian of the whole training set's mean loss (Lanczos, the package's curvature "
+        "command under torchrun): (a) the mean training loss L(w* + a u1 + b u2), (b) the quadratic model "
+        "L0 + a g.u1 + b g.u2 + (lambda1 a^2 + lambda2 b^2)/2 (g the gradient at w*), on the same contour levels; "
+        "the dashed circle is the disc of the claim lm_quadratic_model_near_wstar.",
+        shows="the training loss on the plane of the top two Hessian eigenvectors next to the quadratic model",
+        functions="`studies.lm.plot.landscape2d_figure`; `studies.lm.curvature.landscape2d`, `studies.lm.curvature.training_set`",
     ),
     Figure(
         id="lm_scaling",

@@ -26,6 +26,13 @@ OUTPUTS: dict[str, dict[str, str]] = {
     "lm_landscape": {"json": "results/lm/landscape.json"},
     "lm_scaling_models": {"json": "results/lm/scaling/parts/part{part}of{jobs}.json"},
     "lm_law": {"json": "results/lm/scaling/scaling.json"},
+    # the package's curvature command writes all three into one folder (its --out)
+    "lm_curvature": {
+        "json": "results/lm/curvature/curvature.json",
+        "eigenvectors": "results/lm/curvature/eigenvectors.pt",
+        "png": "results/lm/curvature/curvature.png",
+    },
+    "lm_landscape2d": {"json": "results/lm/landscape2d.json"},
     "lm_claims": {"claims": "results/lm/claims.json", "summary": "results/lm/summary.json"},
 }
 
@@ -38,6 +45,8 @@ _KEYS = {
     "lm_law": ("corpus", "rows", "law", "fits", "stationarity"),
     "lm_summary": ("corpus",),
     "lm_train": ("name", "sha256", "files"),
+    "lm_curvature": ("eigenvalues", "trace", "P"),
+    "lm_landscape2d": ("corpus", "a", "b", "loss", "quadratic", "eigenvalues", "near"),
 }
 
 
@@ -48,5 +57,5 @@ def save_result(path: PathLike, result: Mapping[str, Any]) -> None:
 
 def load_result(path: PathLike, rule: str) -> dict[str, Any]:
     """Read the JSON result of ``rule`` (``lm_hessian``, ``lm_landscape``, ``lm_scaling_models``,
-    ``lm_scaling``, ``lm_summary``), checking its keys."""
+    ``lm_scaling``, ``lm_summary``, ``lm_curvature``, ``lm_landscape2d``), checking its keys."""
     return _load_keyed(path, rule, _KEYS[rule])

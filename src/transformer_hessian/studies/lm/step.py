@@ -15,7 +15,15 @@ from .result import save_result
 if TYPE_CHECKING:
     from ...config.settings import Lm
 
-__all__ = ["claims_step", "hessian_step", "landscape_step", "scaling_models_step", "scaling_step", "train_step"]
+__all__ = [
+    "claims_step",
+    "hessian_step",
+    "landscape_step",
+    "scaling_models_step",
+    "scaling_step",
+    "train_step",
+    "trained_sequences",
+]
 
 
 def _data(s: Lm, data_root: str, trained_on: str | None = None):
@@ -36,6 +44,12 @@ def _data(s: Lm, data_root: str, trained_on: str | None = None):
     return corpus.manifest(), train, val
 
 
+def trained_sequences(s: Lm, train):
+    """The training sequences the study's decoder is trained on: the first ``lm.train.sequences``
+    of the training split (all of them where it is null)."""
+    return train if s.train.sequences is None else train[: s.train.sequences]
+
+
 def _load_model(path: str):
     from ...train.lm import load_lm
 
@@ -54,7 +68,7 @@ def train_step(s: Lm, data_root: str, out_dir: str, corpus_out: str, device: str
     record, train, val = _data(s, data_root)
     log.info("lm corpus %s: %d bytes, sha256 %s", record["name"], record["bytes"], record["sha256"])
     t = s.train
-    seqs = train if t.sequences is None else train[: t.sequences]
+    seqs = trained_sequences(s, train)
     metrics = train_lm(
         gpt_config(s),
         seqs,
@@ -122,8 +136,7 @@ def landscape_step(s: Lm, data_root: str, final: str, corpus: str, out: str) -> 
     from .compute import landscape_analysis
 
     record, train, _ = _data(s, data_root, corpus)
-    seqs = train if s.train.sequences is None else train[: s.train.sequences]
-    result = {"corpus": record, **landscape_analysis(_load_model(final), seqs, s)}
+    result = {"corpus": record, **landscape_analysis(_load_model(final), trained_sequences(s, train), s)}
     save_result(out, result)
     return result
 
@@ -207,11 +220,13 @@ def claims_step(
     summary_out: str,
     tables_dir: str | None = None,
     vit: str | None = None,
+    landscape2d: str | None = None,
 ) -> list[dict[str, Any]]:
     """Rule lm_claims: the study's claim rows (:func:`.claims.lm_claim_rows`), its summary section
     and, with ``tables_dir``, its tables (:data:`TABLES`; ``lm_scaling`` only when the grid ran);
     ``vit``: rule lm_vit_approx's result (the approximations on the paper's ViT), in the summary
-    section and the table ``lm_approx``."""
+    section and the table ``lm_approx``; ``landscape2d``: rule lm_landscape2d's result (its claim row
+    and the curvature numbers in the summary section)."""
     from ...util.io import load_json, write_json
     from .claims import lm_claim_rows
     from .result import load_result
@@ -221,10 +236,16 @@ def claims_step(
     sc = load_result(scaling, "lm_law") if scaling else None
     m = load_json(metrics, "lm_train")
     evidence = f"{hessian}, {landscape}" + (f", {scaling}" if scaling else "")
-    rows = lm_claim_rows(h, ls, sc, s, evidence)
+    l2 = load_result(landscape2d, "lm_landscape2d") if landscape2d else None
+    rows = lm_claim_rows(h, ls, sc, s, evidence, l2, landscape2d or "")
     write_json(rows, out)
     v = load_result(vit, "lm_vit_approx") if vit else None
     section = summary_section(h, ls, sc, m)
+    if l2 is not None:
+        section["curvature"] = {
+            **l2["curvature"],
+            **{k: l2[k] for k in ("sequences", "L0", "grad_norm", "g_u1", "g_u2", "radius", "points", "near")},
+        }
     if v is not None and v["approximations"]:
         section["approximations_vit"] = {stage: v[stage] for stage in ("init", "trained")}
     write_json(section, summary_out)
