@@ -177,3 +177,18 @@ def test_a_hugging_face_config_and_a_token_file(tmp_path):
     assert res["batches"] == 3 and res["n_terms"] == 12 * 7 and res["dtype"] == "float64"
     assert res["P"] == 8 * 24 + 24 + 8 * 8 + 8 and np.isfinite(res["eigenvalues"]).all()
     assert main(["curvature", "--hf-model", str(tmp_path), "--out", str(out)]) == 1  # no --tokens: one line
+
+
+def test_srun_tasks_map_onto_torch_distributed_variables():
+    from transformer_hessian.scale.command import first_host, launch_env
+
+    assert launch_env({"RANK": "0", "WORLD_SIZE": "2", "SLURM_PROCID": "1", "SLURM_NTASKS": "2"}) == {}
+    assert launch_env({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}) == {}
+    env = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_STEP_NODELIST": "gpu[07-08]"}
+    env["SLURM_JOB_ID"] = "123"
+    assert launch_env(env) == {
+        "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "MASTER_ADDR": "gpu07", "MASTER_PORT": "20123",
+    }  # fmt: skip
+    assert first_host("node03,node04") == "node03"
+    assert first_host("a[1,3-5],b2") == "a1"
+    assert first_host("localhost") == "localhost"

@@ -14,7 +14,7 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
-__all__ = ["add_parser", "main"]
+__all__ = ["add_parser", "first_host", "launch_env", "main"]
 
 
 def add_parser(sub, json_arg) -> None:
@@ -51,11 +51,39 @@ def add_parser(sub, json_arg) -> None:
     s.set_defaults(func=main)
 
 
+def launch_env(env: dict) -> dict:
+    """The env:// variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) of this
+    process: torchrun's as set, else those of a task that ``srun -n N`` started (SLURM_PROCID,
+    SLURM_NTASKS, SLURM_LOCALID; the first node of the step as the master, a port from the job id),
+    else one process."""
+    if "WORLD_SIZE" in env or "SLURM_PROCID" not in env or int(env.get("SLURM_NTASKS", "1")) <= 1:
+        return {}
+    nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or "127.0.0.1"
+    return {
+        "RANK": env["SLURM_PROCID"],
+        "WORLD_SIZE": env["SLURM_NTASKS"],
+        "LOCAL_RANK": env.get("SLURM_LOCALID", "0"),
+        "MASTER_ADDR": env.get("MASTER_ADDR") or first_host(nodes),
+        "MASTER_PORT": env.get("MASTER_PORT") or str(20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000),
+    }
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a SLURM node list (``node[03-05,7],gpu1`` -> ``node03``)."""
+    head = nodelist.split(",")[0] if "[" not in nodelist.split(",")[0] else nodelist[: nodelist.index("]") + 1]
+    if "[" not in head:
+        return head
+    prefix, _, rng = head.partition("[")
+    return prefix + rng.rstrip("]").split(",")[0].split("-")[0]
+
+
 def _distributed(device_arg: str):
-    """(rank, world, device): torch.distributed initialised from env:// when WORLD_SIZE > 1."""
+    """(rank, world, device): torch.distributed initialised from env:// (torchrun's, or srun's
+    mapped by :func:`launch_env`) when there is more than one process."""
     import torch
     import torch.distributed as dist
 
+    os.environ.update(launch_env(dict(os.environ)))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
