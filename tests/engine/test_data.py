@@ -231,3 +231,21 @@ def test_two_gloo_processes_equal_one_process(tmp_path):
     # both ranks held the same product (rank 1 wrote its own copy)
     other = json.loads((tmp_path / "two.json.rank1").read_text())
     assert other["hv"] == got["hv"]
+
+
+def test_a_lower_precision_model_runs_in_its_dtype_and_accumulates_as_asked():
+    import copy
+
+    m64 = _nano(6, vocab=11, T=6, d=8)
+    batches = _lm_batches(6, 11, [(2, 6), (3, 6), (2, 5)], ignore=0.0)
+    ref = HessianOperator(m64, data=batches, loss="causal_lm")
+    V = torch.randn(ref.shape[0], 2, generator=torch.Generator().manual_seed(3), dtype=DT)
+    hv = ref @ V
+    for dt, tol in ((torch.float32, 1e-5), (torch.bfloat16, 0.05)):
+        m = copy.deepcopy(m64).to(dt)
+        plain = HessianOperator(m, data=batches, loss="causal_lm") @ V
+        wide = HessianOperator(m, data=batches, loss="causal_lm", accumulate=torch.float64) @ V
+        assert plain.dtype == dt and wide.dtype == torch.float64
+        assert rel_err(plain.double(), hv) <= tol and rel_err(wide, hv) <= tol
+    with pytest.raises(TypeError, match="accumulate"):
+        HessianOperator(m64, data=batches, loss="causal_lm", accumulate="float64")

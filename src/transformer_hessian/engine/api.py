@@ -108,7 +108,9 @@ class HessianOperator:
     gradient is all-reduced, weighted by the processes' loss-term counts. ``keep``: keep every
     batch's values between products (None: when they fit a quarter of the memory available);
     ``loss_terms(inputs, targets)``: a batch's count of loss terms, for a callable loss that is not
-    a mean over the targets' first axis."""
+    a mean over the targets' first axis. ``accumulate`` (torch.float32 / torch.float64): the sums
+    over batches and processes, and the results, in that dtype for a bfloat16 or float32 model
+    (each batch's sweep runs in the model's dtype)."""
 
     #: at most this many shapes of ``v`` get a CUDA graph each (each keeps its own memory)
     MAX_GRAPHS = 4
@@ -127,6 +129,7 @@ class HessianOperator:
         process_group=None,
         keep=None,
         loss_terms=None,
+        accumulate=None,
     ):
         one_of(inputs, targets, data)
         self.data = None
@@ -136,7 +139,7 @@ class HessianOperator:
 
             self.data = DataRuns(
                 model, data, loss=loss, params=params, head=head, process_group=process_group, keep=keep,
-                loss_terms=loss_terms,
+                loss_terms=loss_terms, accumulate=accumulate,
             )  # fmt: skip
             self.run = None
             self.names = list(self.data.names)
@@ -144,7 +147,7 @@ class HessianOperator:
             self.dtype, self.device = self.data.dtype, self.data.device
             self.cuda_graphs, self.graphs, self._seen = False, {}, {}
             return
-        one_of(inputs, targets, None, process_group, keep, loss_terms)
+        one_of(inputs, targets, None, process_group, keep, loss_terms, accumulate)
         self.run = prepare(model, inputs, targets, loss=loss, params=params, head=head)
         cap = self.run.cap
         self.names = list(cap.names)

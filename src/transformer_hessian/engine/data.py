@@ -59,7 +59,7 @@ def one_of(inputs, targets, data, *data_options) -> None:
     if data is None and (inputs is None or targets is None):
         raise TypeError("inputs and targets are required (or data=, a data set of (inputs, targets) batches)")
     if data is None and any(o is not None for o in data_options):
-        raise ValueError("process_group, keep, loss_terms: only with data= (a data set of batches)")
+        raise ValueError("process_group, keep, loss_terms, accumulate: only with data= (a data set of batches)")
 
 
 def loss_terms(loss, inputs, targets, terms=None) -> int:
@@ -163,7 +163,17 @@ class DataRuns:
     :func:`.api.exact_hessian` and :func:`.api.hvp` use with ``data=``."""
 
     def __init__(
-        self, model, data, *, loss="mse", params=None, head=None, process_group=None, keep=None, loss_terms=None
+        self,
+        model,
+        data,
+        *,
+        loss="mse",
+        params=None,
+        head=None,
+        process_group=None,
+        keep=None,
+        loss_terms=None,
+        accumulate=None,
     ):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model: expected an nn.Module, got {type(model).__name__}")
@@ -184,6 +194,11 @@ class DataRuns:
         self.shapes = {n: tuple(named[n].shape) for n in self.names}
         p0 = named[self.names[0]]
         self.dtype, self.device = p0.dtype, p0.device
+        #: the sums over batches and processes (and the results) are in this dtype: the model's, or
+        #: float32 / float64 for a lower-precision model (each batch's sweep stays in the model's)
+        self.acc_dtype = self.dtype if accumulate is None else accumulate
+        if not (isinstance(self.acc_dtype, torch.dtype) and self.acc_dtype.is_floating_point):
+            raise TypeError(f"accumulate: a floating torch dtype (torch.float32, torch.float64), got {accumulate!r}")
         self.P = sum(math.prod(s) for s in self.shapes.values())
         self.group = process_group_of(process_group)
         self.captures: dict[tuple, Captured] = {}
@@ -288,9 +303,14 @@ class DataRuns:
 
     # ------------------------------------------------------------------ results
 
+    def _add(self, acc: torch.Tensor | None, term: torch.Tensor, n: int) -> torch.Tensor:
+        """acc + n term, in the accumulation dtype."""
+        term = term.to(self.acc_dtype)
+        return term.mul_(n) if acc is None else acc.add_(term, alpha=n)
+
     def _finish(self, acc: torch.Tensor | None, shape: tuple) -> torch.Tensor:
         if acc is None:
-            acc = torch.zeros(shape, dtype=self.dtype, device=self.device)
+            acc = torch.zeros(shape, dtype=self.acc_dtype, device=self.device)
         if self.group is not None:
             dev = self._comm_device()
             acc = all_reduce_(acc.contiguous().to(dev), self.group).to(self.device)
@@ -300,16 +320,14 @@ class DataRuns:
         """H V of the data set's mean loss (V (P,) or (P, K))."""
         acc = None
         for n, run in self.each():
-            r = hvp_sweep(run, V)
-            acc = r.mul_(n) if acc is None else acc.add_(r, alpha=n)
+            acc = self._add(acc, hvp_sweep(run, V), n)
         return self._finish(acc, tuple(V.shape))
 
     def gradient(self) -> torch.Tensor:
         """The data set's mean loss's gradient w.r.t. the selected parameters."""
         acc = None
         for n, run in self.each():
-            g = run.gradient()
-            acc = g.mul_(n) if acc is None else acc.add_(g, alpha=n)
+            acc = self._add(acc, run.gradient(), n)
         return self._finish(acc, (self.P,))
 
     def mean_loss(self) -> float:
@@ -333,9 +351,7 @@ class DataRuns:
         t0, last = time.perf_counter(), time.perf_counter()
         total = len(self.counts)
         for b, (n, run) in enumerate(self.each()):
-            H = dense_hessian(run, K_of(run), Progress() if progress and self._speaks() else None)
-            acc = H.mul_(n) if acc is None else acc.add_(H, alpha=n)
-            del H
+            acc = self._add(acc, dense_hessian(run, K_of(run), Progress() if progress and self._speaks() else None), n)
             now = time.perf_counter()
             if progress and self._speaks() and now - last > 10 and b + 1 < total:
                 last = now
