@@ -141,29 +141,36 @@ def lanczos_runs(matvec: Matvec, w: torch.Tensor, n: int, steps: int, seed: int 
     return ritz(alpha, beta)
 
 
-def best_run(theta: torch.Tensor, rtol: float = 1e-9) -> int:
+def best_run(theta: torch.Tensor, rtol: float = 0.0) -> int:
     """The run whose top Ritz value is largest; of runs within ``rtol`` of it (converged to the same
-    eigenvalue, apart only by rounding) the first, so that processes whose products differ in the
-    last bits choose the same run."""
+    eigenvalue, apart only by rounding) the first: with ``rtol`` 1e-9, runs whose products differ in
+    the last bits (one process against many) choose the same run. ``rtol`` 0: ``argmax``."""
     top = theta[:, -1]
     m = float(top.max())
     return int(torch.nonzero(top >= m - rtol * max(abs(m), 1e-300))[0, 0])
 
 
 def top_eigenvalues(
-    matvec: Matvec, w: torch.Tensor, k: int, steps: int, seed: int = 0, n_starts: int = 1, runs=None
+    matvec: Matvec,
+    w: torch.Tensor,
+    k: int,
+    steps: int,
+    seed: int = 0,
+    n_starts: int = 1,
+    runs=None,
+    tie_rtol: float = 0.0,
 ) -> dict[str, Any]:
     """The ``k`` largest eigenvalues of the symmetric ``A`` (operator on vectors like ``w``).
 
     Lanczos (:func:`lanczos_runs`, or the given ``runs``) from ``n_starts`` seeded Gaussian
     starts; the i-th largest Ritz value of every run is a lower bound of ``lambda_i(A)`` (Cauchy
     interlacing) that converges from below, and the run with the largest top Ritz value is
-    reported. Returns ``eigenvalues`` (k largest Ritz values, descending), ``residuals``
+    reported (of runs within ``tie_rtol`` of it, the first: :func:`best_run`). Returns ``eigenvalues`` (k largest Ritz values, descending), ``residuals``
     (``||A y - theta y||`` of each), ``smallest`` (the smallest Ritz value over all runs, an upper
     bound of ``lambda_min(A)``) and ``steps`` (``m``).
     """
     theta, _, res = runs if runs is not None else lanczos_runs(matvec, w, n_starts, steps, seed)
-    best = best_run(theta)
+    best = best_run(theta, tie_rtol)
     order = torch.argsort(theta[best], descending=True)[: int(k)]
     return {
         "eigenvalues": theta[best, order].tolist(),

@@ -22,6 +22,9 @@ from ..core.spectral import best_run, hutchinson_trace, lanczos_runs, slq_densit
 from ..util.files import torch_save
 
 STATE = "curvature.state.pt"
+#: runs whose top Ritz values agree to this are taken as tied (the first is reported), so that one
+#: process and many, whose products differ in the last bits, report the same run
+TIE_RTOL = 1e-9
 
 
 @dataclass(frozen=True)
@@ -228,7 +231,7 @@ def curvature(model, share, settings: Settings, out_dir, *, process_group=None, 
         print(f"curvature: resuming from {ck.path}", file=sys.stderr, flush=True)
     runs = _lanczos(op, "lanczos", s.slq_probes, s.lanczos_steps, s.seed, ck, prog)
     triple = (runs["theta"], runs["S"], runs["res"])
-    top = top_eigenvalues(None, None, s.top_k, s.lanczos_steps, runs=triple)
+    top = top_eigenvalues(None, None, s.top_k, s.lanczos_steps, runs=triple, tie_rtol=TIE_RTOL)
     slq = slq_density(None, None, s.slq_probes, s.lanczos_steps, runs=triple)
     trace = _trace(op, "trace", s.probes, s.seed, s.slq_probes, ck, prog)
     result: dict[str, Any] = {
@@ -245,7 +248,7 @@ def curvature(model, share, settings: Settings, out_dir, *, process_group=None, 
         "params": list(op.names) if s.params else "all",
     }
     if s.eigenvectors:
-        best = best_run(runs["theta"])
+        best = best_run(runs["theta"], TIE_RTOL)
         order = torch.argsort(runs["theta"][best], descending=True)[: s.top_k]
         vec = torch.einsum("jp,jk->kp", runs["Q"][:, best, :], runs["S"][best][:, order])
         result["_vectors"] = vec / vec.norm(dim=1, keepdim=True)
