@@ -14,7 +14,8 @@ import torch
 
 from transformer_hessian import HessianOperator, exact_hessian
 from transformer_hessian.bench.lm_models import NanoGPT
-from transformer_hessian.core.spectral import hutchinson_trace, top_eigenvalues
+from transformer_hessian.core.krylov import lanczos
+from transformer_hessian.core.spectral import hutchinson_trace, slq_density, top_eigenvalues
 
 DT = torch.float64
 
@@ -49,6 +50,8 @@ def compute(rank: int, world: int) -> dict:
         "H": H.tolist(),
         "top": top_eigenvalues(op, None, k=3, steps=30, seed=0),
         "trace": hutchinson_trace(op, None, n_probes=8, seed=0),
+        "lanczos": float(lanczos(op, torch.ones(1, P, dtype=DT), 30, which="LA")[0][0]),
+        "slq": slq_density(op, None, n_probes=2, steps=10)["nodes"].tolist(),
     }
 
 

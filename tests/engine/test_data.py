@@ -223,6 +223,9 @@ def test_two_gloo_processes_equal_one_process(tmp_path):
     top, top1 = got["top"]["eigenvalues"], one["top"]["eigenvalues"]
     assert all(abs(a - b) <= 1e-8 * max(abs(b), 1e-12) for a, b in zip(top, top1, strict=True))
     assert abs(got["trace"]["mean"] - one["trace"]["mean"]) <= 1e-10 * abs(one["trace"]["mean"])
+    assert abs(got["lanczos"] - one["lanczos"]) <= 1e-8 * abs(one["lanczos"])
+    assert abs(got["lanczos"] - top1[0]) <= 1e-8 * abs(top1[0])  # krylov.lanczos on the operator too
+    assert torch.allclose(torch.tensor(got["slq"]), torch.tensor(one["slq"]), rtol=1e-8, atol=1e-10)
     # the one-process data set equals autograd (test_data_set_equals_autograd_of_the_mean_over_every_term);
     # the top Ritz values are the dense Hessian's top eigenvalues
     H = torch.tensor(got["H"], dtype=DT)

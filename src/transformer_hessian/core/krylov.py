@@ -106,7 +106,8 @@ def lanczos(
     which: str = "LM",
     seed: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Extreme eigenpair of symmetric operators by Lanczos with full reorthogonalisation.
+    """Extreme eigenpair of symmetric operators by Lanczos with full reorthogonalisation
+    (``matvec``: rows of ``(B, P)`` to rows, or an operator with ``shape`` and ``@``).
 
     ``v0`` is ``(P,)`` for one operator or ``(B, P)`` for ``B`` independent operators applied
     together (``matvec`` maps ``(B, P) -> (B, P)`` row by row, e.g. per-sample Hessians).
@@ -124,6 +125,12 @@ def lanczos(
     """
     if which not in ("LM", "LA"):
         raise ValueError(f"which must be 'LM' or 'LA', got {which!r}")
+    if hasattr(matvec, "shape") and hasattr(matvec, "__matmul__") and not callable(matvec):
+        op = matvec  # an operator (HessianOperator): rows of V through op @ V^T
+
+        def matvec(V):
+            return (op @ V.T).T
+
     single = v0.ndim == 1
     V = v0.unsqueeze(0) if single else v0
     B, P = V.shape
