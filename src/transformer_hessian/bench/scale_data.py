@@ -139,6 +139,7 @@ def rank_main(out_dir: Path) -> None:
             "rank": rank,
             "world": world,
             "batches_here": len(share),
+            "kept_values": bool(op.data.keep),  # each batch's values kept between products (else evaluated again)
             "threads": torch.get_num_threads(),
             "build_s": build,
             "hvp_times_s": times,

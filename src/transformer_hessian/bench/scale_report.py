@@ -71,17 +71,18 @@ def _data_table(res: dict) -> list[str]:
         "",
         f"## Data set: {c['batches']} batches of {c['B']} x {c['T']} tokens, one torch thread per process",
         "",
-        "| processes | batches each | build s | product s (rank 0) | product s (slowest rank) | peak MiB per rank | note |",
-        "|---|---|---|---|---|---|---|",
+        "| processes | batches each | values kept | build s | product s (rank 0) | product s (slowest rank) | "
+        "peak MiB per rank | note |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for world in (1, 2):
         r = d[f"world{world}"]
         if "error" in r:
-            lines.append(f"| {world} | - | - | - | - | - | fails: {r['error'][-300:]} |")
+            lines.append(f"| {world} | - | - | - | - | - | - | fails: {r['error'][-300:]} |")
             continue
         peaks = ", ".join(f"{p / _MIB:.0f}" for p in r["peak_bytes_per_rank"])
         lines.append(
-            f"| {world} | {r['batches_here']} | {r['build_s']:.3f} | {r['hvp_s']:.3f} | "
+            f"| {world} | {r['batches_here']} | {'yes' if r['kept_values'] else 'no'} | {r['build_s']:.3f} | {r['hvp_s']:.3f} | "
             f"{r['hvp_slowest_rank_s']:.3f} | {peaks} | |"
         )
     if "two_over_one_hvp" in d:
