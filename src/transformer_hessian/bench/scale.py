@@ -4,14 +4,14 @@ items 5 and 6).
 
 Part 1 (:mod:`.scale_methods`): Hugging Face's ``GPT2LMHeadModel(GPT2Config())`` (124M parameters,
 random init), float32, eval mode, one batch of ``1 x T`` tokens; the engine, autograd's double
-backward and curvlinops, each in its own spawned process, one after the other: build seconds,
-product seconds (median of ``repeats`` after a warm-up), peak memory, and the products of the same
-seeded ``v`` against each other (relative errors). A method that fails or times out is recorded
-with its error. Part 2: the goals' ratios, computed here from the timings of part 1 (engine
-product / peer product, engine build / engine product, engine peak / peer peak) and the fastest
-correct peer (its product within ``tol`` of the engine's). Part 3 (:mod:`.scale_data`): the same
-data set of batches on one process and on two gloo processes; their products compared and the
-ratio of their product times.
+backward and curvlinops, each in its own process (a fork of a server that imported torch,
+transformers and curvlinops once), one after the other: build seconds, product seconds (median of
+``repeats`` after a warm-up), peak memory, and the products of the same seeded ``v`` against each
+other (relative errors). A method that fails or times out is recorded with its error. Part 2: the
+goals' ratios, computed here from the timings of part 1 (engine product / peer product, engine
+build / engine product, engine peak / peer peak) and the fastest correct peer (its product
+within ``tol`` of the engine's). Part 3 (:mod:`.scale_data`): the same data set of batches on one
+process and on two gloo processes; their products compared and the ratio of their product times.
 
 ``--quick``: a tiny GPT-2 in float64 and short lengths, the same code path, in seconds.
 Writes ``scale_bench.{json,md}`` with the load averages before and after, torch's version, the
@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 #: the goals of issue 49 (a ratio at most this)
 GOAL_HVP, GOAL_BUILD, GOAL_DATA = 0.7, 1.0, 0.6
+#: imported once by the fork server whose forks run the methods (a fresh process each)
+PRELOAD = ("torch", "transformers.models.gpt2.modeling_gpt2", "curvlinops", "transformer_hessian.engine.api")
 #: relative error under which a peer's product counts as agreeing with the engine's
 TOL = {"float32": 1e-4, "float64": 1e-8}
 
@@ -86,7 +88,7 @@ def part_methods(spec: dict, T: int, tmp: Path, timeout: float) -> dict:
     for m in METHODS:
         log.info("bench scale: %d tokens, %s ...", T, m)
         path = str(tmp / f"{m}_{T}.pt")
-        rec[m] = run_spawned(child, (m, spec, T, path), timeout)
+        rec[m] = run_spawned(child, (m, spec, T, path), timeout, preload=PRELOAD)
         if "error" not in rec[m]:
             prods[m] = torch.load(path)
             log.info("bench scale: %d tokens, %s: build %.2f s, product %.3f s, peak %.0f MiB", T, m,

@@ -1,5 +1,5 @@
-"""The methods of ``transformer-hessian bench scale`` (:mod:`.scale`), each run in its own spawned
-process so that its peak memory is its own: the engine's :class:`HessianOperator`, autograd's
+"""The methods of ``transformer-hessian bench scale`` (:mod:`.scale`), each run in its own
+process (:func:`..util.sandbox.run_spawned`) so that its peak memory is its own: the engine's :class:`HessianOperator`, autograd's
 double backward (reverse-over-reverse, math attention kernel) and curvlinops'
 ``HessianLinearOperator``, on Hugging Face's GPT-2 (random init, no download) and one batch of
 ``1 x T`` tokens.

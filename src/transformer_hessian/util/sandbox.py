@@ -142,16 +142,21 @@ def _wait_for(q, p, timeout: float) -> dict:
                 return {"error": f"the process ended (exit code {p.exitcode}) without a result"}
 
 
-def run_spawned(target, args: tuple, timeout: float, spawn: bool = True) -> dict:
+def run_spawned(target, args: tuple, timeout: float, spawn: bool = True, preload: tuple[str, ...] = ()) -> dict:
     """``target(*args, queue)`` in a spawned process; the one item it puts, or ``{"error": ...}`` after
-    ``timeout`` seconds (the child is killed). ``spawn=False`` runs it in this process (tests)."""
+    ``timeout`` seconds (the child is killed). ``spawn=False`` runs it in this process (tests).
+    ``preload``: modules to import once in a fork server whose forks run the targets (a fresh
+    process each, without paying the imports each time; the server starts at the first such call,
+    and later calls' ``preload`` are not imported by it)."""
     if not spawn:  # in this process (tests): no timeout, the peak is reset per case but shared
         box = _Box()
         target(*args, box)
         return box.item
     import multiprocessing as mp
 
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("forkserver" if preload else "spawn")
+    if preload:
+        ctx.set_forkserver_preload(list(preload))
     q = ctx.Queue()
     p = ctx.Process(target=target, args=(*args, q))
     p.start()
