@@ -78,23 +78,23 @@ def ratios(rec: dict, T: int, tol: float) -> dict:
 
 def part_methods(spec: dict, T: int, tmp: Path, timeout: float) -> dict:
     """Part 1 at ``T`` tokens: each method in its own process, one after the other; the relative
-    errors of each product against every other."""
+    errors of each product against every other (the products read once every method has ended,
+    so that this process holds none of them while a method runs)."""
     import torch
 
     from ..util.sandbox import run_spawned
     from .scale_methods import child
 
-    rec, prods = {}, {}
+    rec = {}
     for m in METHODS:
         log.info("bench scale: %d tokens, %s ...", T, m)
-        path = str(tmp / f"{m}_{T}.pt")
-        rec[m] = run_spawned(child, (m, spec, T, path), timeout, preload=PRELOAD)
+        rec[m] = run_spawned(child, (m, spec, T, str(tmp / f"{m}_{T}.pt")), timeout, preload=PRELOAD)
         if "error" not in rec[m]:
-            prods[m] = torch.load(path)
             log.info("bench scale: %d tokens, %s: build %.2f s, product %.3f s, peak %.0f MiB", T, m,
                      rec[m]["build_s"], rec[m]["hvp_s"], rec[m]["peak_bytes"] / 2**20)  # fmt: skip
         else:
             log.info("bench scale: %d tokens, %s fails: %s", T, m, rec[m]["error"])
+    prods = {m: torch.load(tmp / f"{m}_{T}.pt") for m in METHODS if "error" not in rec[m]}
     for m, pm in prods.items():
         rec[m]["rel_err"] = {o: rel_err(pm, po) for o, po in prods.items() if o != m}
     return rec
