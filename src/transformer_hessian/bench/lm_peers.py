@@ -12,7 +12,7 @@ from contextlib import nullcontext
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ..engine.ops.losses import NextTokenLogits, causal_lm
+from ..engine.ops.losses import NextTokenLogits, causal_lm, logits_of
 
 
 def _flat_loss(model, ids):
@@ -23,7 +23,7 @@ def _flat_loss(model, ids):
 
     def loss(w):
         ps = {n: t.view(s) for n, t, s in zip(names, torch.split(w, sizes), shapes, strict=True)}
-        return causal_lm(torch.func.functional_call(model, ps, (ids,)), ids)
+        return causal_lm(logits_of(torch.func.functional_call(model, ps, (ids,))), ids)
 
     return loss, w0
 
@@ -114,27 +114,40 @@ def curvlinops_rows(model, ids, rows: torch.Tensor, chunk: int = 64) -> tuple[to
     return out.detach(), time.perf_counter() - t0
 
 
-def autograd_hvp(model, ids, V: torch.Tensor, math_kernel: bool = True, batched: bool = False):
-    """H v for each column of V by double backward through one kept gradient graph, one column at
-    a time or, with ``batched``, all at once vmapped over the columns (``is_grads_batched``); the
-    products and the seconds per product (after one untimed warm-up, as for the engine)."""
+def autograd_hvp_fn(model, ids, math_kernel: bool = True, batched: bool = False):
+    """The forward and the gradient with ``create_graph=True`` (the math attention kernel unless
+    ``math_kernel`` is False), then ``prod(V)``: H V for each column of V by double backward through
+    the kept gradient graph, one column at a time or, with ``batched``, all at once vmapped over
+    the columns (``is_grads_batched``)."""
     loss, w0 = _flat_loss(model, ids)
-    ctx = sdpa_kernel(SDPBackend.MATH) if math_kernel else nullcontext()
-    with ctx:
+
+    def ctx():
+        return sdpa_kernel(SDPBackend.MATH) if math_kernel else nullcontext()
+
+    with ctx():
         w = w0.clone().requires_grad_(True)
         (g,) = torch.autograd.grad(loss(w), w, create_graph=True)
-        if batched:
+    if batched:
 
-            def prod(Vb):
+        def prod(Vb):
+            with ctx():
                 return torch.autograd.grad(g, w, Vb.T.contiguous(), retain_graph=True, is_grads_batched=True)[0].T
-        else:
+    else:
 
-            def prod(Vb):
+        def prod(Vb):
+            with ctx():
                 return torch.stack([torch.autograd.grad(g @ v, w, retain_graph=True)[0] for v in Vb.T], 1)
 
-        prod(V[:, :1] if not batched else V)  # warm-up, not timed
-        sync_device(V)
-        t0 = time.perf_counter()
-        out = prod(V)
-        sync_device(out)
+    return prod
+
+
+def autograd_hvp(model, ids, V: torch.Tensor, math_kernel: bool = True, batched: bool = False):
+    """H v for each column of V by :func:`autograd_hvp_fn`; the products and the seconds per
+    product (after one untimed warm-up, as for the engine)."""
+    prod = autograd_hvp_fn(model, ids, math_kernel, batched)
+    prod(V[:, :1] if not batched else V)  # warm-up, not timed
+    sync_device(V)
+    t0 = time.perf_counter()
+    out = prod(V)
+    sync_device(out)
     return out, (time.perf_counter() - t0) / V.shape[1]

@@ -267,7 +267,25 @@ def _add_bench_parsers(sub) -> None:
     b.add_argument(
         "--peer-chunk", type=int, default=64, help="rows per call of the vmapped peers (torch.func, autograd)"
     )
+    _add_bench_scale_parser(bsub)
     s.set_defaults(func=commands.cmd_bench)
+
+
+def _add_bench_scale_parser(bsub) -> None:
+    """``bench scale`` (``bsub``: the bench subparsers)."""
+    b = bsub.add_parser(
+        "scale", help="GPT-2 small: the engine's HVP vs autograd and curvlinops; a data set on one and two processes"
+    )
+    b.add_argument("--tokens", type=int, nargs="+", default=None, help="sequence lengths (default 128 1024)")
+    b.add_argument("--repeats", type=int, default=3, help="timed products per method after one warm-up (median)")
+    b.add_argument("--quick", action="store_true", help="a tiny GPT-2 in float64 at short lengths (seconds)")
+    b.add_argument("--dtype", default=None, choices=["float32", "float64"], help="default float32 (--quick float64)")
+    b.add_argument("--data-batches", type=int, default=4, help="batches of the data-set part")
+    b.add_argument("--data-tokens", type=int, default=None, help="tokens a batch of the data-set part (default 128)")
+    b.add_argument("--parts", nargs="+", default=["methods", "data"], choices=["methods", "data"], help="what to run")
+    b.add_argument("--timeout", type=float, default=1800.0, help="seconds per method and length, per data-set run")
+    b.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    b.add_argument("--out-dir", default="results/bench", help="folder for scale_bench.{json,md}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -108,7 +108,8 @@ def cmd_registry(a) -> None:
 
 
 def cmd_bench(a) -> None:
-    """The Hessian extraction benchmark (``bench hessian``) or training throughput (``bench train``)."""
+    """The benchmarks: Hessian extraction (``bench hessian``), encoder layers, language models,
+    GPT-2 at scale (``bench scale``) or training throughput (``bench train``)."""
     if a.bench == "encoder":
         from ..bench.encoder import cmd_bench_encoder
 
@@ -118,6 +119,11 @@ def cmd_bench(a) -> None:
         from ..bench.models import cmd_bench_models
 
         cmd_bench_models(a)
+        return
+    if a.bench == "scale":
+        from ..bench.scale import cmd_bench_scale
+
+        cmd_bench_scale(a)
         return
     if a.bench == "train":
         from ..bench.train import run_train_bench

@@ -123,23 +123,44 @@ class _Box:
         self.item = item
 
 
-def run_spawned(target, args: tuple, timeout: float, spawn: bool = True) -> dict:
+def _wait_for(q, p, timeout: float) -> dict:
+    """The one item the process ``p`` puts on ``q``; an error after ``timeout`` seconds, or as soon
+    as ``p`` has ended without putting one (killed for memory, crashed)."""
+    import queue
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return {"error": f"timeout after {timeout:.0f} s"}
+        alive = p.is_alive()
+        try:
+            return q.get(timeout=min(1.0, left) if alive else 1.0)
+        except queue.Empty:
+            if not alive:
+                return {"error": f"the process ended (exit code {p.exitcode}) without a result"}
+
+
+def run_spawned(target, args: tuple, timeout: float, spawn: bool = True, preload: tuple[str, ...] = ()) -> dict:
     """``target(*args, queue)`` in a spawned process; the one item it puts, or ``{"error": ...}`` after
-    ``timeout`` seconds (the child is killed). ``spawn=False`` runs it in this process (tests)."""
+    ``timeout`` seconds (the child is killed). ``spawn=False`` runs it in this process (tests).
+    ``preload``: modules to import once in a fork server whose forks run the targets (a fresh
+    process each, without paying the imports each time; the server starts at the first such call,
+    and later calls' ``preload`` are not imported by it)."""
     if not spawn:  # in this process (tests): no timeout, the peak is reset per case but shared
         box = _Box()
         target(*args, box)
         return box.item
     import multiprocessing as mp
 
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("forkserver" if preload else "spawn")
+    if preload:
+        ctx.set_forkserver_preload(list(preload))
     q = ctx.Queue()
     p = ctx.Process(target=target, args=(*args, q))
     p.start()
-    try:
-        res = q.get(timeout=timeout)
-    except Exception:  # noqa: BLE001 - queue.Empty on timeout
-        res = {"error": f"timeout after {timeout:.0f} s"}
+    res = _wait_for(q, p, timeout)
     p.join(5)
     if p.is_alive():
         p.kill()

@@ -22,10 +22,16 @@ def mse_loss(output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.mse_loss(output, targets)
 
 
+def logits_of(output):
+    """A model's logits: the output itself, or its ``logits`` (a Hugging Face model's output)."""
+    return output.logits if hasattr(output, "logits") else output
+
+
 class NextTokenLogits(nn.Module):
     """``model``'s logits of the positions that predict a next token, flattened to ``(B (T-1), V)``:
     with ``nn.CrossEntropyLoss`` against ``ids[:, 1:]`` flattened, :func:`causal_lm` without ignored
-    positions (the form in which curvlinops takes a language model)."""
+    positions (the form in which curvlinops takes a language model). A model that returns an
+    output with ``logits`` (Hugging Face's) is read through it."""
 
     def __init__(self, model: nn.Module):
         super().__init__()
@@ -33,7 +39,7 @@ class NextTokenLogits(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """``(B (T-1), V)`` logits of the positions that have a next token."""
-        logits = self.model(ids)
+        logits = logits_of(self.model(ids))
         return logits[:, :-1].reshape(-1, logits.shape[-1])
 
 
