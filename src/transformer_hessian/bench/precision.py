@@ -69,3 +69,18 @@ def markdown(res: dict) -> str:
     for r in res["rows"]:
         lines.append(f"| {r['dtype']} | {r['accumulate']} | {r['result_dtype']} | {r['rel_error']:.2e} |")
     return "\n".join(lines) + "\n"
+
+
+def cmd_bench_precision(a) -> None:
+    """``bench precision``: the table into ``a.out_dir`` (precision_bench.{json,md}) and stdout."""
+    from pathlib import Path
+
+    from ..util.files import write_text
+    from ..util.io import write_json
+
+    res = precision_table()
+    out = Path(a.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(res, out / "precision_bench.json", sealed=False)
+    write_text(markdown(res), out / "precision_bench.md")
+    print(markdown(res))

@@ -286,6 +286,8 @@ def _add_bench_scale_parser(bsub) -> None:
     b.add_argument("--timeout", type=float, default=1800.0, help="seconds per method and length, per data-set run")
     b.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     b.add_argument("--out-dir", default="results/bench", help="folder for scale_bench.{json,md}")
+    b = bsub.add_parser("precision", help="a float32 / bfloat16 model's data-set products against float64")
+    b.add_argument("--out-dir", default="results/bench", help="folder for precision_bench.{json,md}")
 
 
 def main(argv: list[str] | None = None) -> int:

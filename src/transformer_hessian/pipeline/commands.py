@@ -125,6 +125,11 @@ def cmd_bench(a) -> None:
 
         cmd_bench_scale(a)
         return
+    if a.bench == "precision":
+        from ..bench.precision import cmd_bench_precision
+
+        cmd_bench_precision(a)
+        return
     if a.bench == "train":
         from ..bench.train import run_train_bench
 
