@@ -155,6 +155,9 @@ class Run:
             adjt = _Sums()
             for step in reversed(steps):
                 node, op = step.node, step.op
+                # a value's tangent is read by its consumers' steps, all of them done by now: free it
+                # (the reverse pass then holds the tangents still to be read, not all of them)
+                tan.pop(node, None)
                 g = self.adj.get(node)
                 if g is None:
                     continue
@@ -363,19 +366,23 @@ def hvp_sweep(run: Run, V: torch.Tensor, chunk: int | None = None) -> torch.Tens
     Vm = V.unsqueeze(1) if vec else V
     if chunk is None:
         chunk = max(1, HVP_CHUNK_BYTES // max(run.tangent_bytes(), 1))
-    outs = []
+    # each column's product written in place as a row: no list of chunks and no concatenation
+    # (at GPT-2 size K products of P floats each; the result is a (P, K) view)
+    out = Vm.new_empty(Vm.shape[1], sum(c.stop - c.start for c in cols.values()))
     for j in range(0, Vm.shape[1], chunk):
         Vc = Vm[:, j : j + chunk]
-        seeds = {n: Vc[cols[n]].T.reshape(Vc.shape[1], *cap.shapes[n]).to(cap.dtype) for n in cap.names}
+        k = Vc.shape[1]
+        seeds = {n: Vc[cols[n]].T.reshape(k, *cap.shapes[n]).to(cap.dtype) for n in cap.names}
         res = run.sweep(seeds, 0)
-        parts = []
+        del seeds
         for n in cap.names:
-            t = res.get(n)
-            size = cols[n].stop - cols[n].start
-            parts.append(Vc.new_zeros(Vc.shape[1], size) if t is None else t.reshape(t.shape[0], -1))
-        outs.append(torch.cat(parts, 1).T)
-    out = outs[0] if len(outs) == 1 else torch.cat(outs, 1)
-    return out[:, 0] if vec else out
+            t = res.pop(n, None)
+            dst = out[j : j + k, cols[n]]
+            if t is None:
+                dst.zero_()
+            else:
+                dst.copy_(t.reshape(k, -1))
+    return out[0] if vec else out.T
 
 
 class Progress:
