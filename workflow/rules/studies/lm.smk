@@ -169,7 +169,8 @@ if config["lm"]["enabled"]:
                 blocks_args=" ".join(["--blocks", *map(shlex.quote, LM_CURV["blocks"])]) if LM_CURV["blocks"] else "",
                 options_args=(
                     f"--loss causal_lm --top-k {LM_CURV['top_k']} --lanczos-steps {LM_CURV['lanczos_steps']} "
-                    f"--probes {LM_CURV['probes']} --slq-probes {LM_CURV['slq_probes']} --seed {LM['seed']}"
+                    f"--probes {LM_CURV['probes']} --slq-probes {LM_CURV['slq_probes']} --seed {LM['seed']} "
+                    f"--block-steps {LM_CURV['lanczos_steps']} --block-probes {LM_CURV['probes']}"
                 ),
             conda:
                 "../../../environment.yml"
