@@ -22,8 +22,7 @@ from .capture import Captured
 from .contract import tadd
 from .ops.shape import SPLITS
 
-#: id of a graph's rules (its steps list) -> the run whose state they hold (weak: a run that is
-#: gone leaves its entry until the next run on that graph replaces it)
+#: id of a graph's rules (its steps list) -> the run whose state they hold (weakly)
 _ACTIVE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
@@ -155,8 +154,7 @@ class Run:
             adjt = _Sums()
             for step in reversed(steps):
                 node, op = step.node, step.op
-                # a value's tangent is read by its consumers' steps, all of them done by now: free it
-                # (the reverse pass then holds the tangents still to be read, not all of them)
+                # a value's tangent is read by its consumers' steps, all done by now: free it
                 tan.pop(node, None)
                 g = self.adj.get(node)
                 if g is None:
@@ -366,8 +364,7 @@ def hvp_sweep(run: Run, V: torch.Tensor, chunk: int | None = None) -> torch.Tens
     Vm = V.unsqueeze(1) if vec else V
     if chunk is None:
         chunk = max(1, HVP_CHUNK_BYTES // max(run.tangent_bytes(), 1))
-    # each column's product written in place as a row: no list of chunks and no concatenation
-    # (at GPT-2 size K products of P floats each; the result is a (P, K) view)
+    # each column's product written in place as a row (no chunks to concatenate); a (P, K) view
     out = Vm.new_empty(Vm.shape[1], sum(c.stop - c.start for c in cols.values()))
     for j in range(0, Vm.shape[1], chunk):
         Vc = Vm[:, j : j + chunk]
