@@ -68,8 +68,7 @@ class Run:
                 first_use.setdefault(i, step.pos)
         self.rank = {n: min(first_use.get(ph, len(cap.steps)) for ph in cap.placeholders[n]) for n in cap.names}
         self._needs: dict[int, list[list[bool]]] = {}
-        # the rules keep what their forward computed (normalised values, probabilities, bound
-        # targets); runs of other batches on the same graph share the rules, so each keeps its own
+        # rules keep their forward's state; other batches' runs share the rules: each run keeps its own
         self._state = [dict(s.op.__dict__) for s in cap.steps]
         _ACTIVE[id(cap.steps)] = self
 
