@@ -99,6 +99,14 @@ def hvp_operator(loss: Callable[[torch.Tensor], torch.Tensor], w: torch.Tensor):
 # ----------------------------------------------------------------------------- Lanczos
 
 
+def _rows(matvec):
+    """A rows-to-rows matvec of ``matvec``, or of an operator (``shape``, ``@``): ``(op @ V^T)^T``."""
+    if hasattr(matvec, "shape") and hasattr(matvec, "__matmul__") and not callable(matvec):
+        op = matvec
+        return lambda V: (op @ V.T).T
+    return matvec
+
+
 def lanczos(
     matvec: Callable[[torch.Tensor], torch.Tensor],
     v0: torch.Tensor,
@@ -106,9 +114,9 @@ def lanczos(
     which: str = "LM",
     seed: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Extreme eigenpair of symmetric operators by Lanczos with full reorthogonalisation
-    (``matvec``: rows of ``(B, P)`` to rows, or an operator with ``shape`` and ``@``).
+    """Extreme eigenpair of symmetric operators by Lanczos with full reorthogonalisation.
 
+    ``matvec`` maps rows to rows, or is an operator with ``shape`` and ``@`` (``HessianOperator``).
     ``v0`` is ``(P,)`` for one operator or ``(B, P)`` for ``B`` independent operators applied
     together (``matvec`` maps ``(B, P) -> (B, P)`` row by row, e.g. per-sample Hessians).
     ``m = min(n_iter, P)`` steps build an orthonormal Krylov basis ``Q`` (every new vector is
@@ -125,12 +133,7 @@ def lanczos(
     """
     if which not in ("LM", "LA"):
         raise ValueError(f"which must be 'LM' or 'LA', got {which!r}")
-    if hasattr(matvec, "shape") and hasattr(matvec, "__matmul__") and not callable(matvec):
-        op = matvec  # an operator (HessianOperator): rows of V through op @ V^T
-
-        def matvec(V):
-            return (op @ V.T).T
-
+    matvec = _rows(matvec)
     single = v0.ndim == 1
     V = v0.unsqueeze(0) if single else v0
     B, P = V.shape
