@@ -116,9 +116,8 @@ def lanczos(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Extreme eigenpair of symmetric operators by Lanczos with full reorthogonalisation.
 
-    ``matvec`` maps rows to rows, or is an operator with ``shape`` and ``@`` (``HessianOperator``).
-    ``v0`` is ``(P,)`` for one operator or ``(B, P)`` for ``B`` independent operators applied
-    together (``matvec`` maps ``(B, P) -> (B, P)`` row by row, e.g. per-sample Hessians).
+    ``v0`` is ``(P,)`` for one operator or ``(B, P)`` for ``B`` applied together (``matvec`` maps
+    rows to rows, e.g. per-sample Hessians; or an operator with ``shape`` and ``@``).
     ``m = min(n_iter, P)`` steps build an orthonormal Krylov basis ``Q`` (every new vector is
     Gram-Schmidt orthogonalised twice against all previous ones) and the tridiagonal
     ``T = Q^T A Q``; the Ritz pair of ``T`` is returned: ``which="LM"`` the eigenvalue of
