@@ -123,8 +123,8 @@ def lanczos(
     ``T = Q^T A Q``; the Ritz pair of ``T`` is returned: ``which="LM"`` the eigenvalue of
     largest magnitude (the spectral norm ``||A||_2`` is its absolute value), ``"LA"`` the
     largest (algebraic) one. On breakdown (an invariant subspace is found) the basis is
-    continued with a random vector orthogonal to it, so every Ritz value stays an eigenvalue
-    estimate of ``A`` itself. With ``m = P`` the result is exact up to rounding.
+    continued with a random vector orthogonal to it (every Ritz value stays an eigenvalue
+    estimate of ``A``); with ``m = P`` the result is exact up to rounding.
 
     Returns ``(theta, vector, residual)``: shapes ``(B,)``, ``(B, P)`` (unit norm), ``(B,)``
     (or without the batch axis for a 1-D ``v0``), where ``residual = ||A x - theta x||`` is
