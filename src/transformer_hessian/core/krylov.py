@@ -126,9 +126,8 @@ def lanczos(
     continued with a random vector orthogonal to it (every Ritz value stays an eigenvalue
     estimate of ``A``); with ``m = P`` the result is exact up to rounding.
 
-    Returns ``(theta, vector, residual)``: shapes ``(B,)``, ``(B, P)`` (unit norm), ``(B,)``
-    (or without the batch axis for a 1-D ``v0``), where ``residual = ||A x - theta x||`` is
-    estimated by ``|beta_m s_m|``, the usual Lanczos error bound.
+    Returns ``(theta, vector, residual)``: ``(B,)``, ``(B, P)`` (unit norm), ``(B,)`` (no batch axis
+    for a 1-D ``v0``); ``residual = ||A x - theta x||`` estimated by ``|beta_m s_m|``.
     """
     if which not in ("LM", "LA"):
         raise ValueError(f"which must be 'LM' or 'LA', got {which!r}")
