@@ -20,6 +20,7 @@ so every process holds the same result, equal to one process over the union of t
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 
@@ -33,7 +34,7 @@ from .ops.losses import IGNORE_INDEX
 from .sweep import Run, dense_hessian, hvp_sweep
 
 #: keep every batch's values between products when they take at most this share of the memory
-#: available (else each product evaluates each batch again)
+#: available, split between the processes on one machine (else each product evaluates each batch again)
 KEEP_SHARE = 0.25
 
 
@@ -273,7 +274,9 @@ class DataRuns:
             return True
         per = _run_bytes(run0)
         avail = available_bytes(self.device)
-        budget = KEEP_SHARE * avail if avail is not None else 1 << 30
+        # the processes torchrun started on this machine share its memory (and a device each)
+        local = 1 if self.device.type == "cuda" else max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        budget = KEEP_SHARE * avail / local if avail is not None else 1 << 30
         return per * len(self.counts) <= budget
 
     def each(self):
