@@ -101,8 +101,11 @@ def test_quadratic_gap_reads_the_disc_and_leaves_out_w_star():
     Q = 1.0 + A**2 + B**2
     L = Q + 0.1 * np.abs(A) ** 3
     g = curvature.quadratic_gap({"a": a, "b": a, "loss": L, "quadratic": Q, "L0": 1.0, "radius": 1.0}, 0.5)
-    assert g["points"] == 4 and g["max_gap"] == pytest.approx(0.1 * 0.125) and g["max_change"] == pytest.approx(0.25)
-    assert g["rel_gap"] == pytest.approx(0.05) and g["max_gap_all"] == pytest.approx(0.1)
+    # the disc holds at least the 8 points around w* (radius one diagonal grid step, 0.707 > 0.5)
+    assert g["points"] == 8 and g["max_gap"] == pytest.approx(0.1 * 0.125) and g["max_change"] == pytest.approx(0.5)
+    assert g["rel_gap"] == pytest.approx(0.025) and g["max_gap_all"] == pytest.approx(0.1)
+    wide = curvature.quadratic_gap({"a": a, "b": a, "loss": L, "quadratic": Q, "L0": 1.0, "radius": 1.0}, 1.0)
+    assert wide["points"] == 12 and wide["disc_radius"] == 1.0  # axes to 1, the four diagonals
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +171,7 @@ def test_landscape2d_step_writes_the_grid_and_the_figure_draws(trained, tmp_path
     )  # fmt: skip
     r = load_result(out, "lm_landscape2d")
     assert r["sequences"] == 40 and r["points"] == 7 and r["curvature"]["processes"] == 2
-    assert np.isfinite(np.asarray(r["loss"])).all() and r["near"]["points"] == 4  # the 4 axis neighbours
+    assert np.isfinite(np.asarray(r["loss"])).all() and r["near"]["points"] == 8  # the 8 points around w*
     assert r["loss"][3][3] == pytest.approx(r["L0"], rel=1e-12) and r["near"]["rel_gap"] is not None
     assert json.loads(out.read_text())["tolerance"] == 0.1
     fig = plot.landscape2d_figure(r)

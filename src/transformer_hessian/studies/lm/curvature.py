@@ -213,17 +213,20 @@ def landscape2d(
 
 
 def quadratic_gap(r: Mapping[str, Any], near: float) -> dict[str, Any]:
-    """How far the loss is from the quadratic model within ``near * radius`` of w* (the grid's
-    points in that disc, w* itself left out): the largest ``|L - Q|``, the largest
+    """How far the loss is from the quadratic model within ``near * radius`` of w*, at least the
+    eight grid points around it (the grid's points in that disc, w* itself left out): the largest ``|L - Q|``, the largest
     ``|Q - L0|`` (what the quadratic model predicts there) and their ratio ``rel_gap``; and over
     the whole grid the largest ``|L - Q|``."""
     a, b = np.asarray(r["a"]), np.asarray(r["b"])
     A, B = np.meshgrid(a, b, indexing="ij")
     L, Q = np.asarray(r["loss"]), np.asarray(r["quadratic"])
     dist = np.hypot(A, B)
-    disc = (dist <= near * r["radius"] * (1 + 1e-12)) & (dist > 0)
+    # at least the eight grid points around w* (a disc inside one grid step would hold only w*)
+    step = float(np.max(np.diff(a))) if len(a) > 1 else 0.0
+    radius = max(near * r["radius"], step * np.sqrt(2.0))
+    disc = (dist <= radius * (1 + 1e-12)) & (dist > 0)
     gap = np.abs(L - Q)
-    out = {"near": float(near), "disc_radius": float(near * r["radius"]), "points": int(disc.sum()),
+    out = {"near": float(near), "disc_radius": float(radius), "points": int(disc.sum()),
            "max_gap_all": float(gap.max())}  # fmt: skip
     if disc.any():
         change = float(np.abs(Q[disc] - r["L0"]).max())
