@@ -1,8 +1,11 @@
 """bench precision: a float32 and a bfloat16 model's data-set products against float64."""
 
+import pytest
+
 from transformer_hessian.bench.precision import markdown, precision_table
 
 
+@pytest.mark.slow  # six operators (seconds)
 def test_lower_precisions_against_float64():
     res = precision_table(vocab=11, T=6, d=8, heads=2, layers=1, batches=3, B=2)
     rows = {(r["dtype"], r["accumulate"]): r for r in res["rows"]}

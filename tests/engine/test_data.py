@@ -78,6 +78,7 @@ def _lm_batches(seed, vocab, shapes, ignore=0.25):
     return out
 
 
+@pytest.mark.slow  # seconds: captures per batch shape, autograd's Hessian or two processes
 @pytest.mark.parametrize("seed,params", [(3, None), (8, "h.0.c_*"), (21, ["ln_f.weight", "wpe.weight"])])
 def test_data_set_equals_autograd_of_the_mean_over_every_term(seed, params):
     model = _nano(seed)
@@ -111,6 +112,7 @@ def test_data_set_equals_autograd_of_the_mean_over_every_term(seed, params):
     assert rel_err(hvp(model, data=batches, v=V, loss="causal_lm", params=params), H_ref @ V) <= TOL
 
 
+@pytest.mark.slow  # seconds: captures per batch shape, autograd's Hessian or two processes
 def test_one_batch_holding_them_all_gives_the_same_operator():
     model = _nano(5, T=5)
     batches = _lm_batches(5, 7, [(2, 5), (1, 5), (2, 5), (2, 5)])
@@ -146,6 +148,7 @@ def test_other_losses_weight_samples_and_entries(kind):
     assert rel_err(op.gradient(), g_ref) <= TOL
 
 
+@pytest.mark.slow  # seconds: captures per batch shape, autograd's Hessian or two processes
 def test_hugging_face_dict_batches_with_masks_and_labels():
     model = gpt2(vocab=11, T=6, d=8, h=2, layers=1)
     gen = torch.Generator().manual_seed(4)
@@ -205,6 +208,7 @@ def test_a_sweep_that_cannot_fit_is_refused_before_work(monkeypatch):
         HessianOperator(model, ids, ids, loss="causal_lm")
 
 
+@pytest.mark.slow  # seconds: captures per batch shape, autograd's Hessian or two processes
 def test_two_gloo_processes_equal_one_process(tmp_path):
     out = tmp_path / "two.json"
     run_ranks(HERE / "dist_worker.py", 2, [str(out)])
@@ -236,6 +240,7 @@ def test_two_gloo_processes_equal_one_process(tmp_path):
     assert other["hv"] == got["hv"]
 
 
+@pytest.mark.slow  # seconds: captures per batch shape, autograd's Hessian or two processes
 def test_a_lower_precision_model_runs_in_its_dtype_and_accumulates_as_asked():
     import copy
 

@@ -60,6 +60,7 @@ def _dense_trace(H, n):
     return hutchinson_trace(lambda Z: Z @ H, torch.zeros(H.shape[0], dtype=H.dtype), n_probes=n, seed=0)
 
 
+@pytest.mark.slow  # runs the command (a subprocess, seconds)
 def test_numbers_are_the_dense_hessians(whole):
     out, res, H, model, batches = whole
     ev = torch.linalg.eigvalsh(H)
@@ -99,6 +100,7 @@ def test_numbers_are_the_dense_hessians(whole):
     assert (out / "curvature.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow  # runs the command (a subprocess, seconds)
 def test_a_killed_run_resumes_to_the_same_numbers(whole, tmp_path):
     _, res, *_ = whole
     out = tmp_path / "killed"
@@ -134,6 +136,7 @@ def test_a_killed_run_resumes_to_the_same_numbers(whole, tmp_path):
         assert got["blocks"][glob] == res["blocks"][glob]
 
 
+@pytest.mark.slow  # runs the command (a subprocess, seconds)
 def test_two_processes_give_one_processs_numbers(whole, tmp_path):
     _, res, *_ = whole
     from ranks import run_ranks
@@ -159,6 +162,7 @@ def test_two_processes_give_one_processs_numbers(whole, tmp_path):
     assert abs(got["trace"]["mean"] - res["trace"]["mean"]) <= 1e-10 * abs(res["trace"]["mean"])
 
 
+@pytest.mark.slow  # runs the command (a subprocess, seconds)
 def test_a_hugging_face_config_and_a_token_file(tmp_path):
     from transformer_hessian.pipeline.cli import main
 
