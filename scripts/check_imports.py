@@ -1,4 +1,4 @@
-"""The package's import contract (issue 17), run by `make lint`: zero import cycles, no import upward.
+"""The package's import contract, run by `make lint`: zero import cycles, no import upward.
 
 Reads every `import` / `from ... import` of `src/transformer_hessian` with `ast`, including the ones
 inside function bodies, under `if TYPE_CHECKING:` and relative ones, and fails (exit status 1, one line

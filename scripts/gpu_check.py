@@ -1,4 +1,4 @@
-"""One short check of every GPU path of the project (issue 22): ``make gpu-check``.
+"""One short check of every GPU path of the project: ``make gpu-check``.
 
     PYTHONPATH=src python scripts/gpu_check.py OUTDIR [--tiny] [--budget S] [--only a,b] [--mnist DIR]
 
@@ -34,7 +34,7 @@ long loops, and what it cuts off is recorded as skipped with the reason. Writes
   a one-layer nanoGPT-style GPT with the causal LM loss, against autograd on the device.
 - ``large_block``: the block of ``h.0.c_attn`` (49,536 entries, 19.6 GB) of a 4-layer d-128
   nanoGPT-style GPT, too large for a dense Hessian of the whole model; 4 rows against autograd.
-- ``bench_models``: ``transformer-hessian bench models`` on the device (the issue's GPT-2-like and
+- ``bench_models``: ``transformer-hessian bench models`` on the device (the bench's GPT-2-like and
   Llama-like models, every correct peer there), and the dense Hessian again in blocks of 1 and 4 GiB.
 
 ``--tiny``: sizes that run on a CPU in seconds (tests/test_gpu_check.py). The script needs torch
@@ -543,7 +543,7 @@ def sec_spectrum_whole(chk: Check) -> dict:
 
 
 def sec_exact_hessian_encoder(chk: Check) -> dict:
-    """exact_hessian (issue 19) on a TransformerEncoderLayer against autograd, when it exists."""
+    """exact_hessian on a TransformerEncoderLayer against autograd."""
     try:
         import transformer_hessian.exact_hessian as mod
     except ImportError as err:
@@ -631,7 +631,7 @@ def sec_exact_hessian_lm(chk: Check) -> dict:
 
 def sec_bench_models(chk: Check) -> dict:
     """``transformer-hessian bench models`` on the device: the engine's dense Hessian and its
-    Hessian-vector products of the issue's GPT-2-like and Llama-like models against every correct
+    Hessian-vector products of the bench's GPT-2-like and Llama-like models against every correct
     peer there (tiny models with --tiny); on CUDA the dense Hessian again with larger blocks."""
     from transformer_hessian.bench.models import CASES, bench_case, build, gemm_rate
     from transformer_hessian.engine.api import block_size, prepare

@@ -19,7 +19,8 @@ from .encoder_problems import build_problem
 
 log = logging.getLogger(__name__)
 
-#: the issue's three shapes; loss "cross_entropy" goes through nn.Linear(d, 10) on the token mean
+#: the three shapes timed (the paper's layer, a GPT-like layer, a stack of two); loss
+#: "cross_entropy" goes through nn.Linear(d, 10) on the token mean
 SHAPES = {
     "paper": dict(
         d=16,

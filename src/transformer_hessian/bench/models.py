@@ -40,7 +40,7 @@ from .lm_peers import autograd_batched_rows, autograd_hvp, autograd_rows, curvli
 
 log = logging.getLogger(__name__)
 
-#: the issue's cases: (model builder, batch, sequence length, vocabulary)
+#: the cases timed: (model builder, batch, sequence length, vocabulary)
 CASES = {
     "gpt2-like": dict(kind="gpt", vocab=64, T=32, d=32, h=4, layers=2, B=8),
     "llama-like": dict(kind="llama", vocab=64, T=32, d=32, h=4, kv=2, d_ff=64, layers=1, B=8),

@@ -2,7 +2,7 @@
 
 A notebook run by papermill costs a Jupyter kernel: a second Python process started and connected
 over ZeroMQ, on top of papermill's own start (about 1 s of the 2-3 s of each small figure job on
-the 2-core development machine; docs/timings.md, issue 36). :func:`execute_notebook` runs the code
+the 2-core development machine; docs/timings.md). :func:`execute_notebook` runs the code
 cells in an IPython shell inside the calling process instead, with what a kernel gives them: the
 notebook's ``parameters`` cell followed by an ``injected-parameters`` cell (the values that
 ``papermill -p NAME VALUE`` would inject, typed as papermill types them: :func:`parameter_value`),

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_map
 
 from ..core.spectral import best_run, hutchinson_trace, lanczos_runs, slq_density, top_eigenvalues
 from ..util.files import torch_save
@@ -141,21 +142,13 @@ class Checkpoint:
 
 
 def _cpu(obj):
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
-    if isinstance(obj, dict):
-        return {k: _cpu(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_cpu(v) for v in obj)
-    return obj
+    """``obj``'s tensors copied to the CPU (dicts, lists, tuples kept)."""
+    return tree_map(lambda x: x.detach().to("cpu", copy=True) if isinstance(x, torch.Tensor) else x, obj)
 
 
 def _on(obj, device):
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, dict):
-        return {k: _on(v, device) for k, v in obj.items()}
-    return obj
+    """``obj``'s tensors on ``device``."""
+    return tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, obj)
 
 
 def _lanczos(op, stage: str, B: int, steps: int, seed: int, ck: Checkpoint, prog: _Progress) -> dict:

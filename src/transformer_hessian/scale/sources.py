@@ -90,14 +90,6 @@ def share(batches: list, rank: int, world: int) -> list:
 
 def to_device(batches: list, device: torch.device) -> list:
     """The batches' tensors on ``device``."""
+    from torch.utils._pytree import tree_map
 
-    def move(x):
-        if isinstance(x, torch.Tensor):
-            return x.to(device)
-        if isinstance(x, dict):
-            return {k: move(v) for k, v in x.items()}
-        if isinstance(x, (tuple, list)):
-            return type(x)(move(v) for v in x)
-        return x
-
-    return [move(b) for b in batches]
+    return tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, batches)

@@ -6,6 +6,12 @@ from __future__ import annotations
 __all__ = ["add_parser"]
 
 
+def _trained(p) -> None:
+    """The trained decoder's checkpoint and its corpus record, arguments of several subcommands."""
+    p.add_argument("--final", required=True, help="trained checkpoint (final.pt)")
+    p.add_argument("--corpus", required=True, help="the training's corpus record (corpus.json)")
+
+
 def _lm(a):
     from ...config.settings import Lm
 
@@ -92,8 +98,7 @@ def add_parser(sub, json_arg, data_root_help: str) -> None:
     h = ssub.add_parser("hessian", help="exact Hessian blocks at init and trained; curvature approximations")
     common(h)
     h.add_argument("--init", required=True, help="checkpoint at initialisation (init.pt)")
-    h.add_argument("--final", required=True, help="trained checkpoint (final.pt)")
-    h.add_argument("--corpus", required=True, help="the training's corpus record (corpus.json)")
+    _trained(h)
     h.add_argument("--out", required=True, help="output JSON")
     h.add_argument("--maps-out", required=True, help="print-size log10 |H| maps (npz)")
     h.set_defaults(func=_hessian)
@@ -110,16 +115,14 @@ def add_parser(sub, json_arg, data_root_help: str) -> None:
     v.set_defaults(func=_vit_approx)
     ls = ssub.add_parser("landscape", help="D_k on sequences, Theorem 7 at w*, Assumption 1")
     common(ls)
-    ls.add_argument("--final", required=True, help="trained checkpoint (final.pt)")
-    ls.add_argument("--corpus", required=True, help="the training's corpus record (corpus.json)")
+    _trained(ls)
     ls.add_argument("--out", required=True, help="output JSON")
     ls.set_defaults(func=_landscape)
     l2 = ssub.add_parser(
         "landscape2d", help="the loss on the plane of the top two Hessian eigenvectors vs the quadratic model"
     )
     common(l2)
-    l2.add_argument("--final", required=True, help="trained checkpoint (final.pt)")
-    l2.add_argument("--corpus", required=True, help="the training's corpus record (corpus.json)")
+    _trained(l2)
     l2.add_argument("--eigenvectors", required=True, help="the curvature command's eigenvectors.pt")
     l2.add_argument("--curvature", required=True, help="the curvature command's curvature.json")
     l2.add_argument("--out", required=True, help="output JSON")
