@@ -184,6 +184,68 @@ def test_bad_inputs_and_weights_are_refused():
         exact_hessian(layer, x, torch.zeros_like(x), src_key_padding_mask=kpm[:, :2])
 
 
+def _with(x, at, value):
+    x = x.clone()
+    x[at] = value
+    return x
+
+
+@pytest.mark.parametrize(
+    ("case", "error", "words"),
+    [
+        ("no params", ValueError, r"params: selects no parameter"),
+        ("label above", ValueError, r"targets: class index 9 is outside the model's 7 logits \(0\.\.6"),
+        ("label below", ValueError, r"targets: entry -5 is negative"),
+        ("float labels", TypeError, r"targets: loss='causal_lm' takes integer class indices .* got torch\.float64"),
+        ("id outside", ValueError, r"inputs: id 9 is outside the embedding's 7 rows \(0\.\.6\)"),
+        ("id dict", ValueError, r"inputs\['ids'\]: id -1 is outside the embedding's 7 rows"),
+        ("inf elsewhere", ValueError, r"params: 'h\.0\.c_fc\.weight' has non-finite entries .*not selected"),
+        ("int to float", ValueError, r"inputs: torch\.int64 values reach aten\.linear\.default"),
+        ("ce float labels", TypeError, r"targets: loss='cross_entropy' takes integer class indices"),
+        ("ce label above", ValueError, r"targets: class index 3 is outside the model's 3 logits"),
+        ("later batch", ValueError, r"targets: class index 7 is outside the model's 7 logits"),
+    ],
+)
+def test_bad_inputs_are_answered_by_the_library(case, error, words):
+    """Each input torch would stop on deep inside (or answer with 'the loss is nan') is refused
+    first, naming the argument and the bound."""
+    model, ids = _gpt()
+    lin = nn.Linear(3, 3).to(DT)
+    x = torch.randn(4, 3, dtype=DT)
+    calls = {
+        "no params": lambda: exact_hessian(model, ids, ids, loss="causal_lm", params=[]),
+        "label above": lambda: exact_hessian(model, ids, _with(ids, (1, 2), 9), loss="causal_lm"),
+        "label below": lambda: exact_hessian(model, ids, _with(ids, (0, 3), -5), loss="causal_lm"),
+        "float labels": lambda: exact_hessian(model, ids, ids.to(DT), loss="causal_lm"),
+        "id outside": lambda: exact_hessian(model, _with(ids, (0, 1), 9), ids, loss="causal_lm"),
+        "id dict": lambda: exact_hessian(_Keyword(model), {"ids": _with(ids, (1, 0), -1)}, ids, loss="causal_lm"),
+        "inf elsewhere": lambda: exact_hessian(_poisoned(model), ids, ids, loss="causal_lm", params="h.0.c_attn.*"),
+        "int to float": lambda: exact_hessian(lin, torch.randint(0, 3, (4, 3)), x),
+        "ce float labels": lambda: exact_hessian(lin, x, torch.rand(4, 3, dtype=DT), loss="cross_entropy"),
+        "ce label above": lambda: exact_hessian(lin, x, torch.tensor([0, 1, 3, 2]), loss="cross_entropy"),
+        "later batch": lambda: HessianOperator(
+            model, data=[(ids, ids), (ids, _with(ids, (1, 1), 7))], loss="causal_lm", process_group=False
+        ),
+    }
+    with pytest.raises(error, match=words):
+        calls[case]()
+
+
+class _Keyword(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        return self.model(ids)
+
+
+def _poisoned(model):
+    with torch.no_grad():
+        model.h[0].c_fc.weight[0, 0] = float("inf")
+    return model
+
+
 class _Cumulative(nn.Module):
     def __init__(self):
         super().__init__()

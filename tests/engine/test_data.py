@@ -112,6 +112,20 @@ def test_data_set_equals_autograd_of_the_mean_over_every_term(seed, params):
     assert rel_err(hvp(model, data=batches, v=V, loss="causal_lm", params=params), H_ref @ V) <= TOL
 
 
+def test_a_first_batch_that_passes_one_tensor_twice_keeps_inputs_and_targets_apart():
+    """``(ids, ids)`` first: the capture must not take the later batches' targets (with -100 where
+    the inputs hold tokens) for their inputs."""
+    model = _nano(4, T=5)
+    ids = torch.randint(0, 7, (2, 5), generator=torch.Generator().manual_seed(4))
+    later = _lm_batches(9, 7, [(2, 5), (2, 5)], ignore=0.4)
+    batches = [(ids, ids), *later]
+    op = HessianOperator(model, data=batches, loss="causal_lm", params="h.0.c_fc.*")
+    H_ref, g_ref = _data_reference(model, batches, op.names)
+    V = torch.randn(op.shape[0], 2, generator=torch.Generator().manual_seed(5), dtype=DT)
+    assert rel_err(op @ V, H_ref @ V) <= TOL
+    assert rel_err(op.gradient(), g_ref) <= TOL
+
+
 @pytest.mark.slow  # seconds: captures per batch shape, autograd's Hessian or two processes
 def test_one_batch_holding_them_all_gives_the_same_operator():
     model = _nano(5, T=5)

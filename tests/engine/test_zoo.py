@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 
 from transformer_hessian import HessianOperator, exact_hessian
 from transformer_hessian.engine.ops.losses import causal_lm, cross_entropy, mse_loss
+from transformer_hessian.engine.precision import Float64Throughout
 
 from .models import TOL, reference, rel_err
-from .zoo import NAMES, NATIVE, Float64Throughout, build
+from .zoo import NAMES, NATIVE, build
 
 pytestmark = pytest.mark.slow
 LOSS_FNS = {"causal_lm": causal_lm, "cross_entropy": cross_entropy, "mse": mse_loss}
@@ -28,10 +29,11 @@ LOSS_FNS = {"causal_lm": causal_lm, "cross_entropy": cross_entropy, "mse": mse_l
 def test_architecture(name, seed):
     model, inputs, targets, loss = build(name, seed)
     names = [n for n, _ in model.named_parameters()]
+    # the engine computes a float64 model's float32 casts in float64 by default; autograd as asked
+    H = exact_hessian(model, inputs, targets, loss=loss, progress=False)
+    op = HessianOperator(model, inputs, targets, loss=loss)
     with contextlib.nullcontext() if name in NATIVE else Float64Throughout():
-        H = exact_hessian(model, inputs, targets, loss=loss, progress=False)
         R = reference(model, inputs, targets, LOSS_FNS[loss], names)
-        op = HessianOperator(model, inputs, targets, loss=loss)
     assert H.shape == R.shape
     assert rel_err(H, R) <= TOL
     V = torch.randn(H.shape[0], 2, dtype=H.dtype, generator=torch.Generator().manual_seed(seed))

@@ -10,26 +10,10 @@ multi-query attention (GPT-BigCode), and encoders whose output has no logits (T5
 from __future__ import annotations
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from .models import DT, hf
 
 V, T, B, D = 11, 5, 2, 8
-
-
-class Float64Throughout(TorchFunctionMode):
-    """Hugging Face upcasts softmax, norms and rotary tables to float32 inside a float64 model; the
-    engine keeps float64 through a cast. Under this mode the model computes in float64 throughout
-    (every float32 a call asks for is float64), so that the engine and the reference compute one
-    function: entered around both."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        args = tuple(torch.float64 if a is torch.float32 else a for a in args)
-        kwargs = {k: torch.float64 if v is torch.float32 else v for k, v in kwargs.items()}
-        if getattr(func, "__name__", "") == "float" and args and isinstance(args[0], torch.Tensor):
-            return args[0].to(torch.float64)
-        return func(*args, **kwargs)
 
 
 def _common(**kw):
@@ -172,7 +156,7 @@ NAMES = [
     "gpt-neox", "phi", "gpt-j", "mistral", "gemma2", "mpt", "gpt-bigcode", "qwen3", "albert",
 ]  # fmt: skip
 
-#: computed as the model is, not under :class:`Float64Throughout` (DeBERTa's export fails under
+#: computed as the model is, not under the library's ``Float64Throughout`` (DeBERTa's export fails under
 #: it; the model casts no differentiated value to float32, so both sides compute one function)
 NATIVE = {"deberta-v2"}
 

@@ -19,7 +19,7 @@ import torch
 from ..util.resources import available_bytes, check_dense_memory
 from .capture import capture
 from .data import one_of
-from .inputs import check_inputs
+from .inputs import check_inputs, encoder_call, torch_encoder
 from .sweep import Progress, Run, dense_hessian, hvp_sweep
 
 #: bytes of tangents one block may hold (the block size K follows from the model's values), at most
@@ -39,7 +39,9 @@ def default_block_bytes(device) -> int:
     return CUDA_BLOCK_BYTES if torch.device(device).type == "cuda" else DEFAULT_BLOCK_BYTES
 
 
-def prepare(model, inputs, targets, *, loss="mse", params=None, head=None) -> Run:
+def prepare(
+    model, inputs, targets, *, loss="mse", params=None, head=None, precision="float64", custom_functions="refuse"
+) -> Run:
     """Capture the model and run its values and adjoints once: what :func:`hessian`, :func:`hvp`
     and :class:`HessianOperator` sweep."""
     if not isinstance(model, torch.nn.Module):
@@ -49,7 +51,10 @@ def prepare(model, inputs, targets, *, loss="mse", params=None, head=None) -> Ru
         raise ValueError("targets: has non-finite entries (nan or inf)")
     from .data import check_sweep_memory
 
-    cap = capture(model, inputs, targets, loss=loss, head=head, params=params)
+    cap = capture(
+        model, inputs, targets, loss=loss, head=head, params=params, precision=precision,
+        custom_functions=custom_functions,
+    )  # fmt: skip
     check_sweep_memory(cap, inputs)
     return Run(cap)
 
@@ -73,11 +78,15 @@ def block_size(run: Run, block_bytes: int | None = None) -> int:
 
 
 def hessian(
-    model, inputs, targets, *, loss="mse", params=None, head=None, block_bytes: int | None = None, progress=True
-) -> torch.Tensor:
+    model, inputs, targets, *, loss="mse", params=None, head=None, block_bytes: int | None = None, progress=True,
+    precision="float64", custom_functions="refuse",
+) -> torch.Tensor:  # fmt: skip
     """Dense (P, P) Hessian of the loss w.r.t. the selected parameters (rows and columns in the
     order of ``params``, each flattened), in the parameters' dtype and on their device."""
-    run = prepare(model, inputs, targets, loss=loss, params=params, head=head)
+    run = prepare(
+        model, inputs, targets, loss=loss, params=params, head=head, precision=precision,
+        custom_functions=custom_functions,
+    )  # fmt: skip
     P = sum(math.prod(s) for s in run.cap.shapes.values())
     _check_memory(P, run.cap.dtype, run.cap.device)
     return dense_hessian(run, block_size(run, block_bytes), Progress() if progress else None)
@@ -130,8 +139,11 @@ class HessianOperator:
         keep=None,
         loss_terms=None,
         accumulate=None,
+        precision="float64",
+        custom_functions="refuse",
     ):
         one_of(inputs, targets, data)
+        opts = {"precision": precision, "custom_functions": custom_functions}
         self.data = None
         if data is not None:
             # a data set (this process's share): H of the mean loss over all its terms, all-reduced
@@ -139,7 +151,7 @@ class HessianOperator:
 
             self.data = DataRuns(
                 model, data, loss=loss, params=params, head=head, process_group=process_group, keep=keep,
-                loss_terms=loss_terms, accumulate=accumulate,
+                loss_terms=loss_terms, accumulate=accumulate, **opts,
             )  # fmt: skip
             self.run = None
             self.names = list(self.data.names)
@@ -148,7 +160,7 @@ class HessianOperator:
             self.cuda_graphs, self.graphs, self._seen = False, {}, {}
             return
         one_of(inputs, targets, None, process_group, keep, loss_terms, accumulate)
-        self.run = prepare(model, inputs, targets, loss=loss, params=params, head=head)
+        self.run = prepare(model, inputs, targets, loss=loss, params=params, head=head, **opts)
         cap = self.run.cap
         self.names = list(cap.names)
         P = sum(math.prod(s) for s in cap.shapes.values())
@@ -228,6 +240,15 @@ class HessianOperator:
         """With ``data=``: the loss terms of the whole data set (every process's share)."""
         return None if self.data is None else self.data.N
 
+    @property
+    def metadata(self) -> dict:
+        """How the Hessian was computed: ``precision`` ("float64": a float64 model's float32 casts
+        computed in float64; "model": as written), ``dtype``, and ``custom_functions``, the custom
+        autograd.Functions whose forward was differentiated (their backward ignored)."""
+        caps = [self.run.cap] if self.data is None else list(self.data.captures.values())
+        fns = sorted({f for c in caps for f in c.custom})
+        return {"precision": caps[0].precision, "dtype": str(self.dtype), "custom_functions": fns}
+
     def to_scipy(self):
         """A ``scipy.sparse.linalg.LinearOperator`` of H on numpy float64 vectors."""
         import numpy as np
@@ -259,12 +280,6 @@ def hvp(
     return HessianOperator(model, inputs, targets, data=data, loss=loss, params=params, head=head, **data_options) @ v
 
 
-def _torch_encoder(model) -> bool:
-    from torch import nn
-
-    return isinstance(model, (nn.TransformerEncoderLayer, nn.TransformerEncoder))
-
-
 def exact_hessian(
     model,
     inputs=None,
@@ -282,6 +297,8 @@ def exact_hessian(
     process_group=None,
     keep=None,
     loss_terms=None,
+    precision="float64",
+    custom_functions="refuse",
     **encoder_options,
 ) -> torch.Tensor:
     """Dense (P, P) Hessian of the loss of any torch model w.r.t. ``params``, exact (float64 to
@@ -304,10 +321,13 @@ def exact_hessian(
     if data is not None:
         if encoder_options or mask is not None or is_causal or src_key_padding_mask is not None or engine == "encoder":
             raise ValueError("data=: the graph engine's options only (no encoder options or masks)")
-        return _data_hessian(model, data, loss, params, head, progress, process_group, keep, loss_terms)
+        return _data_hessian(
+            model, data, loss, params, head, progress, process_group, keep, loss_terms,
+            precision=precision, custom_functions=custom_functions,
+        )  # fmt: skip
     if engine not in ("auto", "graph", "encoder"):
         raise ValueError(f"engine: 'auto', 'graph' or 'encoder', got {engine!r}")
-    encoder = _torch_encoder(model)
+    encoder = torch_encoder(model)
     if not encoder and (mask is not None or is_causal or src_key_padding_mask is not None):
         raise ValueError(
             "mask, is_causal, src_key_padding_mask: only for torch encoder modules; pass the model's own mask "
@@ -320,7 +340,7 @@ def exact_hessian(
     use_encoder = encoder and isinstance(inputs, torch.Tensor) and src_key_padding_mask is None and engine != "graph"
     if encoder_options and not use_encoder:
         raise TypeError(f"{sorted(encoder_options)}: options of the encoder engine, not used by the graph engine")
-    from .capture import parameter_names, select
+    from .params import parameter_names, select
 
     names = select(parameter_names(model, head), params, [n for n, _ in model.named_parameters()])
     check_inputs(inputs)
@@ -339,32 +359,27 @@ def exact_hessian(
             **encoder_options,
         )
     if encoder and isinstance(inputs, torch.Tensor):
-        inputs = _encoder_call(model, inputs, mask, is_causal, src_key_padding_mask)
-    return hessian(model, inputs, targets, loss=loss, params=names, head=head, progress=progress)
+        inputs = encoder_call(model, inputs, mask, is_causal, src_key_padding_mask)
+    return hessian(
+        model, inputs, targets, loss=loss, params=names, head=head, progress=progress, precision=precision,
+        custom_functions=custom_functions,
+    )  # fmt: skip
 
 
-def _encoder_call(model, inputs, mask, is_causal, src_key_padding_mask) -> dict:
-    """A torch encoder module's keyword inputs for the graph engine (with its key-padding mask)."""
-    from torch import nn
-
-    key = "src_mask" if isinstance(model, nn.TransformerEncoderLayer) else "mask"
-    kpm = src_key_padding_mask
-    if kpm is not None and (not isinstance(kpm, torch.Tensor) or tuple(kpm.shape) != tuple(inputs.shape[:2])):
-        shape = tuple(kpm.shape) if isinstance(kpm, torch.Tensor) else type(kpm).__name__
-        raise ValueError(f"src_key_padding_mask: expected {tuple(inputs.shape[:2])} (B, T), got {shape}")
-    inputs = {"src": inputs, key: mask, "src_key_padding_mask": kpm, "is_causal": bool(is_causal)}
-    if mask is None and is_causal:
-        T = inputs["src"].shape[1]
-        inputs[key] = torch.nn.Transformer.generate_square_subsequent_mask(T, dtype=inputs["src"].dtype)
-    return inputs
-
-
-def _data_hessian(model, data, loss, params, head, progress, process_group, keep, loss_terms) -> torch.Tensor:
+def _data_hessian(model, data, loss, params, head, progress, process_group, keep, loss_terms, **opts) -> torch.Tensor:
     """:func:`exact_hessian` of a data set's mean loss (:class:`.data.DataRuns`)."""
     from .data import DataRuns
 
     runs = DataRuns(
-        model, data, loss=loss, params=params, head=head, process_group=process_group, keep=keep, loss_terms=loss_terms
+        model,
+        data,
+        loss=loss,
+        params=params,
+        head=head,
+        process_group=process_group,
+        keep=keep,
+        loss_terms=loss_terms,
+        **opts,
     )
     _check_memory(runs.P, runs.dtype, runs.device)
     return runs.dense(block_size, progress)
@@ -373,7 +388,7 @@ def _data_hessian(model, data, loss, params, head, progress, process_group, keep
 def hessian_blocks(model, inputs=None, targets=None, **kwargs) -> dict[tuple[str, str], torch.Tensor]:
     """:func:`exact_hessian` as named blocks: ``(name_i, name_j) -> (numel_i, numel_j)`` views
     (``data=`` for a data set's, as there)."""
-    from .capture import parameter_names, select
+    from .params import parameter_names, select
 
     named = parameter_names(model, kwargs.get("head"))
     names = select(named, kwargs.get("params"), [n for n, _ in model.named_parameters()])

@@ -16,9 +16,9 @@ names are read here and nowhere else in the engine.
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import operator
 import re
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -27,12 +27,18 @@ from torch.fx import Node
 from torch.utils import _pytree as pytree
 
 from . import ops  # noqa: F401  (fills the rule table)
+from .checks import call_leaves, check_integer_inputs, check_ranges, check_targets, check_weights
 from .contract import RULES, Op
+from .custom import ForwardFailed, mark_of
+from .custom import check_choice as check_custom_choice
 from .decompose import inline_losses
 from .inplace import out_of_place
 from .inputs import model_inputs
 from .ops.losses import causal_lm, cross_entropy, mse_loss
 from .ops.shape import SPLITS, SplitItem
+from .params import parameter_names, select
+from .precision import capture_mode
+from .wrap import Wrapped, distinct, export
 
 aten = torch.ops.aten
 
@@ -50,74 +56,6 @@ for _name in ("_assert_scalar", "sym_constrain_range_for_size", "_assert_async")
 
 class UnsupportedOperation(ValueError):
     """An operation on the way from a selected parameter to the loss has no rule."""
-
-
-class _Wrapped(nn.Module):
-    """The model, the output it returns (:func:`pick_output`), the
-    optional head on the token mean, and a callable loss."""
-
-    def __init__(self, model: nn.Module, head: nn.Module | None, loss_fn):
-        super().__init__()
-        self.model, self.head, self.loss_fn = model, head, loss_fn
-
-    def forward(self, args, kwargs, targets):
-        out = pick_output(self.model(*args, **kwargs))
-        if self.head is not None:
-            out = self.head(out.mean(1))
-        return out if self.loss_fn is None else self.loss_fn(out, targets)
-
-
-def pick_output(out):
-    """A model's output tensor: the tensor itself, ``out.logits`` (Hugging Face), the first field
-    of any other Hugging Face output (``last_hidden_state`` of ``BertModel``, ``T5EncoderModel``,
-    ``CLIPTextModel``), or the first element of a tuple or list."""
-    if isinstance(out, torch.Tensor):
-        return out
-    logits = getattr(out, "logits", None)
-    if isinstance(logits, torch.Tensor):
-        return logits
-    if callable(getattr(out, "to_tuple", None)):  # a Hugging Face ModelOutput: its fields that are set
-        out = out.to_tuple()
-    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
-        return out[0]
-    raise TypeError(
-        "model output: expected a tensor, an object with .logits, a Hugging Face output or a tuple, "
-        f"got {type(out).__name__}"
-    )
-
-
-def parameter_names(model: nn.Module, head: nn.Module | None) -> dict[str, nn.Parameter]:
-    """The model's parameters by name (a tied weight once, under its first name), then the head's
-    as ``head.<name>``."""
-    named = dict(model.named_parameters())
-    if head is not None:
-        named.update({f"head.{n}": p for n, p in head.named_parameters()})
-    return named
-
-
-def select(named: dict[str, nn.Parameter], params, default: list[str] | None = None) -> list[str]:
-    """The selected names, in the order asked: names or glob patterns (``"transformer.h.0.attn.*"``);
-    a single string is one name or pattern; None selects ``default`` (every name)."""
-    if params is None:
-        return list(named) if default is None else list(default)
-    if isinstance(params, str):
-        params = [params]
-    try:
-        items = list(params)
-    except TypeError:
-        raise TypeError(f"params: expected names or glob patterns, got {type(params).__name__}") from None
-    out: list[str] = []
-    for item in items:
-        if not isinstance(item, str):
-            raise TypeError(f"params: expected names or glob patterns (str), got {item!r}")
-        hits = [item] if item in named else [n for n in named if fnmatch.fnmatchcase(n, item)]
-        if not hits:
-            raise KeyError(f"params: {item!r} matches no parameter; known: {list(named)}")
-        for n in hits:
-            if n in out:
-                raise ValueError(f"params: {n!r} is selected twice (by {item!r})")
-            out.append(n)
-    return out
 
 
 def _where(node: Node) -> str:
@@ -168,6 +106,12 @@ class Captured:
     #: the placeholder of the targets of a loss named by string (None for a callable loss)
     user: list[Node] = field(default_factory=list)
     targets: Node | None = None
+    #: a name for each of ``user`` in the user's terms (``inputs['input_ids']``, ``targets``)
+    user_names: list[str] = field(default_factory=list)
+    #: the custom autograd.Functions on the way to the loss whose forward is differentiated
+    custom: list[str] = field(default_factory=list)
+    #: "float64" (a float64 model's casts to float32 computed in float64) or "model" (as written)
+    precision: str = "float64"
 
     def rebind(self, inputs_leaves: list, targets) -> Captured:
         """The same graph and rules on another batch of the same shapes (the leaves of the user's
@@ -179,12 +123,21 @@ class Captured:
         leaves.update(zip(self.user, inputs_leaves[: len(self.user)], strict=True))
         if self.targets is not None:
             leaves[self.targets] = targets
-        return dataclasses.replace(self, leaves=leaves)
+        out = dataclasses.replace(self, leaves=leaves)
+        check_ranges(out)
+        return out
 
 
-def capture(model: nn.Module, inputs, targets, *, loss="mse", head=None, params=None) -> Captured:
+def capture(
+    model: nn.Module, inputs, targets, *, loss="mse", head=None, params=None, precision="float64",
+    custom_functions="refuse",
+) -> Captured:  # fmt: skip
     """Export ``model`` on ``inputs`` with its loss and map the operations on the way from the
-    selected parameters to the loss onto the rules (:class:`UnsupportedOperation` otherwise)."""
+    selected parameters to the loss onto the rules (:class:`UnsupportedOperation` otherwise).
+    ``precision`` (:mod:`.precision`): "float64" computes a float64 model's float32 casts in
+    float64, "model" keeps them. ``custom_functions`` (:mod:`.custom`): "refuse" a custom
+    ``autograd.Function`` on the way to the loss, or differentiate its "forward"."""
+    check_custom_choice(custom_functions)
     if not isinstance(model, nn.Module):
         raise TypeError(f"model: expected an nn.Module, got {type(model).__name__}")
     if head is not None and not isinstance(head, nn.Module):
@@ -199,12 +152,29 @@ def capture(model: nn.Module, inputs, targets, *, loss="mse", head=None, params=
         raise ValueError("head: only used with loss='cross_entropy' (the head on the token mean)")
     named = parameter_names(model, head)
     names = select(named, params, [n for n, _ in model.named_parameters()])
-    args, kwargs = model_inputs(model, inputs)
-    wrapped = _Wrapped(model, head, loss_fn)
+    check_weights(named, names)
+    check_targets(loss if isinstance(loss, str) else None, targets)
+    # one tensor passed twice (``(ids, ids)`` as inputs and targets) would be one placeholder of the
+    # capture, and another batch's two tensors could not be told apart: each use gets its own
+    args, kwargs, targets = distinct(model_inputs(model, inputs) + (targets,))
+    user_names, user_values = call_leaves(args, kwargs, targets, isinstance(inputs, torch.Tensor))
+    wrapped = Wrapped(model, head, loss_fn)
+    mode = capture_mode(precision, named[names[0]].dtype)
     try:
-        ep = torch.export.export(wrapped, (args, kwargs, targets), strict=False)
-    except Exception as err:  # torch's own message says what stopped the capture
-        raise RuntimeError(f"model: torch.export could not capture it: {type(err).__name__}: {err}") from err
+        ep = export(wrapped, (args, kwargs, targets), mode)
+    except ForwardFailed:
+        raise
+    except Exception as err:  # noqa: BLE001 (a model whose code needs float32 where it asks for it)
+        if mode is None:
+            raise
+        precision = "model"
+        warnings.warn(
+            f"precision='float64': the model could not be captured computing float64 throughout "
+            f"({type(err).__name__}: {str(err).splitlines()[0][:160]}); captured as written, its casts to float32 "
+            "kept (HessianOperator.metadata says 'model')",
+            stacklevel=2,
+        )
+        ep = export(wrapped, (args, kwargs, targets), None)
     graph = ep.graph_module.graph
     inline_losses(graph)  # torch's losses in a callable loss, as operations with rules
     sig = ep.graph_signature
@@ -213,7 +183,7 @@ def capture(model: nn.Module, inputs, targets, *, loss="mse", head=None, params=
         by_id.setdefault(id(p), n)
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     leaves: dict[Node, object] = {}
-    user_iter, user_nodes = iter(pytree.tree_leaves(((args, kwargs, targets), {}))), []
+    user_iter, user_nodes = iter(user_values), []
     selected: dict[str, list[Node]] = {n: [] for n in names}
     for ph, spec in zip(placeholders, sig.input_specs, strict=True):
         kind = spec.kind.name
@@ -253,9 +223,19 @@ def capture(model: nn.Module, inputs, targets, *, loss="mse", head=None, params=
         device=p0.device,
         user=user_nodes,
         targets=tnode,
+        user_names=user_names[: len(user_nodes)],
+        precision=precision,
     )
     _check_parameters(named, names, p0)
-    _map_rules(cap)
+    _map_rules(cap, custom_functions)
+    for fn in cap.custom:
+        warnings.warn(
+            f"custom_functions='forward': the forward of the autograd.Function {fn} is differentiated, its backward "
+            "is not called (HessianOperator.metadata lists it)",
+            stacklevel=3,
+        )
+    check_integer_inputs(cap)
+    check_ranges(cap)
     return cap
 
 
@@ -285,8 +265,6 @@ def _check_parameters(named, names, p0) -> None:
             raise ValueError(f"params: {n!r} is on the meta device (it has no values)")
         if p.device != p0.device:
             raise ValueError(f"params: {n!r} is on {p.device}, {names[0]!r} on {p0.device}")
-        if not torch.isfinite(p).all():
-            raise ValueError(f"params: {n!r} has non-finite entries (nan or inf)")
 
 
 #: floating results with a zero derivative almost everywhere
@@ -304,7 +282,7 @@ def _flat(node: Node) -> bool:
     return node.target in _STEPS
 
 
-def _map_rules(cap: Captured) -> None:
+def _map_rules(cap: Captured, custom_functions: str = "refuse") -> None:
     """Mark what depends on a selected parameter and give each such operation its rule."""
     live: set[Node] = {ph for phs in cap.placeholders.values() for ph in phs}
     refused: list[str] = []
@@ -318,6 +296,14 @@ def _map_rules(cap: Captured) -> None:
         if _flat(node):
             continue  # no derivative almost everywhere: evaluated once, a constant of the point
         live.add(node)
+        fn = mark_of(node)
+        if fn is not None and fn not in cap.custom:
+            cap.custom.append(fn)
+            if custom_functions == "refuse":
+                refused.append(
+                    f"the autograd.Function {fn} (at {_where(node)}): the engine would differentiate its forward "
+                    "and never call its backward; custom_functions='forward' to take the forward's derivatives"
+                )
         why = out_of_place(node, order)  # x += y in the model's code: its functional form
         if why is not None:
             refused.append(f"{node.target}: {why} ({_where(node)})")

@@ -28,9 +28,10 @@ import torch
 from torch.utils import _pytree as pytree
 
 from ..util.resources import available_bytes, format_bytes
-from .capture import Captured, capture, parameter_names, select
+from .capture import Captured, capture
 from .inputs import check_inputs, user_leaves
 from .ops.losses import IGNORE_INDEX
+from .params import parameter_names, select
 from .sweep import Run, dense_hessian, hvp_sweep
 
 #: keep every batch's values between products when they take at most this share of the memory
@@ -175,6 +176,8 @@ class DataRuns:
         keep=None,
         loss_terms=None,
         accumulate=None,
+        precision="float64",
+        custom_functions="refuse",
     ):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model: expected an nn.Module, got {type(model).__name__}")
@@ -190,6 +193,7 @@ class DataRuns:
             raise TypeError("data: an iterator can be read only once; pass a list of batches or a DataLoader")
         self.model, self.data, self.loss, self.head = model, data, loss, head
         self.terms_fn = loss_terms
+        self.options = {"precision": precision, "custom_functions": custom_functions}
         named = parameter_names(model, head)
         self.names = select(named, params, [n for n, _ in model.named_parameters()])
         self.shapes = {n: tuple(named[n].shape) for n in self.names}
@@ -257,7 +261,7 @@ class DataRuns:
         cap = self.captures.get(key)
         if cap is None:
             cap = self.captures[key] = capture(
-                self.model, inputs, targets, loss=self.loss, head=self.head, params=self.names
+                self.model, inputs, targets, loss=self.loss, head=self.head, params=self.names, **self.options
             )
             check_sweep_memory(cap, inputs)
         else:

@@ -68,3 +68,26 @@ def user_leaves(model: nn.Module, inputs, targets) -> list:
     """The leaves of a call's inputs and targets, in the order of the capture's user placeholders."""
     args, kwargs = model_inputs(model, inputs)
     return pytree.tree_leaves(((args, kwargs, targets), {}))
+
+
+def torch_encoder(model) -> bool:
+    """Whether ``model`` is torch's ``nn.TransformerEncoderLayer`` or ``nn.TransformerEncoder``."""
+    from torch import nn
+
+    return isinstance(model, (nn.TransformerEncoderLayer, nn.TransformerEncoder))
+
+
+def encoder_call(model, inputs, mask, is_causal, src_key_padding_mask) -> dict:
+    """A torch encoder module's keyword inputs for the graph engine (with its key-padding mask)."""
+    from torch import nn
+
+    key = "src_mask" if isinstance(model, nn.TransformerEncoderLayer) else "mask"
+    kpm = src_key_padding_mask
+    if kpm is not None and (not isinstance(kpm, torch.Tensor) or tuple(kpm.shape) != tuple(inputs.shape[:2])):
+        shape = tuple(kpm.shape) if isinstance(kpm, torch.Tensor) else type(kpm).__name__
+        raise ValueError(f"src_key_padding_mask: expected {tuple(inputs.shape[:2])} (B, T), got {shape}")
+    inputs = {"src": inputs, key: mask, "src_key_padding_mask": kpm, "is_causal": bool(is_causal)}
+    if mask is None and is_causal:
+        T = inputs["src"].shape[1]
+        inputs[key] = torch.nn.Transformer.generate_square_subsequent_mask(T, dtype=inputs["src"].dtype)
+    return inputs

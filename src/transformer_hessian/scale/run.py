@@ -207,7 +207,7 @@ def curvature(model, share, settings: Settings, out_dir, *, process_group=None, 
     """The run's results (see the module docstring) as a JSON-ready dict, with the eigenvectors
     under ``"_vectors"`` ((k, P) tensor, when asked) and the parameter names under ``"_names"``."""
     from ..engine.api import HessianOperator
-    from ..engine.capture import parameter_names, select
+    from ..engine.params import parameter_names, select
 
     s = settings
     t0 = time.perf_counter()
