@@ -31,7 +31,7 @@ from .checks import call_leaves, check_integer_inputs, check_ranges, check_targe
 from .contract import RULES, Op
 from .custom import ForwardFailed, mark_of
 from .custom import check_choice as check_custom_choice
-from .decompose import inline_losses
+from .decompose import inline_decompositions
 from .inplace import out_of_place
 from .inputs import model_inputs
 from .ops.losses import causal_lm, cross_entropy, mse_loss
@@ -176,7 +176,7 @@ def capture(
         )
         ep = export(wrapped, (args, kwargs, targets), None)
     graph = ep.graph_module.graph
-    inline_losses(graph)  # torch's losses in a callable loss, as operations with rules
+    inline_decompositions(graph)  # torch's losses, einsum, group_norm, weight_norm: operations with rules
     sig = ep.graph_signature
     by_id = {}
     for n, p in named.items():
@@ -269,17 +269,23 @@ def _check_parameters(named, names, p0) -> None:
 
 #: floating results with a zero derivative almost everywhere
 _STEPS = {aten.sign.default, aten.floor.default, aten.ceil.default, aten.round.default, aten.trunc.default}
+#: results that read only their input's shape, dtype and device (constant factories)
+_FACTORIES = {
+    aten.new_ones.default, aten.new_zeros.default, aten.new_full.default, aten.new_empty.default,
+    aten.ones_like.default, aten.zeros_like.default, aten.full_like.default, aten.empty_like.default,
+}  # fmt: skip
 
 
 def _flat(node: Node) -> bool:
     """The node's result does not change under small changes of its inputs (almost everywhere): a
-    bool or integer result (a comparison such as ``x > 0``, ``argmax``) or a step function. Like
+    bool or integer result (a comparison such as ``x > 0``, ``argmax``), a step function, or a
+    constant factory (``x.new_ones(shape)``, ``torch.full_like(x, 2.0)``). Like
     autograd, the engine takes it as a constant of the point, so ``where(x > 0, x, 0.01 * x)``
     differentiates as a leaky ReLU."""
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor) and not (val.is_floating_point() or val.is_complex()):
         return True
-    return node.target in _STEPS
+    return node.target in _STEPS or node.target in _FACTORIES
 
 
 def _map_rules(cap: Captured, custom_functions: str = "refuse") -> None:

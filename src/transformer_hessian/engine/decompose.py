@@ -1,18 +1,25 @@
-"""Torch's own losses in a callable ``loss=`` (``F.cross_entropy`` with ``ignore_index``,
-``label_smoothing`` or probabilities as targets, ``F.nll_loss``, ``F.mse_loss``, ``F.l1_loss``,
-``F.huber_loss``, ``F.smooth_l1_loss``, ``F.kl_div``, ``F.binary_cross_entropy_with_logits``), taken as
-torch's own decompositions of them.
+"""Operations taken as the operations they are made of, each of which has a rule.
 
-The capture records such a loss as one ATen operation (``aten.cross_entropy_loss``), which has no
-rule. :func:`inline_losses` replaces the node by the graph torch's decomposition of it traces to on
-the recorded shapes (``make_fx`` with ``torch._decomp``'s entries for these operations only): log-
-softmax, gathers, sums, comparisons with the targets, each an operation with a rule or a constant of
-the point (log-sigmoid's forward with its buffer becomes ``log_sigmoid``). The new nodes keep the loss's source line, so a refusal inside names it.
+- Torch's own losses in a callable ``loss=`` (``F.cross_entropy`` with ``ignore_index``,
+  ``label_smoothing`` or probabilities as targets, ``F.nll_loss``, ``F.mse_loss``, ``F.l1_loss``,
+  ``F.huber_loss``, ``F.smooth_l1_loss``, ``F.kl_div``, ``F.binary_cross_entropy_with_logits``) and
+  ``einsum``: torch's own decompositions (``make_fx`` with ``torch._decomp``'s entries for these
+  operations only): log-softmax, gathers, sums, comparisons with the targets; permutes, views and
+  batched products (log-sigmoid's forward with its buffer becomes ``log_sigmoid``).
+- ``group_norm`` and ``_weight_norm`` (the ``weight_norm`` parametrisation): this module's own,
+  in operations the rule table keeps whole (``make_fx`` before dispatch): a group norm is a layer
+  norm without affine of each (sample, group)'s entries, then the per-channel weight and bias; a
+  weight norm is v g / ||v||, the norm over every axis but ``dim`` (the whole tensor when -1).
+
+The capture records each as one ATen operation, which has no rule. :func:`inline_decompositions`
+replaces the node by the graph its decomposition traces to on the recorded shapes. The new nodes
+keep the operation's source line, so a refusal inside names it.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import operator
 
 import torch
@@ -22,7 +29,7 @@ from torch.utils import _pytree as pytree
 
 aten = torch.ops.aten
 
-#: the losses replaced by their decompositions, and the broadcast torch's losses start with
+#: replaced by torch's decompositions: the losses, the broadcast torch's losses start with, einsum
 LOSSES = (
     aten.cross_entropy_loss,
     aten.nll_loss_nd,
@@ -35,7 +42,28 @@ LOSSES = (
     aten.kl_div,
     aten.binary_cross_entropy_with_logits,
     aten.broadcast_tensors,
+    aten.einsum,
 )
+
+
+def _group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enabled=True):
+    N, C, G = x.shape[0], x.shape[1], num_groups
+    per = math.prod(x.shape[1:]) // G
+    y = aten.layer_norm.default(x.reshape(N, G, per), [per], None, None, eps).reshape(x.shape)
+    shape = (C,) + (1,) * (x.dim() - 2)
+    if weight is not None:
+        y = y * weight.reshape(shape)
+    return y if bias is None else y + bias.reshape(shape)
+
+
+def _weight_norm(v, g, dim=0):
+    axes = [a for a in range(v.dim()) if a != dim % v.dim()] if dim != -1 else list(range(v.dim()))
+    return v * (g / (v * v).sum(dim=axes, keepdim=True).sqrt())
+
+
+#: replaced by this module's own decompositions (traced before dispatch, so that the operations
+#: the rule table keeps whole, such as layer_norm, stay whole)
+OWN = {aten.group_norm.default: _group_norm, aten._weight_norm.default: _weight_norm}
 
 
 @functools.cache
@@ -45,14 +73,19 @@ def _decompositions() -> dict:
     return get_decompositions(list(LOSSES))
 
 
-def inline_losses(graph: torch.fx.Graph) -> None:
-    """Replace each node of :data:`LOSSES` in ``graph`` by the nodes of its decomposition."""
+def inline_decompositions(graph: torch.fx.Graph) -> None:
+    """Replace each node of :data:`LOSSES` and :data:`OWN` in ``graph`` by the nodes of its
+    decomposition."""
     for node in list(graph.nodes):
-        if node.op == "call_function" and getattr(node.target, "overloadpacket", None) in LOSSES:
+        if node.op != "call_function":
+            continue
+        if node.target in OWN:
+            _inline(graph, node, OWN[node.target])
+        elif getattr(node.target, "overloadpacket", None) in LOSSES:
             _inline(graph, node)
 
 
-def _inline(graph: torch.fx.Graph, node: Node) -> None:
+def _inline(graph: torch.fx.Graph, node: Node, own=None) -> None:
     flat, spec = pytree.tree_flatten((node.args, node.kwargs))
     where = [i for i, a in enumerate(flat) if isinstance(a, Node)]
     examples = [torch.zeros(flat[i].meta["val"].shape, dtype=flat[i].meta["val"].dtype) for i in where]
@@ -62,9 +95,10 @@ def _inline(graph: torch.fx.Graph, node: Node) -> None:
         for i, t in zip(where, tensors, strict=True):
             vals[i] = t
         args, kwargs = pytree.tree_unflatten(vals, spec)
-        return node.target(*args, **kwargs)
+        return (own or node.target)(*args, **kwargs)
 
-    sub = make_fx(call, decomposition_table=_decompositions(), tracing_mode="fake")(*examples)
+    table = {} if own else _decompositions()
+    sub = make_fx(call, decomposition_table=table, tracing_mode="fake", pre_dispatch=own is not None)(*examples)
     buffer_read = any(
         n.target is operator.getitem and n.args[0].target is aten.log_sigmoid_forward.default and n.args[1] and n.users
         for n in sub.graph.nodes

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ..contract import Op, as_tangent, rule, shape_of, sum_to, tadd
+from ..contract import Op, as_tangent, node_arg, rule, shape_of, sum_to, tadd
 
 aten = torch.ops.aten
 
@@ -275,12 +275,12 @@ class Embedding(Op):
         return [out.index_add_(1, self.ids.reshape(-1), gt.reshape(K, -1, d))]
 
 
-@rule(aten.conv2d.default, aten.conv2d.padding, aten.convolution.default)
-class Conv2d(Op):
-    """A 2-d convolution (bilinear in input and weight, plus a bias): y' = conv(x', W) + conv(x, W')
-    + b'; adjoints and their tangents through torch's convolution_backward, applied to the K
-    tangents one after the other (it is linear in each argument; no second derivative of a kernel
-    is taken)."""
+@rule(aten.conv2d.default, aten.conv2d.padding, aten.conv1d.default, aten.conv1d.padding, aten.convolution.default)
+class Conv(Op):
+    """A 1-d or 2-d convolution (bilinear in input and weight, plus a bias): y' = conv(x', W) +
+    conv(x, W') + b'; adjoints and their tangents through torch's convolution_backward, applied to
+    the K tangents one after the other (it is linear in each argument; no second derivative of a
+    kernel is taken)."""
 
     def __init__(self, node):
         super().__init__(node)
@@ -292,34 +292,35 @@ class Conv2d(Op):
         else:
             x, W = args[0], args[1]
             b = args[2] if len(args) > 2 else node.kwargs.get("bias")
-            stride = args[3] if len(args) > 3 else node.kwargs.get("stride", [1, 1])
-            padding = args[4] if len(args) > 4 else node.kwargs.get("padding", [0, 0])
-            dilation = args[5] if len(args) > 5 else node.kwargs.get("dilation", [1, 1])
-            groups = args[6] if len(args) > 6 else node.kwargs.get("groups", 1)
+            stride = node_arg(node, 3, "stride", [1])
+            padding = node_arg(node, 4, "padding", [0])
+            dilation = node_arg(node, 5, "dilation", [1])
+            groups = node_arg(node, 6, "groups", 1)
+        n = len(shape_of(x)) - 2  # spatial axes
+
+        def each(v):
+            return [*v] * (n // len(v))
+
         if padding == "valid":
-            padding = [0, 0]
+            padding = [0]
         elif padding == "same":  # stride 1: d (k - 1) in all, the same on both sides when even
-            total = [d * (k - 1) for d, k in zip([*dilation] * (2 // len(dilation)), shape_of(W)[2:], strict=True)]
+            total = [d * (k - 1) for d, k in zip(each(dilation), shape_of(W)[2:], strict=True)]
             if any(t % 2 for t in total):
-                raise NotImplementedError("conv2d padding='same' with an even kernel (padded on one side)")
+                raise NotImplementedError("convolution padding='same' with an even kernel (padded on one side)")
             padding = [t // 2 for t in total]
         self.inputs = [v for v in (x, W, b) if v is not None]
         self.has_b = b is not None
-        self.conf = (
-            [*stride] * (2 // len(stride)),
-            [*padding] * (2 // len(padding)),
-            [*dilation] * (2 // len(dilation)),
-            groups,
-        )
+        self.conf = (each(stride), each(padding), each(dilation), groups)
         self.x_shape, self.w_shape = shape_of(x), shape_of(W)
+        self.spatial = tuple(range(2, 2 + n))
 
     def _conv(self, x, W):
         s, p, d, gr = self.conf
-        return torch.nn.functional.conv2d(x, W, None, s, p, d, gr)
+        return aten.convolution.default(x, W, None, s, p, d, False, [0] * len(s), gr)
 
     def _back(self, g, x, W, mask):
         s, p, d, gr = self.conf
-        return aten.convolution_backward.default(g, x, W, None, s, p, d, False, [0, 0], gr, mask)
+        return aten.convolution_backward.default(g, x, W, None, s, p, d, False, [0] * len(s), gr, mask)
 
     def tangent(self, xs, ts, y):
         x, W = xs[0], xs[1]
@@ -331,7 +332,8 @@ class Conv2d(Op):
         if tW is not None:
             out.append(torch.stack([self._conv(x, w) for w in tW]))
         if self.has_b and ts[2] is not None:
-            out.append(ts[2].reshape(ts[2].shape[0], 1, -1, 1, 1).expand(ts[2].shape[0], *y.shape))
+            tb = ts[2].reshape(ts[2].shape[0], 1, -1, *(1 for _ in self.spatial))
+            out.append(tb.expand(ts[2].shape[0], *y.shape))
         if not out:
             return None
         total = out[0]
@@ -342,7 +344,7 @@ class Conv2d(Op):
     def adjoint(self, xs, y, g, need):
         x, W = xs[0], xs[1]
         gx, gW, _ = self._back(g, x, W, [need[0], need[1], False])
-        return [gx, gW, g.sum((0, 2, 3))] if self.has_b else [gx, gW]
+        return [gx, gW, g.sum((0, *self.spatial))] if self.has_b else [gx, gW]
 
     def adjoint_tangent(self, xs, ts, y, g, gt, need):
         x, W = xs[0], xs[1]
@@ -363,5 +365,5 @@ class Conv2d(Op):
                 gx[k] += self._back(g, x, tW[k], [True, False, False])[0]
             if tx is not None and need[1]:
                 gW[k] += self._back(g, tx[k], W, [False, True, False])[1]
-        gb = None if not self.has_b or gt is None else gt.sum((1, 3, 4))
+        gb = None if not self.has_b or gt is None else gt.sum((1, *(a + 1 for a in self.spatial)))
         return [gx, gW, gb] if self.has_b else [gx, gW]
