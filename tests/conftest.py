@@ -187,8 +187,34 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.name in SLOW_IN_FAST:
             item.add_marker(pytest.mark.slow)
-    if os.environ.get("TH_TINY_RUN_EARLY", "1") != "0":
+        if _WORKER is not None:  # pytest-xdist (make test): what one worker must run, see _group
+            item.add_marker(pytest.mark.xdist_group(_group(item)))
+    if _tiny_run_early():
         items.sort(key=_reads_the_tiny_run)  # stable: False (the others) first
+
+
+#: this process's pytest-xdist worker id (``make test`` runs two), None without xdist
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if _WORKER is not None:  # no more torch threads, all workers together, than the cores there are
+    import torch
+
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+
+
+def _group(item) -> str:
+    """The tests one worker runs (``--dist loadgroup``): every test that needs the private SLURM
+    cluster or the session's tiny run together (the cluster holds fixed ports, one per machine),
+    the others by module, so that a module's fixtures are built once."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is not None and "slurm_cluster" in info.names_closure:
+        return "slurm"
+    return item.nodeid.split("::")[0]
+
+
+def _tiny_run_early() -> bool:
+    """Start the tiny run at collection (not under xdist, where each worker collects every test and
+    only the one given the "slurm" group may start the cluster: it starts when first asked)."""
+    return os.environ.get("TH_TINY_RUN_EARLY", "1") != "0" and _WORKER is None
 
 
 BIN = Path(sys.executable).parent
@@ -253,7 +279,7 @@ class _EarlyTinyRun:
 
 def pytest_collection_finish(session):
     """Start the tiny run early (:class:`_EarlyTinyRun`) when a selected test reads it."""
-    if os.environ.get("TH_TINY_RUN_EARLY", "1") == "0" or session.config.option.collectonly:
+    if not _tiny_run_early() or session.config.option.collectonly:
         return
     if any(_reads_the_tiny_run(item) for item in session.items):
         _EarlyTinyRun.start(session.config)
