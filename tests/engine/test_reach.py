@@ -53,7 +53,7 @@ class _GroupNorm(nn.Module):
     def forward(self, x):
         h = self.a(x).transpose(1, 2)
         if self.four:
-            h = h.reshape(h.shape[0], h.shape[1], 2, -1)
+            h = h.unsqueeze(-1).expand(*h.shape, 2)  # (B, C, T, 2): a 4-d input
         return self.g(h).reshape(x.shape[0], -1).cos()
 
 

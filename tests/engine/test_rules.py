@@ -14,9 +14,8 @@ from torch.fx import Graph, Node
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils import _pytree as pytree
 
-from transformer_hessian.engine.contract import RULES
+from transformer_hessian.engine.contract import ITEMS, RULES
 from transformer_hessian.engine.ops.losses import causal_lm, cross_entropy, mse_loss
-from transformer_hessian.engine.ops.shape import SPLITS, SplitItem
 
 from .models import DT, rel_err
 
@@ -204,7 +203,7 @@ SAMPLES = [
     *_pools(),
 ]
 
-#: the outputs of a split, each a getitem of it (the rule is :class:`SplitItem`)
+#: the outputs of a multi-output operation (a split), each a getitem of it (:data:`ITEMS`)
 SPLIT_SAMPLES = [
     (aten.split.Tensor, lambda g: ((_r(g, 2, 5), 2, 1), {}), 2),
     (aten.split_with_sizes.default, lambda g: ((_r(g, 2, 3, 4), [1, 3], 2), {}), 1),
@@ -217,7 +216,7 @@ def test_every_rule_has_a_sample():
     sampled = {op for op, *_ in SAMPLES}
     missing = [str(k) for k in RULES if k not in sampled]
     assert not missing, f"rules without a sample in tests/engine/test_rules.py: {missing}"
-    assert {op for op, _, _ in SPLIT_SAMPLES} == set(SPLITS)
+    assert {op for op, _, _ in SPLIT_SAMPLES} == set(ITEMS)
 
 
 def _graph(op, args, kwargs):
@@ -317,4 +316,4 @@ def test_split_items_alone_equal_torch_func(op, make, item):
     split, vals, _, _ = _graph(op, args, kwargs)
     node = split.graph.call_function(operator.getitem, (split, item))
     node.meta["val"] = split.meta["val"][item]
-    _check(SplitItem(node), node, vals, lambda dx: op(dx[0], *args[1:], **kwargs)[item])
+    _check(ITEMS[op](node), node, vals, lambda dx: op(dx[0], *args[1:], **kwargs)[item])

@@ -28,14 +28,13 @@ from torch.utils import _pytree as pytree
 
 from . import ops  # noqa: F401  (fills the rule table)
 from .checks import call_leaves, check_integer_inputs, check_ranges, check_targets, check_weights
-from .contract import RULES, Op
+from .contract import ITEMS, RULES, Op
 from .custom import ForwardFailed, mark_of
 from .custom import check_choice as check_custom_choice
 from .decompose import inline_decompositions
 from .inplace import out_of_place
 from .inputs import model_inputs
 from .ops.losses import causal_lm, cross_entropy, mse_loss
-from .ops.shape import SPLITS, SplitItem
 from .params import parameter_names, select
 from .precision import capture_mode
 from .wrap import Wrapped, distinct, export
@@ -317,30 +316,25 @@ def _map_rules(cap: Captured, custom_functions: str = "refuse") -> None:
         t = node.target
         if t in _CHECKS:
             continue
-        if t in SPLITS:
-            continue  # its getitem outputs are the steps (SplitItem)
+        if t in ITEMS:
+            continue  # its getitem outputs are the steps
         if t is operator.getitem:
             src = node.args[0]
-            if not (isinstance(src, Node) and src.target in SPLITS):
+            cls = ITEMS.get(src.target) if isinstance(src, Node) else None
+            if cls is None:
                 refused.append(f"getitem of {getattr(src, 'target', src)} ({_where(node)})")
                 continue
-            cls = SplitItem
         else:
             cls = RULES.get(t)
             if cls is None:
                 refused.append(f"{t} ({_where(node)})")
-                continue
-        if t in (aten.dropout.default, aten.feature_dropout.default):
-            p, train = node.args[1], node.args[2] if len(node.args) > 2 else node.kwargs.get("train", True)
-            if train and p > 0:
-                refused.append(f"{t} with p={p} in training mode: call model.eval() ({_where(node)})")
                 continue
         try:
             op = cls(node)
         except NotImplementedError as err:
             refused.append(f"{t}: {err} ({_where(node)})")
             continue
-        for idx in getattr(op, "index_nodes", []):
+        for idx in op.index_nodes:
             if isinstance(idx, Node) and idx in live:
                 refused.append(f"{t}: its index or mask depends on a selected parameter ({_where(node)})")
         steps.append(Step(node, op, len(steps)))

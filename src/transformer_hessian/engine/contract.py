@@ -17,9 +17,19 @@ identity), and its adjoint tangent is its block of Hessian columns. So an operat
 parameter and no operation reads another's state. ``mixes_tokens`` tells graph-level passes
 whether an output position reads other positions (attention, a mean over tokens).
 
-A selection (a slice or a piece of a split) may also give ``transpose_into(acc, g')``: its
-adjoint tangent added in place into the input's (the sweep calls it instead of
-``adjoint_tangent``, so that the pieces of one value land in one tensor).
+What else a rule may declare, on :class:`Op` with its default:
+
+- ``index_nodes``: the graph nodes it reads that are not differentiated (indices, a boolean mask,
+  a loss's targets); their values reach :meth:`Op.bind` once per evaluation, before ``forward``.
+  One that depends on a selected parameter is refused by the front end.
+- ``forward``: the value computed by the rule itself (None: torch's kernel on the node's arguments).
+- a refusal: a constructor that raises ``NotImplementedError`` with the reason (dropout that is on,
+  a transposed convolution); the front end names the operation, module and line with it.
+
+A :class:`Selection` (a slice, a select, one output of a split) adds its adjoint tangent in place
+into its input's (:meth:`Selection.transpose_into`, which the sweep calls instead of
+``adjoint_tangent``), so that the pieces of one value (q, k, v of a fused projection) land in one
+tensor.
 
 An operation is one class registered for the torch operations it implements (:func:`rule`);
 :data:`RULES` is the table the front end (:mod:`.capture`) looks them up in.
@@ -36,16 +46,21 @@ Tangent = torch.Tensor | None
 
 #: torch operation (an OpOverload, or a name for the engine's own operations) -> its class
 RULES: dict[object, type[Op]] = {}
+#: an operation with several outputs (a split) -> the class of one output, a ``getitem`` of it
+#: (each output a step of its own; the operation itself is not one)
+ITEMS: dict[object, type[Op]] = {}
 
 
-def rule(*targets) -> Callable[[type[Op]], type[Op]]:
-    """Register the decorated class as the rule of each of ``targets``."""
+def rule(*targets, items: bool = False) -> Callable[[type[Op]], type[Op]]:
+    """Register the decorated class as the rule of each of ``targets`` (with ``items``: of each
+    output of these multi-output operations, :data:`ITEMS`)."""
+    table = ITEMS if items else RULES
 
     def register(cls: type[Op]) -> type[Op]:
         for t in targets:
-            if t in RULES:
-                raise ValueError(f"{t}: already has the rule {RULES[t].__name__}")
-            RULES[t] = cls
+            if t in table:
+                raise ValueError(f"{t}: already has the rule {table[t].__name__}")
+            table[t] = cls
         return cls
 
     return register
@@ -69,6 +84,11 @@ class Op:
     def __init__(self, node: Node):
         self.node = node
         self.inputs: list[Node] = []
+        #: nodes read but not differentiated, their values handed to :meth:`bind`
+        self.index_nodes: list = []
+
+    def bind(self, index: list) -> None:
+        """The values of :attr:`index_nodes`, in their order (once per evaluation, before the forward)."""
 
     #: ``forward(xs) -> value`` where the rule computes the value itself (to keep what its other
     #: methods need, or to keep the Hessian's precision through a cast); None: the value is torch's
@@ -132,6 +152,17 @@ class LinearOp(Op):
         return [None] * len(self.inputs) if gt is None else self.transpose(gt, batched=True)
 
 
+class Selection(LinearOp):
+    """A piece of its one input (``x[index]``): ``shape_in`` is the input's shape, and
+    :meth:`transpose_into` adds an adjoint tangent into the input's in place."""
+
+    shape_in: tuple[int, ...]
+
+    def transpose_into(self, acc: torch.Tensor, gt: torch.Tensor) -> None:
+        """acc (K tangents of the input, ``(K, *shape_in)``) += the transpose of gt."""
+        raise NotImplementedError
+
+
 class Pointwise(Op):
     """y = f(x) entry by entry: y' = f'(x) x', g_x = f'(x) g, g_x' = f'(x) g' + f''(x) g x'.
     Subclasses give ``d1`` and ``d2`` (``d2`` None: f is affine)."""
@@ -139,6 +170,7 @@ class Pointwise(Op):
     def __init__(self, node: Node):
         super().__init__(node)
         self.inputs = [node.args[0]]
+        self._f1_of = self._f2_of = None
 
     def d1(self, x, y):
         """f'(x) (y = f(x) given too)."""
@@ -150,13 +182,13 @@ class Pointwise(Op):
 
     def _f1(self, x, y):
         """f'(x), computed once per value (every sweep reads the same)."""
-        if getattr(self, "_f1_of", None) is not x:
+        if self._f1_of is not x:
             self._f1_of, self._f1_val = x, self.d1(x, y)
         return self._f1_val
 
     def _f2g(self, x, y, g):
         """f''(x) g (None for an affine f), computed once per value and adjoint."""
-        if getattr(self, "_f2_of", None) is not g:
+        if self._f2_of is not g:
             d2 = self.d2(x, y)
             self._f2_of, self._f2_val = g, None if d2 is None else d2 * g
         return self._f2_val

@@ -19,8 +19,7 @@ import torch
 from torch.fx import Node
 
 from .capture import Captured
-from .contract import tadd
-from .ops.shape import SPLITS
+from .contract import ITEMS, Selection, tadd
 
 #: id of a graph's rules (its steps list) -> the run whose state they hold (weakly)
 _ACTIVE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
@@ -45,14 +44,12 @@ class Run:
                     continue
                 step = steps.get(node)
                 if step is None:
-                    if node in cap.live and node.target not in SPLITS:
+                    if node in cap.live and node.target not in ITEMS:
                         continue  # a metadata check on a differentiated value
                     self.env[node] = node.target(*_value(self.env, node.args), **_value(self.env, node.kwargs))
                     continue
                 op = step.op
-                idx = getattr(op, "index_nodes", None)
-                if idx is not None:
-                    op.bind([self.env[i] if isinstance(i, Node) else i for i in idx])
+                op.bind([self.env[i] if isinstance(i, Node) else i for i in op.index_nodes])
                 if op.forward is None:
                     self.env[node] = node.target(*_value(self.env, node.args), **_value(self.env, node.kwargs))
                 else:
@@ -165,10 +162,9 @@ class Run:
                 need = needs[step.pos - first]
                 if not any(need):
                     continue
-                into = getattr(op, "transpose_into", None)
-                if into is not None:  # a selection: its adjoint tangent added into the input's place
+                if isinstance(op, Selection):  # its adjoint tangent added into the input's place
                     if gt is not None and need[0]:
-                        into(adjt.own(op.inputs[0], (gt.shape[0], *op.shape_in), gt), gt)
+                        op.transpose_into(adjt.own(op.inputs[0], (gt.shape[0], *op.shape_in), gt), gt)
                     continue
                 xs = [env[i] for i in op.inputs]
                 res = op.adjoint_tangent(xs, ts, env[node], g, gt, need)

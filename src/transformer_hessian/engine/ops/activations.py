@@ -30,7 +30,7 @@ class GELU(Pointwise):
 
     def __init__(self, node):
         super().__init__(node)
-        self.tanh = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none") == "tanh"
+        self.tanh = node_arg(node, 1, "approximate", "none") == "tanh"
 
     def _parts(self, x):
         if not self.tanh:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from ..contract import Op, as_tangent, rule, shape_of, sum_to, tadd
+from ..contract import Op, as_tangent, node_arg, rule, shape_of, sum_to, tadd
 
 aten = torch.ops.aten
 
@@ -78,20 +78,17 @@ class ScaledDotProductAttention(Op):
 
     def __init__(self, node):
         super().__init__(node)
-        a = list(node.args) + [None] * 6
-        kw = node.kwargs
-        q, k, v = a[0], a[1], a[2]
-        mask = a[3] if len(node.args) > 3 else kw.get("attn_mask")
-        dropout = a[4] if len(node.args) > 4 else kw.get("dropout_p", 0.0)
-        self.causal = bool(a[5] if len(node.args) > 5 else kw.get("is_causal", False))
-        self.scale = kw.get("scale")
-        self.gqa = bool(kw.get("enable_gqa", False))
+        q, k, v = node.args[:3]
+        mask = node_arg(node, 3, "attn_mask")
+        dropout = node_arg(node, 4, "dropout_p", 0.0)
+        self.causal = bool(node_arg(node, 5, "is_causal", False))
+        self.scale = node_arg(node, 6, "scale")
+        self.gqa = bool(node_arg(node, 7, "enable_gqa", False))
         if dropout:
             raise NotImplementedError(f"scaled_dot_product_attention with dropout_p={dropout} (call model.eval())")
         if isinstance(mask, torch.fx.Node) and self.causal:
             raise NotImplementedError("scaled_dot_product_attention with both attn_mask and is_causal")
         self.inputs = [q, k, v]
-        self.index_nodes = []
         self.m_shape = None
         if isinstance(mask, torch.fx.Node):
             if mask.meta["val"].is_floating_point():  # an additive bias: it may depend on the parameters (T5)

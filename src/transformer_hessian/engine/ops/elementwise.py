@@ -8,7 +8,7 @@ import math
 import torch
 from torch.fx import Node
 
-from ..contract import LinearOp, Op, as_tangent, rule, shape_of, sum_to, tadd
+from ..contract import LinearOp, Op, as_tangent, node_arg, rule, shape_of, sum_to, tadd
 
 aten = torch.ops.aten
 
@@ -31,7 +31,7 @@ class AddSub(LinearOp):
     def __init__(self, node):
         super().__init__(node)
         a, b = node.args[0], node.args[1]
-        alpha = node.kwargs.get("alpha", node.args[2] if len(node.args) > 2 else 1)
+        alpha = node_arg(node, 2, "alpha", 1)
         name = node.target.overloadpacket.__name__
         ca, cb = (-1.0, alpha) if name == "rsub" else (1.0, -alpha if name == "sub" else alpha)
         self.inputs = _nodes([a, b])
@@ -203,10 +203,10 @@ class Reduce(LinearOp):
         self.inputs = [node.args[0]]
         self.shape_in = shape_of(node.args[0])
         n = len(self.shape_in)
-        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        dims = node_arg(node, 1, "dim")
         dims = list(range(n)) if dims is None or dims == [] else ([dims] if isinstance(dims, int) else list(dims))
         self.dims = sorted(d % n for d in dims) if n else []
-        self.keepdim = bool(node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False))
+        self.keepdim = bool(node_arg(node, 2, "keepdim", False))
         self.mean = node.target.overloadpacket.__name__ == "mean"
         count = 1
         for d in self.dims:

@@ -243,7 +243,7 @@ class Embedding(Op):
         super().__init__(node)
         self.inputs = [node.args[0]]
         self.index_nodes = [node.args[1]]
-        self.pad = node.args[2] if len(node.args) > 2 else node.kwargs.get("padding_idx", -1)
+        self.pad = node_arg(node, 2, "padding_idx", -1)
         self.w_shape = shape_of(node.args[0])
 
     def bind(self, index: list) -> None:
@@ -291,7 +291,7 @@ class Conv(Op):
                 raise NotImplementedError("transposed convolution")
         else:
             x, W = args[0], args[1]
-            b = args[2] if len(args) > 2 else node.kwargs.get("bias")
+            b = node_arg(node, 2, "bias")
             stride = node_arg(node, 3, "stride", [1])
             padding = node_arg(node, 4, "padding", [0])
             dilation = node_arg(node, 5, "dilation", [1])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ..contract import Op, rule, shape_of
+from ..contract import Op, node_arg, rule, shape_of
 
 aten = torch.ops.aten
 
@@ -96,16 +96,8 @@ class LayerNorm(_Norm):
 
     def __init__(self, node):
         super().__init__(node)
-        a = list(node.args) + [None] * 5
-        eps = a[4] if a[4] is not None else node.kwargs.get("eps", 1e-5)
-        self._setup(
-            node,
-            a[0],
-            a[1],
-            a[2] if len(node.args) > 2 else node.kwargs.get("weight"),
-            a[3] if len(node.args) > 3 else node.kwargs.get("bias"),
-        )
-        self.eps = eps
+        self._setup(node, node.args[0], node.args[1], node_arg(node, 2, "weight"), node_arg(node, 3, "bias"))
+        self.eps = node_arg(node, 4, "eps", 1e-5)
 
     def _stats(self, x):
         x2 = _rows(x, False, self.d)
@@ -178,10 +170,9 @@ class RMSNorm(_Norm):
 
     def __init__(self, node):
         super().__init__(node)
-        a = list(node.args) + [None] * 4
-        gamma = a[2] if len(node.args) > 2 else node.kwargs.get("weight")
-        eps = a[3] if len(node.args) > 3 else node.kwargs.get("eps")
-        self._setup(node, a[0], a[1], gamma, None)
+        gamma = node_arg(node, 2, "weight")
+        eps = node_arg(node, 3, "eps")
+        self._setup(node, node.args[0], node.args[1], gamma, None)
         self.eps = eps if eps is not None else torch.finfo(node.meta["val"].dtype).eps
 
     def forward(self, xs):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ..contract import LinearOp, node_arg, rule, shape_of, sum_to
+from ..contract import LinearOp, Selection, node_arg, rule, shape_of, sum_to
 
 aten = torch.ops.aten
 
@@ -64,13 +64,17 @@ class Reshape(_Unary):
     aten.feature_dropout.default,
 )
 class Identity(LinearOp):
-    """Copies, layout changes, casts and dropout in evaluation mode: the identity. The front end
-    (:mod:`..capture`) refuses dropout that is on; a floating-point cast of a differentiated value
-    keeps the Hessian's precision (:meth:`forward`)."""
+    """Copies, layout changes, casts and dropout in evaluation mode: the identity (dropout that is
+    on is refused); a floating-point cast of a differentiated value keeps the Hessian's precision
+    (:meth:`forward`)."""
 
     def __init__(self, node):
         super().__init__(node)
         self.inputs = [node.args[0]]
+        if node.target in (aten.dropout.default, aten.feature_dropout.default):
+            p, train = node_arg(node, 1, "p"), node_arg(node, 2, "train", True)
+            if train and p > 0:
+                raise NotImplementedError(f"p={p} in training mode: call model.eval()")
 
     def forward(self, xs):
         x = xs[0]
@@ -225,7 +229,7 @@ class Bilinear(_Unary):
         return [out.reshape(-1, *self.shape_in) if batched else out.reshape(self.shape_in)]
 
 
-class _Indexed(LinearOp):
+class _Indexed(Selection):
     """A selection x[index] with a fixed index (a tuple of slices and integers); the transpose
     writes the adjoint into zeros at the same place."""
 
@@ -260,21 +264,18 @@ class Slice(_Indexed):
         self.inputs = [node.args[0]]
         self.shape_in = shape_of(node.args[0])
         n = len(self.shape_in)
-        args = list(node.args[1:])
-        dim = _dim(args[0] if args else node.kwargs.get("dim", 0), n)
+        dim = _dim(node_arg(node, 1, "dim", 0), n)
         if node.target is aten.select.int:
-            sel = args[1] if len(args) > 1 else node.kwargs["index"]
+            sel = node_arg(node, 2, "index")
         elif node.target is aten.narrow.default:
-            start = args[1] % self.shape_in[dim]
-            sel = slice(start, start + args[2])
+            start = node_arg(node, 2, "start") % self.shape_in[dim]
+            sel = slice(start, start + node_arg(node, 3, "length"))
         else:
-            start = args[1] if len(args) > 1 else node.kwargs.get("start")
-            end = args[2] if len(args) > 2 else node.kwargs.get("end")
-            step = args[3] if len(args) > 3 else node.kwargs.get("step", 1)
-            sel = slice(start, end, step)
+            sel = slice(node_arg(node, 2, "start"), node_arg(node, 3, "end"), node_arg(node, 4, "step", 1))
         self.index = (slice(None),) * dim + (sel,)
 
 
+@rule(aten.split.Tensor, aten.split_with_sizes.default, aten.chunk.default, aten.unbind.int, items=True)
 class SplitItem(_Indexed):
     """One output of ``split`` / ``split_with_sizes`` / ``chunk`` / ``unbind`` (a ``getitem`` of it):
     a slice of the split's input. The front end gives it the split's node as ``split``."""
@@ -287,17 +288,15 @@ class SplitItem(_Indexed):
         n = len(self.shape_in)
         t = split.target
         if t is aten.unbind.int:
-            dim = _dim(split.args[1] if len(split.args) > 1 else 0, n)
+            dim = _dim(node_arg(split, 1, "dim", 0), n)
             self.index = (slice(None),) * dim + (i,)
             return
-        dim = _dim(split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0), n)
+        dim = _dim(node_arg(split, 2, "dim", 0), n)
         sizes = [v.shape[dim] for v in split.meta["val"]]
         start = sum(sizes[:i])
         self.index = (slice(None),) * dim + (slice(start, start + sizes[i]),)
 
 
-#: the multi-output operations whose ``getitem`` outputs are :class:`SplitItem`
-SPLITS = (aten.split.Tensor, aten.split_with_sizes.default, aten.chunk.default, aten.unbind.int)
 
 
 @rule(aten.cat.default, aten.concat.default)
@@ -308,7 +307,7 @@ class Cat(LinearOp):
         super().__init__(node)
         self.inputs = list(node.args[0])
         n = len(shape_of(node))
-        self.dim = _dim(node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0), n)
+        self.dim = _dim(node_arg(node, 1, "dim", 0), n)
         self.sizes = [shape_of(a)[self.dim] for a in self.inputs]
 
     def apply(self, xs, batched):
@@ -326,7 +325,7 @@ class Stack(LinearOp):
         super().__init__(node)
         self.inputs = list(node.args[0])
         n = len(shape_of(node))
-        self.dim = _dim(node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0), n)
+        self.dim = _dim(node_arg(node, 1, "dim", 0), n)
 
     def apply(self, xs, batched):
         return torch.stack(list(xs), self.dim + batched)
