@@ -132,12 +132,20 @@ def reference(model, inputs, targets, loss_fn, names, head=None) -> torch.Tensor
         from transformers.models.llama import modeling_llama
 
         patches.append(mock.patch.object(modeling_llama.LlamaRMSNorm, "forward", _llama_rms_float64))
+    # torch's own reverse-over-reverse through _weight_norm is wrong (tests/engine/test_reach.py)
+    patches.append(mock.patch("torch._weight_norm", weight_norm_written_out))
     with sdpa_kernel(SDPBackend.MATH), contextlib_all(patches):
         Hs = torch.autograd.functional.hessian(f, tuple(base[n] for n in names))
     sizes = [base[n].numel() for n in names]
     return torch.cat(
         [torch.cat([Hs[i][j].reshape(sizes[i], sizes[j]) for j in range(len(names))], 1) for i in range(len(names))], 0
     )
+
+
+def weight_norm_written_out(v, g, dim=0):
+    """w = g v / ||v||, the norm over every axis but ``dim`` (all when -1): torch._weight_norm's definition."""
+    axes = [a for a in range(v.dim()) if a != dim % v.dim()] if dim != -1 else list(range(v.dim()))
+    return v * (g / v.pow(2).sum(dim=axes, keepdim=True).sqrt())
 
 
 class contextlib_all:

@@ -161,6 +161,8 @@ SAMPLES = [
     (aten.pad.default, lambda g: ((_r(g, 2, 3), [1, 2], "constant", 0.5), {})),
     (aten.constant_pad_nd.default, lambda g: ((_r(g, 2, 3), [1, 1, 0, 2], 0.5), {})),
     (aten.repeat.default, lambda g: ((_r(g, 2, 3), [2, 1, 3]), {})),
+    (aten.repeat_interleave.self_int, lambda g: ((_r(g, 2, 3, 2), 3, 1), {})),
+    (aten.repeat_interleave.self_int, lambda g: ((_r(g, 2, 3), 2), {})),
     (aten.roll.default, lambda g: ((_r(g, 3, 4), [1, -1], [0, 1]), {})),
     (aten.upsample_bilinear2d.vec, lambda g: ((_r(g, 1, 2, 3, 4), [5, 6], False, None), {})),
     (aten.upsample_bilinear2d.default, lambda g: ((_r(g, 1, 2, 3, 4), [4, 7], True), {})),

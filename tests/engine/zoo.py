@@ -1,11 +1,13 @@
-"""Hugging Face architectures beyond the issue's four, each from a tiny random configuration (no
+"""Hugging Face architectures beyond GPT-2, Llama, BERT and ViT, each from a tiny random configuration (no
 weights are downloaded), with what each brings the engine: ALiBi (Bloom's ``baddbmm``, MPT's add),
 in-place adds (Falcon), squared ReLU (Persimmon), a relative position bias that is a parameter inside
 the attention mask (T5), tiled relative embeddings (DeBERTa's ``repeat``), a bias table resized
 bilinearly (BEiT), padded and rolled windows with a pooled output (Swin), a convolution with
 ``padding="valid"`` (SigLIP), partial and interleaved rotary embeddings (GPT-NeoX, Phi, GPT-J),
 sliding windows (Mistral), logit soft-capping (Gemma 2), q/k norms (Qwen3), shared layers (ALBERT),
-multi-query attention (GPT-BigCode), and encoders whose output has no logits (T5, CLIP, SigLIP)."""
+multi-query attention (GPT-BigCode), encoders whose output has no logits (T5, CLIP, SigLIP), einsum and
+upsampling by repeat_interleave (Funnel), 1-d convolutions (Whisper's encoder), group norm and the
+weight-norm parametrisation (Wav2Vec2, HuBERT)."""
 
 from __future__ import annotations
 
@@ -148,12 +150,58 @@ def _configs(tr):
             ),
             "cross_entropy",
         ),
+        "funnel": (
+            tr.FunnelModel,
+            tr.FunnelConfig(
+                vocab_size=V,
+                block_sizes=[1, 1],
+                num_decoder_layers=1,
+                d_model=D,
+                n_head=2,
+                d_head=4,
+                d_inner=6,
+                max_position_embeddings=16,
+            ),
+            "mse",
+        ),  # fmt: skip
+        "whisper-encoder": (
+            tr.models.whisper.modeling_whisper.WhisperEncoder,
+            tr.WhisperConfig(
+                vocab_size=V,
+                num_mel_bins=4,
+                encoder_layers=1,
+                encoder_attention_heads=2,
+                decoder_layers=1,
+                decoder_attention_heads=2,
+                d_model=D,
+                encoder_ffn_dim=6,
+                decoder_ffn_dim=6,
+                max_source_positions=4,
+                max_target_positions=8,
+                pad_token_id=0,
+                bos_token_id=0,
+                eos_token_id=0,
+                decoder_start_token_id=0,
+            ),
+            "audio",
+        ),  # fmt: skip
+        "wav2vec2": (tr.Wav2Vec2Model, tr.Wav2Vec2Config(**_AUDIO, do_stable_layer_norm=False), "audio"),
+        "hubert": (tr.HubertModel, tr.HubertConfig(**_AUDIO), "audio"),
     }
+
+
+#: Wav2Vec2's and HuBERT's convolutional front end (group norm) and positional convolution (weight norm)
+_AUDIO = dict(
+    hidden_size=D, num_hidden_layers=1, num_attention_heads=2, intermediate_size=6, conv_dim=(4, 4),
+    conv_stride=(3, 2), conv_kernel=(5, 3), num_conv_pos_embeddings=4, num_conv_pos_embedding_groups=2,
+    feat_extract_norm="group",
+)  # fmt: skip
 
 
 NAMES = [
     "bloom", "falcon", "persimmon", "t5-encoder", "clip-text", "deberta-v2", "beit", "swin", "siglip-vision",
-    "gpt-neox", "phi", "gpt-j", "mistral", "gemma2", "mpt", "gpt-bigcode", "qwen3", "albert",
+    "gpt-neox", "phi", "gpt-j", "mistral", "gemma2", "mpt", "gpt-bigcode", "qwen3", "albert", "funnel",
+    "whisper-encoder", "wav2vec2", "hubert",
 ]  # fmt: skip
 
 #: computed as the model is, not under the library's ``Float64Throughout`` (DeBERTa's export fails under
@@ -179,8 +227,15 @@ def build(name: str, seed: int):
         with torch.no_grad():
             shape = model(**x)[0].shape
         return model, x, torch.randn(shape, dtype=DT, generator=g), "mse"
-    if loss == "mse":
-        return model, {"input_ids": ids}, torch.randn(B, T, D, dtype=DT, generator=g), loss
+    if loss in ("mse", "audio"):
+        if loss == "audio":  # log-mel features (Whisper) or a waveform
+            x = {"input_features": torch.randn(B, 4, 8, dtype=DT, generator=g)} if "whisper" in name else {}
+            x = x or {"input_values": torch.randn(B, 40, dtype=DT, generator=g)}
+        else:
+            x = {"input_ids": ids}
+        with torch.no_grad():
+            shape = model(**x)[0].shape
+        return model, x, torch.randn(shape, dtype=DT, generator=g), "mse"
     mask = torch.ones(B, T, dtype=torch.long)
     mask[1, -2:] = 0
     return model, {"input_ids": ids, "attention_mask": mask}, torch.randint(0, 3, (B,), generator=g), loss

@@ -139,27 +139,6 @@ class Expand(_Unary):
         return [sum_to(g, self.shape_in, batched)]
 
 
-@rule(aten.repeat.default)
-class Repeat(_Unary):
-    """``x.repeat(r)``: the input tiled r_i times along each axis (DeBERTa's relative position
-    embeddings); the transpose sums the tiles."""
-
-    def __init__(self, node):
-        super().__init__(node)
-        self.reps = tuple(int(r) for r in node.args[1])
-        self.padded = (1,) * (len(self.reps) - len(self.shape_in)) + self.shape_in
-
-    def apply(self, xs, batched):
-        x = xs[0]
-        return x.reshape(x.shape[0], *self.padded).repeat(1, *self.reps) if batched else x.repeat(*self.reps)
-
-    def transpose(self, g, batched):
-        lead = tuple(g.shape[:1]) if batched else ()
-        tiles = [v for r, n in zip(self.reps, self.padded, strict=True) for v in (r, n)]
-        g = g.reshape(*lead, *tiles).sum(dim=tuple(len(lead) + 2 * i for i in range(len(self.reps))))
-        return [g.reshape(*lead, *self.shape_in)]
-
-
 @rule(aten.pad.default, aten.constant_pad_nd.default)
 class Pad(_Unary):
     """Constant padding (or cropping, by negative amounts) of the last axes (Swin's windows): the
