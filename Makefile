@@ -46,13 +46,13 @@ reproduce-mnist: setup
 
 
 # ARGS (or PYTEST_ARGS): extra pytest arguments, e.g. make test ARGS='-k spectrum'.
-# TEST_WORKERS: pytest-xdist processes (each gets its share of the cores' torch threads; the tests
-# that need the private SLURM cluster run on one of them, tests/conftest.py); 0 runs in one process.
+# TEST_WORKERS: pytest-xdist processes, whole modules to each (each gets its share of the cores'
+# torch threads; the tests that need the private SLURM cluster all on one, tests/conftest.py); 0: one process.
 ARGS ?=
 PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 test: setup
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(ARGS) $(PYTEST_ARGS)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope $(ARGS) $(PYTEST_ARGS)
 
 # Unit and property tests only: no snakemake jobs, no workflow or SLURM runs (marker `workflow`), and
 # none marked `slow` (the tests of tests/conftest.py SLOW_IN_FAST among them); `make test` runs them all.

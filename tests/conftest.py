@@ -187,10 +187,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.name in SLOW_IN_FAST:
             item.add_marker(pytest.mark.slow)
-        if _WORKER is not None:  # pytest-xdist (make test): what one worker must run, see _group
-            item.add_marker(pytest.mark.xdist_group(_group(item)))
     if _tiny_run_early():
         items.sort(key=_reads_the_tiny_run)  # stable: False (the others) first
+    elif _WORKER is not None:
+        items.sort(key=_order)  # under xdist: the longest units first (every worker sorts alike)
 
 
 #: this process's pytest-xdist worker id (``make test`` runs two), None without xdist
@@ -201,14 +201,43 @@ if _WORKER is not None:  # no more torch threads, all workers together, than the
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
 
 
-def _group(item) -> str:
-    """The tests one worker runs (``--dist loadgroup``): every test that needs the private SLURM
-    cluster or the session's tiny run together (the cluster holds fixed ports, one per machine),
-    the others by module, so that a module's fixtures are built once."""
+#: the modules whose tests need the private SLURM cluster or the session's tiny run: one worker runs
+#: them all (the cluster holds fixed ports, one per machine; the tiny run is one per session)
+SLURM_MODULES = ("tests/test_slurm.py", "tests/test_workflow.py")
+#: the modules that take minutes: handed out first, so that no worker starts one at the end
+LONG_MODULES = (
+    "tests/pipeline/test_errors_and_interrupts.py", "tests/test_shell_quoting.py", "tests/config/test_config_faults.py",
+)  # fmt: skip
+
+
+def pytest_itemcollected(item):
+    """A test that needs the SLURM cluster must be in :data:`SLURM_MODULES` (under xdist it would
+    otherwise start a second cluster in another worker, and wait on the first's lock)."""
     info = getattr(item, "_fixtureinfo", None)
-    if info is not None and "slurm_cluster" in info.names_closure:
-        return "slurm"
-    return item.nodeid.split("::")[0]
+    if info is not None and "slurm_cluster" in info.names_closure and _module(item.nodeid) not in SLURM_MODULES:
+        raise pytest.UsageError(f"{item.nodeid} needs the SLURM cluster: add its module to SLURM_MODULES (conftest)")
+
+
+def _module(nodeid: str) -> str:
+    return "tests/" + nodeid.split("::")[0].removeprefix("tests/")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``make test``'s two workers: whole modules to a worker (their module fixtures built once),
+    the modules of :data:`SLURM_MODULES` as one unit."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            module = _module(nodeid)
+            return "slurm" if module in SLURM_MODULES else module
+
+    return Scheduling(config, log)
+
+
+def _order(item) -> int:
+    module = _module(item.nodeid)
+    return 0 if module in SLURM_MODULES else 1 if module in LONG_MODULES else 2
 
 
 def _tiny_run_early() -> bool:

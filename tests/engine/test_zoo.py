@@ -6,6 +6,7 @@ operator against the dense Hessian."""
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from transformer_hessian import HessianOperator, exact_hessian
+from transformer_hessian.engine.capture import UnsupportedOperation
 from transformer_hessian.engine.ops.losses import causal_lm, cross_entropy, mse_loss
 from transformer_hessian.engine.precision import Float64Throughout
 
@@ -20,6 +22,8 @@ from .models import TOL, reference, rel_err
 from .zoo import NAMES, NATIVE, build
 
 pytestmark = pytest.mark.slow
+#: architectures with a custom autograd.Function on the way to the loss (its class names)
+CUSTOM_FORWARD = {"bloom": ["GeLUFunction"]}
 LOSS_FNS = {"causal_lm": causal_lm, "cross_entropy": cross_entropy, "mse": mse_loss}
 
 
@@ -29,9 +33,18 @@ LOSS_FNS = {"causal_lm": causal_lm, "cross_entropy": cross_entropy, "mse": mse_l
 def test_architecture(name, seed):
     model, inputs, targets, loss = build(name, seed)
     names = [n for n, _ in model.named_parameters()]
-    # the engine computes a float64 model's float32 casts in float64 by default; autograd as asked
-    H = exact_hessian(model, inputs, targets, loss=loss, progress=False)
-    op = HessianOperator(model, inputs, targets, loss=loss)
+    # the engine computes a float64 model's float32 casts in float64 by default; autograd as asked.
+    # Bloom's GELU is a custom autograd.Function whose backward is its forward's derivative: refused
+    # by default, its forward differentiated when asked (and said so)
+    opts = {"custom_functions": "forward"} if name in CUSTOM_FORWARD else {}
+    if opts:
+        with pytest.raises(UnsupportedOperation, match="autograd.Function"):
+            exact_hessian(model, inputs, targets, loss=loss, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        H = exact_hessian(model, inputs, targets, loss=loss, progress=False, **opts)
+        op = HessianOperator(model, inputs, targets, loss=loss, **opts)
+    assert [f.split(" ")[0].rsplit(".", 1)[-1] for f in op.metadata["custom_functions"]] == CUSTOM_FORWARD.get(name, [])
     with contextlib.nullcontext() if name in NATIVE else Float64Throughout():
         R = reference(model, inputs, targets, LOSS_FNS[loss], names)
     assert H.shape == R.shape

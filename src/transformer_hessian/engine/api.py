@@ -325,19 +325,8 @@ def exact_hessian(
             model, data, loss, params, head, progress, process_group, keep, loss_terms,
             precision=precision, custom_functions=custom_functions,
         )  # fmt: skip
-    if engine not in ("auto", "graph", "encoder"):
-        raise ValueError(f"engine: 'auto', 'graph' or 'encoder', got {engine!r}")
     encoder = torch_encoder(model)
-    if not encoder and (mask is not None or is_causal or src_key_padding_mask is not None):
-        raise ValueError(
-            "mask, is_causal, src_key_padding_mask: only for torch encoder modules; pass the model's own mask "
-            "in inputs (e.g. {'input_ids': ..., 'attention_mask': ...})"
-        )
-    if engine == "encoder" and not encoder:
-        raise ValueError(f"engine='encoder': model is {type(model).__name__}, not a torch encoder module")
-    if engine == "encoder" and src_key_padding_mask is not None:
-        raise ValueError("engine='encoder' does not take src_key_padding_mask (use engine='graph' or 'auto')")
-    use_encoder = encoder and isinstance(inputs, torch.Tensor) and src_key_padding_mask is None and engine != "graph"
+    use_encoder = _use_encoder(model, encoder, inputs, engine, mask, is_causal, src_key_padding_mask)
     if encoder_options and not use_encoder:
         raise TypeError(f"{sorted(encoder_options)}: options of the encoder engine, not used by the graph engine")
     from .params import parameter_names, select
@@ -348,22 +337,31 @@ def exact_hessian(
         from ..encoder.api import exact_hessian as encoder_hessian
 
         return encoder_hessian(
-            model,
-            inputs,
-            targets,
-            loss=loss,
-            head=head,
-            params=names,
-            mask=mask,
-            is_causal=is_causal,
+            model, inputs, targets, loss=loss, head=head, params=names, mask=mask, is_causal=is_causal,
             **encoder_options,
-        )
+        )  # fmt: skip
     if encoder and isinstance(inputs, torch.Tensor):
         inputs = encoder_call(model, inputs, mask, is_causal, src_key_padding_mask)
     return hessian(
         model, inputs, targets, loss=loss, params=names, head=head, progress=progress, precision=precision,
         custom_functions=custom_functions,
     )  # fmt: skip
+
+
+def _use_encoder(model, encoder: bool, inputs, engine, mask, is_causal, src_key_padding_mask) -> bool:
+    """Whether :func:`exact_hessian` takes the encoder engine (the arguments checked)."""
+    if engine not in ("auto", "graph", "encoder"):
+        raise ValueError(f"engine: 'auto', 'graph' or 'encoder', got {engine!r}")
+    if not encoder and (mask is not None or is_causal or src_key_padding_mask is not None):
+        raise ValueError(
+            "mask, is_causal, src_key_padding_mask: only for torch encoder modules; pass the model's own mask "
+            "in inputs (e.g. {'input_ids': ..., 'attention_mask': ...})"
+        )
+    if engine == "encoder" and not encoder:
+        raise ValueError(f"engine='encoder': model is {type(model).__name__}, not a torch encoder module")
+    if engine == "encoder" and src_key_padding_mask is not None:
+        raise ValueError("engine='encoder' does not take src_key_padding_mask (use engine='graph' or 'auto')")
+    return encoder and isinstance(inputs, torch.Tensor) and src_key_padding_mask is None and engine != "graph"
 
 
 def _data_hessian(model, data, loss, params, head, progress, process_group, keep, loss_terms, **opts) -> torch.Tensor:

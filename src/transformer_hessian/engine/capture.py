@@ -137,18 +137,7 @@ def capture(
     float64, "model" keeps them. ``custom_functions`` (:mod:`.custom`): "refuse" a custom
     ``autograd.Function`` on the way to the loss, or differentiate its "forward"."""
     check_custom_choice(custom_functions)
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model: expected an nn.Module, got {type(model).__name__}")
-    if head is not None and not isinstance(head, nn.Module):
-        raise TypeError(f"head: expected an nn.Module, got {type(head).__name__}")
-    if callable(loss) and not isinstance(loss, str):
-        named_loss, loss_fn = None, loss
-    elif loss in LOSSES:
-        named_loss, loss_fn = LOSSES[loss], None
-    else:
-        raise ValueError(f"loss: {loss!r} is not supported ({', '.join(map(repr, LOSSES))} or a callable)")
-    if head is not None and loss != "cross_entropy":
-        raise ValueError("head: only used with loss='cross_entropy' (the head on the token mean)")
+    named_loss, loss_fn = _loss_of(model, loss, head)
     named = parameter_names(model, head)
     names = select(named, params, [n for n, _ in model.named_parameters()])
     check_weights(named, names)
@@ -158,49 +147,10 @@ def capture(
     args, kwargs, targets = distinct(model_inputs(model, inputs) + (targets,))
     user_names, user_values = call_leaves(args, kwargs, targets, isinstance(inputs, torch.Tensor))
     wrapped = Wrapped(model, head, loss_fn)
-    mode = capture_mode(precision, named[names[0]].dtype)
-    try:
-        ep = export(wrapped, (args, kwargs, targets), mode)
-    except ForwardFailed:
-        raise
-    except Exception as err:  # noqa: BLE001 (a model whose code needs float32 where it asks for it)
-        if mode is None:
-            raise
-        precision = "model"
-        warnings.warn(
-            f"precision='float64': the model could not be captured computing float64 throughout "
-            f"({type(err).__name__}: {str(err).splitlines()[0][:160]}); captured as written, its casts to float32 "
-            "kept (HessianOperator.metadata says 'model')",
-            stacklevel=2,
-        )
-        ep = export(wrapped, (args, kwargs, targets), None)
+    ep, precision = _export_at(wrapped, (args, kwargs, targets), precision, named[names[0]].dtype)
     graph = ep.graph_module.graph
     inline_decompositions(graph)  # torch's losses, einsum, group_norm, weight_norm: operations with rules
-    sig = ep.graph_signature
-    by_id = {}
-    for n, p in named.items():
-        by_id.setdefault(id(p), n)
-    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    leaves: dict[Node, object] = {}
-    user_iter, user_nodes = iter(user_values), []
-    selected: dict[str, list[Node]] = {n: [] for n in names}
-    for ph, spec in zip(placeholders, sig.input_specs, strict=True):
-        kind = spec.kind.name
-        if kind == "PARAMETER":
-            p = wrapped.get_parameter(spec.target)
-            leaves[ph] = p.detach()
-            name = by_id.get(id(p))
-            if name in selected:
-                selected[name].append(ph)
-        elif kind == "BUFFER":
-            leaves[ph] = ep.state_dict[spec.target] if spec.target in ep.state_dict else ep.constants[spec.target]
-        elif kind in ("CONSTANT_TENSOR", "CUSTOM_OBJ"):
-            leaves[ph] = ep.constants[spec.target]
-        elif kind == "USER_INPUT":
-            leaves[ph] = next(user_iter)
-            user_nodes.append(ph)
-        else:
-            raise RuntimeError(f"model: captured input of kind {kind} is not supported")
+    leaves, selected, user_nodes = _leaves(ep, wrapped, named, names, user_values)
     out_node = next(n for n in graph.nodes if n.op == "output")
     out = pytree.tree_leaves(out_node.args)
     if len(out) != 1 or not isinstance(out[0], Node):
@@ -236,6 +186,70 @@ def capture(
     check_integer_inputs(cap)
     check_ranges(cap)
     return cap
+
+
+def _loss_of(model, loss, head) -> tuple:
+    """(named loss function or None, callable loss or None), the arguments checked."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model: expected an nn.Module, got {type(model).__name__}")
+    if head is not None and not isinstance(head, nn.Module):
+        raise TypeError(f"head: expected an nn.Module, got {type(head).__name__}")
+    if head is not None and loss != "cross_entropy":
+        raise ValueError("head: only used with loss='cross_entropy' (the head on the token mean)")
+    if callable(loss) and not isinstance(loss, str):
+        return None, loss
+    if loss in LOSSES:
+        return LOSSES[loss], None
+    raise ValueError(f"loss: {loss!r} is not supported ({', '.join(map(repr, LOSSES))} or a callable)")
+
+
+def _export_at(wrapped, call: tuple, precision: str, dtype):
+    """(exported program, the precision it was captured at): float64 throughout where asked and
+    possible, else as written with a warning (:mod:`.precision`)."""
+    mode = capture_mode(precision, dtype)
+    try:
+        return export(wrapped, call, mode), precision
+    except ForwardFailed:
+        raise
+    except Exception as err:  # noqa: BLE001 (a model whose code needs float32 where it asks for it)
+        if mode is None:
+            raise
+        warnings.warn(
+            f"precision='float64': the model could not be captured computing float64 throughout "
+            f"({type(err).__name__}: {str(err).splitlines()[0][:160]}); captured as written, its casts to float32 "
+            "kept (HessianOperator.metadata says 'model')",
+            stacklevel=3,
+        )
+        return export(wrapped, call, None), "model"
+
+
+def _leaves(ep, wrapped, named: dict, names: list[str], user_values: list):
+    """(placeholder -> value, selected name -> its placeholders, the user inputs' placeholders)."""
+    by_id = {}
+    for n, p in named.items():
+        by_id.setdefault(id(p), n)
+    placeholders = [n for n in ep.graph_module.graph.nodes if n.op == "placeholder"]
+    leaves: dict[Node, object] = {}
+    user_iter, user_nodes = iter(user_values), []
+    selected: dict[str, list[Node]] = {n: [] for n in names}
+    for ph, spec in zip(placeholders, ep.graph_signature.input_specs, strict=True):
+        kind = spec.kind.name
+        if kind == "PARAMETER":
+            p = wrapped.get_parameter(spec.target)
+            leaves[ph] = p.detach()
+            name = by_id.get(id(p))
+            if name in selected:
+                selected[name].append(ph)
+        elif kind == "BUFFER":
+            leaves[ph] = ep.state_dict[spec.target] if spec.target in ep.state_dict else ep.constants[spec.target]
+        elif kind in ("CONSTANT_TENSOR", "CUSTOM_OBJ"):
+            leaves[ph] = ep.constants[spec.target]
+        elif kind == "USER_INPUT":
+            leaves[ph] = next(user_iter)
+            user_nodes.append(ph)
+        else:
+            raise RuntimeError(f"model: captured input of kind {kind} is not supported")
+    return leaves, selected, user_nodes
 
 
 def _append_loss(graph, named_loss, result: Node, targets, leaves: dict) -> tuple[Node, Node | None]:

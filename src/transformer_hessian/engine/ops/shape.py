@@ -276,8 +276,6 @@ class SplitItem(_Indexed):
         self.index = (slice(None),) * dim + (slice(start, start + sizes[i]),)
 
 
-
-
 @rule(aten.cat.default, aten.concat.default)
 class Cat(LinearOp):
     """Concatenation along one axis; its transpose splits the adjoint."""
