@@ -52,7 +52,7 @@ ARGS ?=
 PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 test: setup
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope $(ARGS) $(PYTEST_ARGS)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder $(ARGS) $(PYTEST_ARGS)
 
 # Unit and property tests only: no snakemake jobs, no workflow or SLURM runs (marker `workflow`), and
 # none marked `slow` (the tests of tests/conftest.py SLOW_IN_FAST among them); `make test` runs them all.

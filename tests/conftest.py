@@ -204,7 +204,8 @@ if _WORKER is not None:  # no more torch threads, all workers together, than the
 #: the modules whose tests need the private SLURM cluster or the session's tiny run: one worker runs
 #: them all (the cluster holds fixed ports, one per machine; the tiny run is one per session)
 SLURM_MODULES = ("tests/test_slurm.py", "tests/test_workflow.py")
-#: the modules that take minutes: handed out first, so that no worker starts one at the end
+#: the modules that take minutes: handed out first (after the SLURM unit, ``--no-loadscope-reorder``
+#: keeps this order), so that no worker starts one at the end
 LONG_MODULES = (
     "tests/pipeline/test_errors_and_interrupts.py", "tests/test_shell_quoting.py", "tests/config/test_config_faults.py",
 )  # fmt: skip
