@@ -46,11 +46,12 @@ reproduce-mnist: setup
 
 
 # ARGS (or PYTEST_ARGS): extra pytest arguments, e.g. make test ARGS='-k spectrum'.
-# TEST_WORKERS: pytest-xdist processes, whole modules to each (each gets its share of the cores'
-# torch threads; the tests that need the private SLURM cluster all on one, tests/conftest.py); 0: one process.
+# TEST_WORKERS: pytest-xdist processes, whole modules to each, torch threads shared out among them;
+# the tests that need the private SLURM cluster all on one (tests/conftest.py), which mostly waits on
+# SLURM while the others fill the cores: hence one more worker than the two cores. 0: one process.
 ARGS ?=
 PYTEST_ARGS ?=
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 test: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder $(ARGS) $(PYTEST_ARGS)
 
