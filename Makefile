@@ -47,11 +47,10 @@ reproduce-mnist: setup
 
 # ARGS (or PYTEST_ARGS): extra pytest arguments, e.g. make test ARGS='-k spectrum'.
 # TEST_WORKERS: pytest-xdist processes, whole modules to each, torch threads shared out among them;
-# the tests that need the private SLURM cluster all on one (tests/conftest.py), which mostly waits on
-# SLURM while the others fill the cores: hence one more worker than the two cores. 0: one process.
+# the tests that need the private SLURM cluster all on one (tests/conftest.py). 0: one process.
 ARGS ?=
 PYTEST_ARGS ?=
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 test: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder $(ARGS) $(PYTEST_ARGS)
 
