@@ -57,7 +57,7 @@ test: setup
 # Unit and property tests only: no snakemake jobs, no workflow or SLURM runs (marker `workflow`), and
 # none marked `slow` (the tests of tests/conftest.py SLOW_IN_FAST among them); `make test` runs them all.
 test-fast: setup
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -m "not workflow and not slow" $(ARGS) $(PYTEST_ARGS)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope -m "not workflow and not slow" $(ARGS) $(PYTEST_ARGS)
 
 # The same tests with fresh random draws in every property test (`make test` fixes each test's
 # seed, so that it gives the same verdict on the same commit; see tests/conftest.py).

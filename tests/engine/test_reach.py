@@ -115,6 +115,7 @@ def _model(kind, draw):
     return _Pool(d, kind, k, draw(st.integers(1, 2)), draw(st.integers(0, k // 2)), draw(st.integers(0, 1)))
 
 
+@pytest.mark.slow  # a minute: nine layers, two drawn models each, autograd's Hessian of every parameter
 @pytest.mark.parametrize(
     "kind", ["einsum", "conv1d", "group_norm", "weight_norm", "max1", "avg1", "max2", "avg2", "factories"]
 )
