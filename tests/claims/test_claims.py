@@ -166,7 +166,7 @@ def test_landscape_rows_follow_the_result(granularity):
 
 
 def test_fig6_row_on_the_real_mnist_numbers():
-    """Issue 18's real-MNIST run: batch curve -0.987 [-0.998, -0.975], sample curve -1.000
+    """The numbers of a real-MNIST run (config/paper_mnist.yaml): batch curve -0.987 [-0.998, -0.975], sample curve -1.000
     [-1.003, -0.995]. With the paper's (batch) curve drawn the verdict is "not reproduced" and no
     printed end of the interval reads as -1; with the sample curve drawn it is "reproduced"."""
     res = analyse_landscape(
@@ -185,8 +185,8 @@ def test_fig6_row_on_the_real_mnist_numbers():
 
 def test_rms_fro_spectral_all_reported():
     """vv_largest_trained and keys_values_highest print the three measures and name the one the
-    verdict uses; a matrix where V-V leads by RMS entry but W2-W2 by spectral norm (issue 18's
-    MNIST case) keeps vv_largest_trained reproduced, with the spectral leader shown."""
+    verdict uses; a matrix where V-V leads by RMS entry but W2-W2 by spectral norm (as on
+    real MNIST) keeps vv_largest_trained reproduced, with the spectral leader shown."""
     init = dense(5, {})
     trained_scales = {("W_V", "W_V"): 10.0, ("W_2", "W_2"): 6.0, ("W_K", "W_K"): 1.0}
     trained = dense(6, trained_scales)

@@ -1,9 +1,10 @@
-"""Bad configs (fault injection, issues 8 and 20): each must stop ``snakemake -n`` before any job,
+"""Bad configs (fault injection): each must stop ``snakemake -n`` before any job,
 naming the key.
 
 * generated from the schema (every key: wrong type, float for an integer, nan/inf, out of range, not an
-  enum value, unknown key, missing key) plus the faults of issue 8 and the cross-key rules;
-* values refused at parse time rather than run, clamped or dropped (issue 20 items 5 and 6), and an
+  enum value, unknown key, missing key) plus hand-written faults (sizes that cannot fit among them) and the
+  cross-key rules;
+* values refused at parse time rather than run, clamped or dropped, and an
   upper bound on every numeric key;
 * the parse-time training-memory estimate against the real model's parameter count.
 
@@ -111,8 +112,8 @@ def generated_bad_configs() -> list[tuple[str, str, dict | str]]:
     return cases
 
 
-def issue_bad_configs() -> list[tuple[str, str, dict | str]]:
-    """The faults reported in issue 8 and the cross-key rules, one by one."""
+def written_bad_configs() -> list[tuple[str, str, dict | str]]:
+    """The hand-written faults and the cross-key rules, one by one."""
     base = tiny_config()
     h, lnd = "experiments.hessian_tiny", "experiments.landscape_tiny"
     edits = [
@@ -175,12 +176,12 @@ def _snakefile_checks(configfile: Path) -> tuple[bool, str]:
 
 
 def test_bad_configs_stop_before_the_first_job(tmp_path):
-    """Every bad config through the Snakefile's checks called directly; the issue's faults and a
+    """Every bad config through the Snakefile's checks called directly; the hand-written faults and a
     seeded tenth of the generated ones through ``snakemake -n`` in this process as well (one code
     path for all of them; snakemake's start is most of a case's 60 ms, which for all 900 took a
     minute of make test's budget)."""
-    generated, issue = generated_bad_configs(), issue_bad_configs()
-    cases = generated + issue
+    generated, written = generated_bad_configs(), written_bad_configs()
+    cases = generated + written
     rng = random.Random(0)
     via_snakemake = {i for i in range(len(cases)) if i >= len(generated) or rng.random() < 0.1}
     failures, rejected, through = [], 0, 0
@@ -207,7 +208,7 @@ def test_bad_configs_stop_before_the_first_job(tmp_path):
         rejected,
         len(cases) + through,
     )
-    assert len(cases) >= 40 and through >= len(issue) + 50, (len(cases), through)
+    assert len(cases) >= 40 and through >= len(written) + 50, (len(cases), through)
     assert not failures, "\n".join(failures)
 
 
@@ -238,7 +239,7 @@ SAMPLE = [
 
 def test_bad_configs_through_the_snakemake_command(tmp_path, env):
     """The same rejection through the real ``snakemake -n`` command line (a sample, in parallel)."""
-    cases = [c for c in issue_bad_configs() if c[0] in SAMPLE]
+    cases = [c for c in written_bad_configs() if c[0] in SAMPLE]
     assert len(cases) == len(SAMPLE)
 
     def one(i_case):
@@ -257,9 +258,9 @@ def test_bad_configs_through_the_snakemake_command(tmp_path, env):
             assert "rule train" not in out and not (work / "results").exists(), cid
 
 
-@pytest.mark.parametrize("case", issue_bad_configs(), ids=lambda c: c[0])
-def test_issue_config_fault_rejected(case, tmp_path):
-    """Issue 8 items 1, 3, 4, 6, 7 (sizes) and 8, one dry run each."""
+@pytest.mark.parametrize("case", written_bad_configs(), ids=lambda c: c[0])
+def test_written_config_fault_rejected(case, tmp_path):
+    """Each hand-written fault (sizes among them), one dry run each."""
     cid, key, cfg = case
     cwd = os.getcwd()
     try:
@@ -304,7 +305,8 @@ def _edited(key: str, value) -> dict:
 
 
 def round2_bad_configs() -> list[tuple[str, str, dict, str]]:
-    """``(case id, key that must be named, config, text the message must hold)`` of issue 20 items 5-7."""
+    """``(case id, key that must be named, config, text the message must hold)`` of values refused at parse time
+    rather than clamped, dropped or run."""
     cases = [
         ("epochs 1e12", f"{H}.train.epochs", _edited(f"{H}.train.epochs", 10**12), "maximum"),
         ("lanczos_steps 1e6", "spectrum.lanczos_steps", _edited("spectrum.lanczos_steps", 10**6), "maximum"),

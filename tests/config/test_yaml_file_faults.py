@@ -1,6 +1,6 @@
-"""Bad config files (fault injection, issues 8 and 20): the project's YAML loader
+"""Bad config files (fault injection): the project's YAML loader
 (transformer_hessian.config.yaml_file) refuses duplicate keys naming their lines, alias bombs in under a
-second (issue 20 item 2), and missing, binary, non-UTF-8, too deep or oddly keyed files (item 7) with one
+second, and missing, binary, non-UTF-8, too deep or oddly keyed files with one
 message naming the file, also through the run guard of ``make reproduce`` and through ``snakemake -n``.
 """
 

@@ -241,12 +241,11 @@ def _graph(op, args, kwargs):
     return node, vals, flat, spec
 
 
-def _check(rule, node, vals, f_of):
+def _check(rule, vals, f_of):
     """The rule's methods against torch.func on the one operation, ``f_of(dx)`` the operation as a
     function of its differentiated inputs (the rule's floating inputs)."""
     gen = torch.Generator().manual_seed(1)
-    if hasattr(rule, "bind"):
-        rule.bind([vals[i] if isinstance(i, Node) else i for i in rule.index_nodes])
+    rule.bind([vals[i] if isinstance(i, Node) else i for i in rule.index_nodes])
     xs = [vals[i] for i in rule.inputs]
     diff = [x.is_floating_point() for x in xs]
     dx = tuple(x for x, d in zip(xs, diff, strict=True) if d)
@@ -309,7 +308,7 @@ def test_rule_alone_equals_torch_func(sample):
         return (ref or op)(*a, **kw)
 
     with sdpa_kernel(SDPBackend.MATH):  # torch has no forward-mode derivative of the fused kernels
-        _check(rule, node, vals, f_of)
+        _check(rule, vals, f_of)
 
 
 @pytest.mark.parametrize(("op", "make", "item"), SPLIT_SAMPLES, ids=_ids_of(SPLIT_SAMPLES))
@@ -318,4 +317,4 @@ def test_split_items_alone_equal_torch_func(op, make, item):
     split, vals, _, _ = _graph(op, args, kwargs)
     node = split.graph.call_function(operator.getitem, (split, item))
     node.meta["val"] = split.meta["val"][item]
-    _check(ITEMS[op](node), node, vals, lambda dx: op(dx[0], *args[1:], **kwargs)[item])
+    _check(ITEMS[op](node), vals, lambda dx: op(dx[0], *args[1:], **kwargs)[item])

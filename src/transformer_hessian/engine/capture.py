@@ -27,7 +27,7 @@ from torch.fx import Node
 from torch.utils import _pytree as pytree
 
 from . import ops  # noqa: F401  (fills the rule table)
-from .checks import call_leaves, check_integer_inputs, check_ranges, check_targets, check_weights
+from .checks import call_leaves, check_integer_inputs, check_ranges, check_weights
 from .contract import ITEMS, RULES, Op
 from .custom import ForwardFailed, mark_of
 from .custom import check_choice as check_custom_choice
@@ -141,7 +141,6 @@ def capture(
     named = parameter_names(model, head)
     names = select(named, params, [n for n, _ in model.named_parameters()])
     check_weights(named, names)
-    check_targets(loss if isinstance(loss, str) else None, targets)
     # one tensor passed twice (``(ids, ids)`` as inputs and targets) would be one placeholder of the
     # capture, and another batch's two tensors could not be told apart: each use gets its own
     args, kwargs, targets = distinct(model_inputs(model, inputs) + (targets,))

@@ -1,8 +1,8 @@
 """Inputs the library answers itself, naming the argument and the bound, before torch would fail
 deeper down with a message that names neither: targets of the wrong kind or outside the logits'
 classes, token ids outside an embedding table, integer inputs to a float model, a non-finite weight
-that is not selected. The cheap checks run before the capture; the ones that need a recorded shape
-(the number of classes, an embedding's rows) right after it, before any value is computed."""
+that is not selected. The weights are checked before the capture; the targets and inputs right after
+it (:func:`check_ranges`, also for each later batch bound to the graph), before any value is computed."""
 
 from __future__ import annotations
 
