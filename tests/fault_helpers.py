@@ -86,8 +86,9 @@ def _write_config(cfg, path: Path) -> Path:
     return path
 
 
-def dry_run_in_process(configfile: Path, workdir: Path) -> tuple[bool, str]:
-    """``snakemake -n`` through snakemake's API in this process: ``(DAG built, message)``."""
+def dry_run_in_process(configfile: Path, workdir: Path, shell: bool = False):
+    """``snakemake -n`` through snakemake's API in this process: ``(DAG built, message)``; with
+    ``shell``, ``(DAG built, message, the shell command of each job)`` (what ``-p`` prints)."""
     from snakemake.api import SnakemakeApi
     from snakemake.settings.enums import Quietness
     from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
@@ -101,11 +102,14 @@ def dry_run_in_process(configfile: Path, workdir: Path) -> tuple[bool, str]:
                 workdir=workdir,
             )
             wf.dag().execute_workflow(executor="dryrun")
+            jobs = wf._workflow.dag.jobs if shell else []
+            cmds = [job.shellcmd for job in jobs if job.shellcmd]
     except SystemExit as err:
-        return False, str(err.code)
+        return (False, str(err.code), []) if shell else (False, str(err.code))
     except Exception as err:  # noqa: BLE001 - reported, and counted as "not a clean rejection"
-        return False, f"UNCLEAN {type(err).__name__}: {err}"
-    return True, ""
+        msg = f"UNCLEAN {type(err).__name__}: {err}"
+        return (False, msg, []) if shell else (False, msg)
+    return (True, "", cmds) if shell else (True, "")
 
 
 def _snakemake(args, cwd: Path, env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
