@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 UV_VERSION := 0.13.9
 
-.PHONY: setup reproduce reproduce-mnist test test-fast test-explore test-slurm lint report clean lock gpu-check gpu-carry
+.PHONY: setup reproduce reproduce-mnist test test-fast test-kill-chain test-explore test-slurm lint report clean lock gpu-check gpu-carry
 
 setup: $(STAMP)
 
@@ -48,11 +48,19 @@ reproduce-mnist: setup
 # ARGS (or PYTEST_ARGS): extra pytest arguments, e.g. make test ARGS='-k spectrum'.
 # TEST_WORKERS: pytest-xdist processes, whole modules to each, torch threads shared out among them;
 # the tests that need the private SLURM cluster all on one (tests/conftest.py). 0: one process.
+# Every test but the kill chain (marker kill_chain, `make test-kill-chain`: about 4 minutes alone,
+# which .ci/run runs after this).
 ARGS ?=
 PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 test: setup
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder $(ARGS) $(PYTEST_ARGS)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder -m "not kill_chain" $(ARGS) $(PYTEST_ARGS)
+
+# `make reproduce` killed (SIGKILL of its process tree) at a random moment of rule after rule of the
+# tiny workflow, then run to the end (docs/reliability.md, section 6); FAULT_SEED and FAULT_RULES=all
+# choose the rules.
+test-kill-chain: setup
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -m kill_chain $(ARGS) $(PYTEST_ARGS)
 
 # Unit and property tests only: no snakemake jobs, no workflow or SLURM runs (marker `workflow`), and
 # none marked `slow` (the tests of tests/conftest.py SLOW_IN_FAST among them); `make test` runs them all.

@@ -228,9 +228,10 @@ def _running(logtext: str) -> set[str]:
     return {rule for rule, n in started.items() if n > finished[rule]}
 
 
-@pytest.mark.timeout(1800)  # about 2 minutes on 2 idle cores; generous for shared CI machines
+@pytest.mark.timeout(1800)  # about 4 minutes on 2 idle cores; generous for shared CI machines
 @pytest.mark.skipif(shutil.which("make") is None or not Path("/proc").exists(), reason="needs make and /proc")
 @pytest.mark.workflow
+@pytest.mark.kill_chain  # its own stage of .ci/run (`make test-kill-chain`), after `make test`
 def test_kill_at_random_moment_of_each_rule_then_make_reproduce(tmp_path, env):
     work = tmp_path / "w"
     work.mkdir()
