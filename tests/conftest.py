@@ -187,10 +187,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.name in SLOW_IN_FAST:
             item.add_marker(pytest.mark.slow)
-    if _tiny_run_early():
+    if _WORKER is not None:
+        items.sort(key=_order)  # under xdist: every worker sorts alike, or xdist stops the run
+    elif _tiny_run_early():
         items.sort(key=_reads_the_tiny_run)  # stable: False (the others) first
-    elif _WORKER is not None:
-        items.sort(key=_order)  # under xdist: the longest units first (every worker sorts alike)
 
 
 #: this process's pytest-xdist worker id (``make test`` runs two), None without xdist
@@ -204,8 +204,13 @@ if _WORKER is not None:  # no more torch threads, all workers together, than the
 #: the modules whose tests need the private SLURM cluster or the session's tiny run: one worker runs
 #: them all (the cluster holds fixed ports, one per machine; the tiny run is one per session)
 SLURM_MODULES = ("tests/test_slurm.py", "tests/test_workflow.py")
-#: the modules that take minutes: handed out first (after the SLURM unit, ``--no-loadscope-reorder``
-#: keeps this order), so that no worker starts one at the end
+#: the worker that runs :data:`SLURM_MODULES`: it starts the tiny run in the background when it has
+#: collected (:class:`_EarlyTinyRun`), runs other modules while the run waits on SLURM (most of its
+#: 8 minutes under make test: one core's worth of tests is free to run beside it), and gets the
+#: SLURM unit last
+SLURM_WORKER = "gw0"
+#: the modules that take minutes: handed out first (``--no-loadscope-reorder`` keeps this order), so
+#: that no worker starts one at the end
 LONG_MODULES = (
     "tests/pipeline/test_errors_and_interrupts.py", "tests/test_shell_quoting.py", "tests/config/test_config_faults.py",
 )  # fmt: skip
@@ -233,18 +238,33 @@ def pytest_xdist_make_scheduler(config, log):
             module = _module(nodeid)
             return "slurm" if module in SLURM_MODULES else module
 
+        def _assign_work_unit(self, node):
+            """The SLURM unit (last in the queue, :func:`_order`) only to :data:`SLURM_WORKER`, once
+            the others are handed out; a worker with nothing left then stops."""
+            if not self.workqueue:  # handed out already (the initial round of a one-unit session)
+                return None
+            if next(iter(self.workqueue)) != "slurm":
+                return super()._assign_work_unit(node)
+            if node.gateway.id != SLURM_WORKER and any(n.gateway.id == SLURM_WORKER for n in self.nodes):
+                return None
+            super()._assign_work_unit(node)
+            for other in self.nodes:  # the queue is empty now: idle workers get no more events
+                if other is not node and not other.shutting_down and not self._pending_of(self.assigned_work[other]):
+                    other.shutdown()
+            return None
+
     return Scheduling(config, log)
 
 
 def _order(item) -> int:
     module = _module(item.nodeid)
-    return 0 if module in SLURM_MODULES else 1 if module in LONG_MODULES else 2
+    return 2 if module in SLURM_MODULES else 0 if module in LONG_MODULES else 1
 
 
 def _tiny_run_early() -> bool:
-    """Start the tiny run at collection (not under xdist, where each worker collects every test and
-    only the one given the "slurm" group may start the cluster: it starts when first asked)."""
-    return os.environ.get("TH_TINY_RUN_EARLY", "1") != "0" and _WORKER is None
+    """Start the tiny run at collection: without xdist, or in the worker that gets the SLURM unit
+    (:data:`SLURM_WORKER`); ``TH_TINY_RUN_EARLY=0``: when the first test asks for it."""
+    return os.environ.get("TH_TINY_RUN_EARLY", "1") != "0" and _WORKER in (None, SLURM_WORKER)
 
 
 BIN = Path(sys.executable).parent

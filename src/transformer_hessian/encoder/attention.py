@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from .ops import tadd
+from ..engine.contract import tadd
 
 
 def _mm(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:

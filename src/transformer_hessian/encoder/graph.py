@@ -11,8 +11,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..engine.contract import tadd
 from .attention import SelfAttention
-from .ops import Activation, Add, Hess, LayerNorm, Linear, MeanTokens, Slot, op_slots, tadd
+from .ops import Activation, Add, Hess, LayerNorm, Linear, MeanTokens, Slot, op_slots
 
 
 class Tape:

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..engine.contract import tadd
+
 
 @dataclass
 class Slot:
@@ -136,15 +138,6 @@ def _row_sum(left, right, transposed: bool) -> torch.Tensor:
 def op_slots(op) -> list[Slot]:
     """The selected parameters an operation owns (its Hessian columns)."""
     return [s for s in (getattr(op, n, None) for n in ("w", "b", "gamma", "beta")) if _selected(s)]
-
-
-def tadd(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
-    """Sum of two tangents, None being zero."""
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return a + b
 
 
 def _zeros_tangent(P: int, like: torch.Tensor) -> torch.Tensor:
