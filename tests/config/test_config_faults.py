@@ -177,13 +177,13 @@ def _snakefile_checks(configfile: Path) -> tuple[bool, str]:
 
 def test_bad_configs_stop_before_the_first_job(tmp_path):
     """Every bad config through the Snakefile's checks called directly; the hand-written faults and a
-    seeded tenth of the generated ones through ``snakemake -n`` in this process as well (one code
-    path for all of them; snakemake's start is most of a case's 60 ms, which for all 900 took a
-    minute of make test's budget)."""
+    seeded 4% of the generated ones (about 40) through ``snakemake -n`` in this process as well (one
+    code path for all of them; a dry run in process takes about 0.5 s, and make test runs near its
+    15-minute budget)."""
     generated, written = generated_bad_configs(), written_bad_configs()
     cases = generated + written
     rng = random.Random(0)
-    via_snakemake = {i for i in range(len(cases)) if i >= len(generated) or rng.random() < 0.1}
+    via_snakemake = {i for i in range(len(cases)) if i >= len(generated) or rng.random() < 0.04}
     failures, rejected, through = [], 0, 0
     cwd = os.getcwd()
     try:
@@ -208,7 +208,7 @@ def test_bad_configs_stop_before_the_first_job(tmp_path):
         rejected,
         len(cases) + through,
     )
-    assert len(cases) >= 40 and through >= len(written) + 50, (len(cases), through)
+    assert len(cases) >= 40 and through >= len(written) + 25, (len(cases), through)
     assert not failures, "\n".join(failures)
 
 
