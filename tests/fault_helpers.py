@@ -86,30 +86,33 @@ def _write_config(cfg, path: Path) -> Path:
     return path
 
 
-def dry_run_in_process(configfile: Path, workdir: Path, shell: bool = False):
-    """``snakemake -n`` through snakemake's API in this process: ``(DAG built, message)``; with
-    ``shell``, ``(DAG built, message, the shell command of each job)`` (what ``-p`` prints)."""
+def dry_run_shell_commands(configfile: Path, workdir: Path) -> list[str]:
+    """``snakemake -n -p`` through snakemake's API in this process: the shell command of each job of
+    the DAG, as snakemake formats it for the job (raises what snakemake raises on a bad config)."""
     from snakemake.api import SnakemakeApi
     from snakemake.settings.enums import Quietness
     from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
 
+    with SnakemakeApi(OutputSettings(quiet={Quietness.ALL})) as api:
+        wf = api.workflow(
+            resource_settings=ResourceSettings(cores=1),
+            config_settings=ConfigSettings(configfiles=[configfile]),
+            snakefile=ROOT / "Snakefile",
+            workdir=workdir,
+        )
+        wf.dag().execute_workflow(executor="dryrun")
+        return [job.shellcmd for job in wf._workflow.dag.jobs if job.shellcmd]
+
+
+def dry_run_in_process(configfile: Path, workdir: Path) -> tuple[bool, str]:
+    """``snakemake -n`` through snakemake's API in this process: ``(DAG built, message)``."""
     try:
-        with SnakemakeApi(OutputSettings(quiet={Quietness.ALL})) as api:
-            wf = api.workflow(
-                resource_settings=ResourceSettings(cores=1),
-                config_settings=ConfigSettings(configfiles=[configfile]),
-                snakefile=ROOT / "Snakefile",
-                workdir=workdir,
-            )
-            wf.dag().execute_workflow(executor="dryrun")
-            jobs = wf._workflow.dag.jobs if shell else []
-            cmds = [job.shellcmd for job in jobs if job.shellcmd]
+        dry_run_shell_commands(configfile, workdir)
     except SystemExit as err:
-        return (False, str(err.code), []) if shell else (False, str(err.code))
+        return False, str(err.code)
     except Exception as err:  # noqa: BLE001 - reported, and counted as "not a clean rejection"
-        msg = f"UNCLEAN {type(err).__name__}: {err}"
-        return (False, msg, []) if shell else (False, msg)
-    return (True, "", cmds) if shell else (True, "")
+        return False, f"UNCLEAN {type(err).__name__}: {err}"
+    return True, ""
 
 
 def _snakemake(args, cwd: Path, env: dict, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -1,4 +1,4 @@
-"""A crafted data set file (fault injection, issue 20 item 4): CIFAR-100's pickles are verified by md5
+"""A crafted data set file (fault injection): CIFAR-100's pickles are verified by md5
 before they are read and then read by a restricted unpickler, so that no code in them runs.
 """
 

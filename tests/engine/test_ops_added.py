@@ -1,4 +1,4 @@
-"""Operations beyond the issue's table, each against autograd on drawn shapes: ``baddbmm`` with
+"""Operations added after the first rule table (linear layers, attention, norms), each against autograd on drawn shapes: ``baddbmm`` with
 every input differentiated, ``square``, ``where`` with a number for a branch, an attention mask
 that is a parameter (with grouped-query heads), a convolution with ``padding="same"``, and in-place
 operations in a model's code (``a += b``, ``a.mul_(b)``, ``relu_``): taken as their functional form

@@ -1,4 +1,4 @@
-"""Errors and interruptions of the pipeline (fault injection, issues 8 and 20 item 7):
+"""Errors and interruptions of the pipeline (fault injection):
 
 * expected errors of the command line: one message, no traceback;
 * a full disk (ENOSPC): one line, and the next run recovers;

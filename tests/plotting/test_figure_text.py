@@ -456,7 +456,7 @@ def test_every_registry_figure_is_covered():
     assert set(BUILDERS) == {fig.id for fig in registry.FIGURES}
 
 
-#: Figures that still fail the check on these inputs (issue 18, part D, not finished): the reason
+#: Figures that still fail the print-size check on these inputs (none now): the reason
 #: is the check's own message when run; remove an id once its figure passes (strict: a pass fails).
 UNFINISHED: dict[str, str] = {}
 
