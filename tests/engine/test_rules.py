@@ -1,6 +1,7 @@
 """Every rule of the engine's table alone: for each key one or more small samples (random shapes,
 float64, the operation's own settings), the rule's value, tangent, adjoint and adjoint tangent
-against torch.func (jvp, vjp and the jvp of the vjp) of the operation itself. A key without a
+against torch.func (jvp, vjp and the jvp of the vjp) of the operation itself, and the row terms
+of its shared inputs (``row_params``) summed against the same adjoint tangent. A key without a
 sample fails :func:`test_every_rule_has_a_sample`: adding an operation is its class, its paragraph
 in docs/theory.md and its sample here."""
 
@@ -106,6 +107,7 @@ SAMPLES = [
     (aten.rsub.Scalar, lambda g: ((_r(g, 2, 3), 1.5), {})),
     (aten.rsub.Tensor, lambda g: ((_r(g, 2, 3), _r(g, 2, 3)), {})),
     (aten.mul.Tensor, lambda g: ((_r(g, 2, 3), _r(g, 2, 1)), {})),
+    (aten.mul.Tensor, lambda g: ((_r(g, 3), _r(g, 2, 4, 3)), {})),  # a factor shared by every row
     (aten.mul.Scalar, lambda g: ((_r(g, 2, 3), 3.0), {})),
     (aten.div.Tensor, lambda g: ((_r(g, 2, 3), _r(g, 3, lo=0.5)), {})),
     (aten.div.Scalar, lambda g: ((_r(g, 2, 3), 2.0), {})),
@@ -285,6 +287,24 @@ def _check(rule, vals, f_of):
     for j, a in enumerate(got):
         r = torch.stack([refs[k][j] for k in range(K)])
         assert rel_err(torch.zeros_like(r) if a is None else a.expand_as(r), r) <= 1e-12, "adjoint tangent"
+    # the row terms of inputs shared by every row (what a factored sweep weights row by row)
+    for i in rule.row_params:
+        j = sum(diff[:i])
+        r = torch.stack([refs[k][j] for k in range(K)])
+        total = _sum_row_terms(rule.row_terms(i, xs, ts, y, g, gt), K)
+        assert rel_err(total.reshape(r.shape), r) <= 1e-12, f"row terms of input {i}"
+
+
+def _sum_row_terms(terms, k: int) -> torch.Tensor:
+    """sum over rows of each :class:`RowTerm`, as (K, entries) in the input's layout."""
+    total = 0
+    for left, right, left_first in terms:
+        if left is None:
+            t = right.sum(1)
+        else:
+            t = torch.einsum("nj,anl->ajl" if left_first else "nj,anl->alj", left, right)
+        total = total + t.reshape(k, -1)
+    return total
 
 
 def _ids_of(samples):

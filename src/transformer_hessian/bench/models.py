@@ -19,8 +19,8 @@ speed-up is against the fastest correct one.
 A dense Hessian of ~30k parameters takes a peer an hour, so each peer is timed on ``--rows`` rows
 (its cost per row does not depend on which row) and its whole-matrix time is that times P / rows;
 the rows it computed are checked against the engine's. The engine's own time is the whole matrix.
-The gemm rate of the machine (float64, 2048^2) and the engine's share of it come from torch's
-flop counter on one block.
+The gemm rate of the machine (float64, 2048^2) and the engine's share of it: the products' flops
+of the whole dense Hessian (torch's flop counter on an untimed run) over its time.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from pathlib import Path
 import torch
 
 from ..engine.api import block_size, prepare
-from ..engine.sweep import Progress, blocks, dense_hessian, seeds_of
+from ..engine.factored import factored_weights
+from ..engine.sweep import Progress, blocks, dense_hessian
 from .lm_models import NanoGPT, TinyLlama
 from .lm_peers import autograd_batched_rows, autograd_hvp, autograd_rows, curvlinops_rows, func_rows, sync_device
 
@@ -74,13 +75,15 @@ def gemm_rate(n: int = 2048, repeats: int = 3, device: str | torch.device = "cpu
     return 2 * n**3 / best / 1e9
 
 
-def engine_flops_per_block(run, K: int) -> float:
-    """Floating-point operations of one block's sweep, from torch's flop counter."""
+def engine_flops(model, ids, K: int, factored: bool = True) -> float:
+    """Floating-point operations of the products (matrix products, convolutions) of the engine's
+    whole dense Hessian, from torch's flop counter on an untimed run."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    pieces = blocks(run, K)[0]
+    run = prepare(model, ids, ids, loss="causal_lm")
     with FlopCounterMode(display=False) as fc:
-        run.sweep(seeds_of(run, pieces), 0)
+        H = dense_hessian(run, K, factored=factored)
+    del H
     return float(fc.get_total_flops())
 
 
@@ -167,8 +170,9 @@ def bench_case(
     if warm:
         _engine_dense(model, ids, block_bytes)
     H, run, K, t_engine = _engine_dense(model, ids, block_bytes)
-    n_blocks = len(blocks(run, K))
-    flops = engine_flops_per_block(run, K) * n_blocks
+    fws = [fw.name for fw in factored_weights(run)]
+    n_blocks = len(blocks(run, K, set(fws)))
+    flops = engine_flops(model, ids, K)
     sample = torch.linspace(0, P - 1, min(rows, P)).round().long()
     out = {
         "case": name,
@@ -178,6 +182,8 @@ def bench_case(
         "engine_s": t_engine,
         "block": K,
         "blocks": n_blocks,
+        # weights whose rows came from factored sweeps (the others' from the blocks)
+        "factored": fws,
         "rows_timed": len(sample),
         "warm_up": warm,
         # the engine's time includes allocating and first writing its P x P output; the peers'

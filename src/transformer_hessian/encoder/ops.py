@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..engine.contract import tadd
+from ..engine.contract import RowTerm, tadd
+from ..engine.factored import add_row_terms
 
 
 @dataclass
@@ -110,22 +111,10 @@ class Hess:
 
     def _add_factored(self, target: torch.Tensor, left, right, transposed: bool) -> None:
         """target[a, c, (j, k)] += sum_n scale[n, c] left[n, j] right[a, n, k] (columns (k, j) when
-        transposed; a the unit, c the scale index, :meth:`units`): one product over the rows n,
-        whose result is laid out so that the last index of the target is its last (the add reads
-        it in contiguous runs)."""
-        S = self.scale
-        N, m = S.shape
+        transposed; a the unit, c the scale index, :meth:`units`): the graph engine's weighted
+        product over the rows (:func:`..engine.factored.add_row_terms`)."""
         U, k = right.shape[0], right.shape[-1]
-        R = right.reshape(U, N, k).transpose(0, 1).reshape(N, U * k)
-        if left is None:
-            target.add_((S.T @ R).view(m, U, k).transpose(0, 1))
-            return
-        j = left.shape[-1]
-        L = (S.unsqueeze(2) * left.unsqueeze(1)).reshape(N, m * j)  # a copy only if the product is not contiguous
-        if transposed:
-            target.unflatten(-1, (k, j)).add_((R.T @ L).view(U, k, m, j).transpose(1, 2))
-        else:
-            target.unflatten(-1, (j, k)).add_((L.T @ R).view(m, j, U, k).permute(2, 0, 1, 3))
+        add_row_terms(target, self.scale, RowTerm(left, right.reshape(U, -1, k), not transposed))
 
 
 def _row_sum(left, right, transposed: bool) -> torch.Tensor:

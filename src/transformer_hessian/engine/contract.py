@@ -14,8 +14,7 @@ g' = dg/dtheta. An operation y = f(x_1, ..., x_n) gives
 
 Parameters are inputs like any other: a parameter's tangent is its seed (one-hot rows of the
 identity), and its adjoint tangent is its block of Hessian columns. So an operation owns no
-parameter and no operation reads another's state. ``mixes_tokens`` tells graph-level passes
-whether an output position reads other positions (attention, a mean over tokens).
+parameter and no operation reads another's state.
 
 What else a rule may declare, on :class:`Op` with its default:
 
@@ -25,6 +24,14 @@ What else a rule may declare, on :class:`Op` with its default:
 - ``forward``: the value computed by the rule itself (None: torch's kernel on the node's arguments).
 - a refusal: a constructor that raises ``NotImplementedError`` with the reason (dropout that is on,
   a transposed convolution); the front end names the operation, module and line with it.
+- ``row_local``: the operation works row by row, a row being the last axis of a value and its
+  rows the other axes flattened (the tokens of a Transformer): output row n reads row n of each
+  input with as many rows, and an input with one row is shared by every row (a bias, a norm's
+  scale). Attention, products of two values, permutations and sums over tokens are not. The
+  factored sweeps (:mod:`.factored`) run only through row-local operations.
+- ``row_params`` and :meth:`Op.row_terms`: the inputs shared by every row (parameters) whose
+  adjoint tangent the rule can give as a sum over rows of outer products (:class:`RowTerm`), so
+  that a factored sweep weights each row before the sum.
 
 A :class:`Selection` (a slice, a select, one output of a split) adds its adjoint tangent in place
 into its input's (:meth:`Selection.transpose_into`, which the sweep calls instead of
@@ -38,6 +45,7 @@ An operation is one class registered for the torch operations it implements (:fu
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import torch
 from torch.fx import Node
@@ -78,8 +86,11 @@ class Op:
     take them (``xs``, ``ts``, ``need`` and the returned lists follow it); the rest of the node's
     arguments are its static settings, parsed by the subclass's constructor."""
 
-    #: an output position reads other positions (graph passes that go row by row stop here)
-    mixes_tokens = False
+    #: output row n reads only row n of its inputs (the rows: every axis but the last, flattened;
+    #: an input with fewer rows is shared by every row); the factored sweeps need it
+    row_local = False
+    #: indices of inputs whose adjoint tangent :meth:`row_terms` gives as a sum over rows
+    row_params: tuple[int, ...] = ()
 
     def __init__(self, node: Node):
         self.node = node
@@ -106,6 +117,26 @@ class Op:
     def adjoint_tangent(self, xs, ts, y, g, gt: Tangent, need: Sequence[bool]) -> list[Tangent]:
         """g_i' = J_i^T g' + sum_j <g, d^2 f/dx_i dx_j> x_j' for each input."""
         raise NotImplementedError
+
+    def row_terms(self, i: int, xs, ts, y, g, gt: Tangent) -> list[RowTerm]:
+        """The adjoint tangent of input ``i`` (one of :attr:`row_params`) as terms summed over the
+        rows n (see :class:`RowTerm`); the sum of the terms is what :meth:`adjoint_tangent` gives."""
+        raise NotImplementedError
+
+
+class RowTerm(NamedTuple):
+    """sum_n left[n] (x) right[:, n] for K tangents: ``left`` (N, j) rows of values, ``right`` (K, N, k)
+    rows of tangents; laid out (j, k) in the input's entries when ``left_first``, else (k, j);
+    ``left`` None: sum_n right[:, n] ((K, k), k the input's entries)."""
+
+    left: torch.Tensor | None
+    right: torch.Tensor
+    left_first: bool = False
+
+
+def rows_of(t: torch.Tensor, batched: bool = False) -> torch.Tensor:
+    """A value as its rows (N, last axis), or K tangents as (K, N, last axis)."""
+    return t.reshape(t.shape[0], -1, t.shape[-1]) if batched else t.reshape(-1, t.shape[-1])
 
 
 def node_arg(node: Node, i: int, name: str, default=None):
@@ -166,6 +197,8 @@ class Selection(LinearOp):
 class Pointwise(Op):
     """y = f(x) entry by entry: y' = f'(x) x', g_x = f'(x) g, g_x' = f'(x) g' + f''(x) g x'.
     Subclasses give ``d1`` and ``d2`` (``d2`` None: f is affine)."""
+
+    row_local = True
 
     def __init__(self, node: Node):
         super().__init__(node)

@@ -244,10 +244,11 @@ def columns(cap: Captured) -> dict[str, slice]:
     return cols
 
 
-def blocks(run: Run, K: int) -> list[list[tuple[str, int, int]]]:
-    """The selected entries in the order of first use, in blocks of at most K: (name, a0, a1) pieces."""
+def blocks(run: Run, K: int, skip=()) -> list[list[tuple[str, int, int]]]:
+    """The selected entries in the order of first use (but those of ``skip``), in blocks of at most
+    K: (name, a0, a1) pieces."""
     out, cur, room = [], [], K
-    for n in sorted(run.cap.names, key=lambda n: run.rank[n]):
+    for n in sorted((n for n in run.cap.names if n not in skip), key=lambda n: run.rank[n]):
         size, a = math.prod(run.cap.shapes[n]), 0
         while a < size:
             take = min(room, size - a)
@@ -278,9 +279,14 @@ def seeds_of(run: Run, pieces: list[tuple[str, int, int]]) -> dict[str, torch.Te
     return {n: t.view(K, *cap.shapes[n]) for n, t in seeds.items()}
 
 
-def dense_hessian(run: Run, K: int, progress: Callable[[int, int], None] | None = None) -> torch.Tensor:
+def dense_hessian(
+    run: Run, K: int, progress: Callable[[int, int], None] | None = None, factored: bool = True
+) -> torch.Tensor:
     """The (P, P) Hessian, block by block (rows); the columns a block's sweep leaves out (of the
-    parameters used before it) are filled from the transposed rows in one pass at the end."""
+    parameters used before it) are filled from the transposed rows in one pass at the end. With
+    ``factored``, the weights of row-local tails take factored sweeps (:mod:`.factored`)."""
+    from .factored import factored_row_count, factored_rows, factored_weights
+
     cap = run.cap
     cols = columns(cap)
     P = sum(s.stop - s.start for s in cols.values())
@@ -290,8 +296,21 @@ def dense_hessian(run: Run, K: int, progress: Callable[[int, int], None] | None 
     for n in cap.names:
         col_rank[cols[n]] = run.rank[n]
     row_first = torch.empty(P, dtype=torch.long)
-    todo = blocks(run, K)
-    for b, pieces in enumerate(todo):
+    fws = factored_weights(run) if factored else []
+    todo = blocks(run, K, {fw.name for fw in fws})
+    total = len(todo) + factored_row_count(run, fws, K)
+    done = 0
+    for fw in fws:
+        row_first[cols[fw.name]] = fw.pos
+
+        def tick():
+            nonlocal done
+            done += 1
+            if progress is not None:
+                progress(done, total)
+
+        factored_rows(run, fw, H, cols, K, tick)
+    for pieces in todo:
         first = min(run.rank[n] for n, _, _ in pieces)
         res = run.sweep(seeds_of(run, pieces), first)
         k = 0
@@ -302,8 +321,9 @@ def dense_hessian(run: Run, K: int, progress: Callable[[int, int], None] | None 
                 if t is not None:  # one strided copy (a weight's rows may come transposed)
                     H[rows, cols[m]].view(a1 - a0, *cap.shapes[m]).copy_(t[k : k + a1 - a0])
             k += a1 - a0
+        done += 1
         if progress is not None:
-            progress(b + 1, len(todo))
+            progress(done, total)
     return complete_symmetric_(H, row_first, col_rank)
 
 

@@ -74,8 +74,6 @@ def _rmm(y, x):
 class ScaledDotProductAttention(Op):
     """``F.scaled_dot_product_attention`` (dropout 0) as the formulas above."""
 
-    mixes_tokens = True
-
     def __init__(self, node):
         super().__init__(node)
         q, k, v = node.args[:3]
@@ -226,12 +224,11 @@ class Softmax(Op):
     """y = softmax(x) on one axis: y' = y (x' - <y, x'>), g_x = y (g - <y, g>),
     g_x' = y (g' - <y, g'>) + y' (g - <y, g>) - y <y', g>."""
 
-    mixes_tokens = False
-
     def __init__(self, node):
         super().__init__(node)
         self.inputs = [node.args[0]]
         self.dim = _from_end(node.args[1], node.args[0])
+        self.row_local = self.dim == -1
 
     def _yt(self, y, t):
         return y * (t - (y * t).sum(self.dim, keepdim=True))
@@ -261,6 +258,7 @@ class LogSoftmax(Op):
         super().__init__(node)
         self.inputs = [node.args[0]]
         self.dim = _from_end(node.args[1], node.args[0])
+        self.row_local = self.dim == -1
 
     def tangent(self, xs, ts, y):
         t = ts[0]

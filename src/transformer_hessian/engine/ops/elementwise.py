@@ -8,7 +8,7 @@ import math
 import torch
 from torch.fx import Node
 
-from ..contract import LinearOp, Op, as_tangent, node_arg, rule, shape_of, sum_to, tadd
+from ..contract import LinearOp, Op, RowTerm, as_tangent, node_arg, rows_of, rule, shape_of, sum_to, tadd
 
 aten = torch.ops.aten
 
@@ -21,6 +21,11 @@ def _full(t: torch.Tensor, shape) -> torch.Tensor:
     """A tangent broadcast to ``(K, *shape)``."""
     t = as_tangent(t, shape)
     return t if tuple(t.shape[1:]) == tuple(shape) else t.expand(t.shape[0], *shape)
+
+
+def _shared(shapes, out) -> tuple[int, ...]:
+    """Indices of the inputs (of ``shapes``) that are one row shared by every row of ``out``."""
+    return tuple(i for i, s in enumerate(shapes) if len(s) and len(out) and s[-1] == out[-1] and math.prod(s) == s[-1])
 
 
 @rule(aten.add.Tensor, aten.sub.Tensor, aten.add.Scalar, aten.sub.Scalar, aten.rsub.Scalar, aten.rsub.Tensor)
@@ -38,6 +43,16 @@ class AddSub(LinearOp):
         self.coef = [c for v, c in ((a, ca), (b, cb)) if isinstance(v, Node)]
         self.shapes = [shape_of(v) for v in self.inputs]
         self.out = shape_of(node)
+        self.row_params = _shared(self.shapes, self.out)
+
+    row_local = True
+
+    def row_terms(self, i, xs, ts, y, g, gt):
+        """A shared addend: sum_n coef gt_n."""
+        if gt is None:
+            return []
+        c = self.coef[i]
+        return [RowTerm(None, rows_of(_full(gt * c if c != 1 else gt, self.out), True))]
 
     def apply(self, xs, batched):
         out = None
@@ -69,6 +84,8 @@ class AddSub(LinearOp):
 class Neg(LinearOp):
     """-x."""
 
+    row_local = True
+
     def __init__(self, node):
         super().__init__(node)
         self.inputs = [node.args[0]]
@@ -95,6 +112,21 @@ class MulDiv(Op):
         self.a, self.b = a, b
         self.inputs = _nodes([a, b])
         self.out = shape_of(node)
+        # a shared factor of a product (a norm's scale written by hand)
+        self.row_params = () if self.div else _shared([shape_of(v) for v in self.inputs], self.out)
+
+    row_local = True
+
+    def row_terms(self, i, xs, ts, y, g, gt):
+        """A shared factor b of a * b: sum_n gt_n a_n + g_n a'_n."""
+        a, b = self._vals(xs)
+        ta, tb = self._split(ts)
+        first = i == 0 and isinstance(self.a, Node)
+        other, t_other = (b, tb) if first else (a, ta)
+        r = None if gt is None else gt * other
+        if t_other is not None:
+            r = tadd(r, g * as_tangent(t_other, self.out))
+        return [] if r is None else [RowTerm(None, rows_of(_full(r, self.out), True))]
 
     def _vals(self, xs):
         it = iter(xs)
@@ -158,6 +190,8 @@ class Select(LinearOp):
     with a condition that does not depend on the parameters: entries are taken from one input or
     are constants."""
 
+    row_local = True
+
     def __init__(self, node):
         super().__init__(node)
         self.fill = node.target.overloadpacket.__name__ == "masked_fill"
@@ -212,6 +246,7 @@ class Reduce(LinearOp):
         for d in self.dims:
             count *= self.shape_in[d]
         self.scale = 1.0 / count if self.mean else 1.0
+        self.row_local = n >= 2 and self.dims == [n - 1] and self.keepdim
 
     def apply(self, xs, batched):
         x = xs[0]

@@ -6,9 +6,11 @@ weight used twice (tied embeddings) gathers the adjoint tangents of both uses.""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from ..contract import Op, as_tangent, node_arg, rule, shape_of, sum_to, tadd
+from ..contract import Op, RowTerm, as_tangent, node_arg, rows_of, rule, shape_of, sum_to, tadd
 
 aten = torch.ops.aten
 
@@ -24,11 +26,23 @@ class Linear(Op):
     g_x = g W, g_W = sum_n g_n^T x_n, g_b = sum_n g_n; the curvature of its own is the bilinear
     cross term: g_x' = g' W + g W', g_W' = sum_n g'_n^T x_n + g_n^T x'_n."""
 
+    row_local = True
+
     def __init__(self, node):
         super().__init__(node)
         self.inputs = [a for a in node.args[:3] if a is not None]
         self.has_b = len(self.inputs) == 3
         self.x_shape = shape_of(node.args[0])
+        self.row_params = (1, 2) if self.has_b else (1,)
+
+    def row_terms(self, i, xs, ts, y, g, gt):
+        """W: sum_n gt_n (x) x_n + g_n (x) tx_n; b: sum_n gt_n."""
+        if i == 2:
+            return [] if gt is None else [RowTerm(None, rows_of(gt, True))]
+        out = [] if gt is None else [RowTerm(rows_of(xs[0]), rows_of(gt, True), False)]
+        if ts[0] is not None:
+            out.append(RowTerm(rows_of(g), rows_of(ts[0], True), True))
+        return out
 
     def tangent(self, xs, ts, y):
         x, W = xs[0], xs[1]
@@ -96,6 +110,8 @@ def _g_times(g: torch.Tensor, tW: torch.Tensor) -> torch.Tensor:
 class Addmm(Op):
     """y = beta b + alpha x M (x: (N, i), M: (i, o)); Hugging Face's Conv1D (GPT-2) with M its weight."""
 
+    row_local = True
+
     def __init__(self, node):
         super().__init__(node)
         b, x, M = node.args[:3]
@@ -103,6 +119,18 @@ class Addmm(Op):
         self.alpha = node.kwargs.get("alpha", 1)
         self.inputs = [b, x, M]
         self.b_shape = shape_of(b)
+        # a bias shared by every row (its row terms are sums over rows)
+        self.row_params = (0, 2) if math.prod(self.b_shape[:-1]) == 1 else (2,)
+
+    def row_terms(self, i, xs, ts, y, g, gt):
+        """M: alpha sum_n x_n (x) gt_n + g_n (x) tx_n (M's layout (i, o)); b: beta sum_n gt_n."""
+        if i == 0:
+            return [] if gt is None else [RowTerm(None, rows_of(gt, True) * self.beta)]
+        a = self.alpha
+        out = [] if gt is None else [RowTerm(xs[1] * a if a != 1 else xs[1], rows_of(gt, True), True)]
+        if ts[1] is not None:
+            out.append(RowTerm(g * a if a != 1 else g, rows_of(ts[1], True), False))
+        return out
 
     def tangent(self, xs, ts, y):
         b, x, M = xs
@@ -149,9 +177,6 @@ class MatMul(Op):
     """y = a @ b (batch axes broadcast; both at least 2-d): a bilinear map. y' = a' b + a b';
     g_a = g b^T, g_b = a^T g (summed over broadcast axes); g_a' = g' b^T + g b'^T,
     g_b' = a^T g' + a'^T g."""
-
-    #: a product of two values mixes the rows of its right operand (hand-written attention)
-    mixes_tokens = True
 
     def __init__(self, node):
         super().__init__(node)

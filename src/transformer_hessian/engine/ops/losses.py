@@ -57,7 +57,10 @@ def causal_lm(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 class _Loss(Op):
-    """A loss node: input the output, the targets bound once (:meth:`bind`)."""
+    """A loss node: input the output, the targets bound once (:meth:`bind`). Each loss here is a
+    sum over rows (tokens, samples) of a function of the row: row-local."""
+
+    row_local = True
 
     def __init__(self, node):
         super().__init__(node)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ..contract import Op, node_arg, rule, shape_of
+from ..contract import Op, RowTerm, node_arg, rule, shape_of
 
 aten = torch.ops.aten
 
@@ -24,6 +24,8 @@ def _rows(t: torch.Tensor, batched: bool, d: int) -> torch.Tensor:
 class _Norm(Op):
     """Shared bookkeeping: inputs (x, gamma, beta) present in the node, the normalised axis d."""
 
+    row_local = True
+
     def _setup(self, node, x, normalized_shape, gamma, beta):
         if len(normalized_shape) != 1:
             raise NotImplementedError(f"normalisation over {len(normalized_shape)} axes (only the last)")
@@ -31,6 +33,17 @@ class _Norm(Op):
         self.has_g, self.has_b = gamma is not None, beta is not None
         self.x_shape = shape_of(x)
         self.d = normalized_shape[0]
+        self.row_params = tuple(range(1, len(self.inputs)))
+
+    def row_terms(self, i, xs, ts, y, g, gt):
+        """gamma: sum_n gt_n n_n + g_n n'_n; beta: sum_n gt_n (entry by entry)."""
+        gt2 = None if gt is None else _rows(gt, True, self.d)
+        if i == 2 or not self.has_g:  # beta
+            return [] if gt2 is None else [RowTerm(None, gt2)]
+        out = [] if gt2 is None else [RowTerm(None, gt2 * self.n)]
+        if ts[0] is not None:
+            out.append(RowTerm(None, _rows(g, False, self.d) * self._n_tangent(ts[0])[0]))
+        return out
 
     def tangent(self, xs, ts, y):
         x, gam, _ = self._split(xs)

@@ -39,7 +39,13 @@ class _Unary(LinearOp):
     aten.reshape_as.default,
 )
 class Reshape(_Unary):
-    """Any operation that keeps the entries in order and changes only the shape."""
+    """Any operation that keeps the entries in order and changes only the shape (row-local when
+    the last axis stays: rows keep their order)."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        i, o = self.shape_in, self.shape_out
+        self.row_local = bool(i) and bool(o) and i[-1] == o[-1]
 
     def apply(self, xs, batched):
         x = xs[0]
@@ -67,6 +73,8 @@ class Identity(LinearOp):
     """Copies, layout changes, casts and dropout in evaluation mode: the identity (dropout that is
     on is refused); a floating-point cast of a differentiated value keeps the Hessian's precision
     (:meth:`forward`)."""
+
+    row_local = True
 
     def __init__(self, node):
         super().__init__(node)
@@ -252,6 +260,7 @@ class Slice(_Indexed):
         else:
             sel = slice(node_arg(node, 2, "start"), node_arg(node, 3, "end"), node_arg(node, 4, "step", 1))
         self.index = (slice(None),) * dim + (sel,)
+        self.row_local = dim == n - 1 and isinstance(sel, slice)
 
 
 @rule(aten.split.Tensor, aten.split_with_sizes.default, aten.chunk.default, aten.unbind.int, items=True)
@@ -274,6 +283,7 @@ class SplitItem(_Indexed):
         sizes = [v.shape[dim] for v in split.meta["val"]]
         start = sum(sizes[:i])
         self.index = (slice(None),) * dim + (slice(start, start + sizes[i]),)
+        self.row_local = dim == n - 1
 
 
 @rule(aten.cat.default, aten.concat.default)
@@ -286,6 +296,7 @@ class Cat(LinearOp):
         n = len(shape_of(node))
         self.dim = _dim(node_arg(node, 1, "dim", 0), n)
         self.sizes = [shape_of(a)[self.dim] for a in self.inputs]
+        self.row_local = self.dim == n - 1
 
     def apply(self, xs, batched):
         return torch.cat(list(xs), self.dim + batched)
