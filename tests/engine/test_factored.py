@@ -71,7 +71,7 @@ def _check(model, inputs, targets, loss, loss_fn, params=None, expect=None):
     return got
 
 
-@settings(SETTINGS, max_examples=3)
+@settings(SETTINGS, max_examples=2)
 @given(
     vocab=st.integers(5, 9), T=st.integers(2, 4), h=st.sampled_from([1, 2]), dh=st.integers(2, 3),
     layers=st.integers(1, 2), bias=st.booleans(), B=st.integers(1, 3), seed=st.integers(0, 2**16),
@@ -86,7 +86,7 @@ def test_nanogpt_tail_factored_equals_autograd(vocab, T, h, dh, layers, bias, B,
     _check(model, ids, ids, "causal_lm", causal_lm, expect=expect)
 
 
-@SETTINGS
+@settings(SETTINGS, max_examples=2)
 @given(
     vocab=st.integers(5, 9), T=st.integers(2, 5), kv=st.sampled_from([1, 2]), d_ff=st.integers(3, 6),
     B=st.integers(1, 2), seed=st.integers(0, 2**16),

@@ -115,7 +115,10 @@ def add_row_terms(target: torch.Tensor, scale: torch.Tensor, term: RowTerm) -> N
     left, right, left_first = term
     U, N, k = right.shape
     m = scale.shape[1]
-    R = right.transpose(0, 1).reshape(N, U * k)
+    dt = target.dtype  # a tail computed in a lower precision (precision="model") adds into H's
+    scale = scale.to(dt)
+    left = None if left is None else left.to(dt)
+    R = right.to(dt).transpose(0, 1).reshape(N, U * k)
     j = 1 if left is None else left.shape[-1]
     step = max(1, min(m, CHUNK_ELEMENTS // max(1, N * j + j * U * k)))
     for c0 in range(0, m, step):
