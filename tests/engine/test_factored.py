@@ -17,7 +17,7 @@ from transformer_hessian.engine.contract import RowTerm
 from transformer_hessian.engine.ops.losses import causal_lm, cross_entropy
 from transformer_hessian.engine.sweep import dense_hessian
 
-from .models import DT, TOL, NanoGPT, TinyLlama, reference, rel_err
+from .models import DT, TOL, NanoGPT, TinyLlama, gpt2, llama, reference, rel_err
 
 SETTINGS = settings(max_examples=4, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 
@@ -106,6 +106,21 @@ def test_a_model_that_is_all_tail(vocab, d, d_ff, B, T):
     model = TokenMLP(vocab, d, d_ff).to(DT)
     ids = torch.randint(0, vocab, (B, T))
     _check(model, ids, ids, "causal_lm", causal_lm, expect=["fc.weight", "proj.weight", "head.weight"])
+
+
+def test_hugging_face_gpt2_conv1d_and_llama_tails():
+    """GPT-2's Conv1D weights (``addmm``, stored (in, out)) and Llama's, with an ignored label."""
+    torch.manual_seed(3)
+    ids = torch.randint(0, 7, (2, 5))
+    labels = ids.clone()
+    labels[1, 2] = -100
+    mlp = ["transformer.h.1.attn.c_proj.weight", "transformer.h.1.mlp.c_fc.weight", "transformer.h.1.mlp.c_proj.weight"]
+    _check(gpt2(7, 5, 4, 2, 2), {"input_ids": ids}, labels, "causal_lm", causal_lm, expect=mlp)
+    layer = "model.layers.0"
+    tail = [f"{layer}.self_attn.o_proj.weight"] + [f"{layer}.mlp.{n}_proj.weight" for n in ("gate", "up", "down")]
+    _check(
+        llama(7, 5, 4, 2, 1, 6, 1), {"input_ids": ids}, labels, "causal_lm", causal_lm, expect=tail + ["lm_head.weight"]
+    )
 
 
 def test_a_mean_over_tokens_stops_the_tail():
