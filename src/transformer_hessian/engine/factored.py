@@ -28,6 +28,7 @@ from torch.fx import Node
 
 from .contract import RowTerm, Selection
 from .ops.linear import Addmm, Linear
+from .sums import AdjointSums
 
 #: elements of the temporaries of one weighted product (x[:, c] times a term's rows, and the
 #: product's result) before the scale's columns are taken in chunks
@@ -174,8 +175,6 @@ def factored_rows(run, fw: FactoredWeight, H: torch.Tensor, cols: dict[str, slic
 def _sweep(run, region, needs, theirs, seed, target, scale, cols) -> None:
     """One factored sweep: unit tangents ``seed`` of the region's first value forward, their
     adjoints' tangents back, each parameter's row terms weighted into ``target`` (U, m, P)."""
-    from .sweep import _Sums
-
     cap, env = run.cap, run.env
     tan: dict[Node, torch.Tensor] = {region[0].node: seed}
     with torch.no_grad():
@@ -187,7 +186,7 @@ def _sweep(run, region, needs, theirs, seed, target, scale, cols) -> None:
                 t = s.op.tangent([env[i] for i in s.op.inputs], ts, env[s.node])
                 if t is not None:
                     tan[s.node] = t
-        adjt = _Sums()
+        adjt = AdjointSums()
         for j in range(len(region) - 1, -1, -1):
             s = region[j]
             node, op = s.node, s.op

@@ -20,6 +20,8 @@ from torch.fx import Node
 
 from .capture import Captured
 from .contract import ITEMS, Selection, tadd
+from .factored import factored_row_count, factored_rows, factored_weights
+from .sums import AdjointSums
 
 #: id of a graph's rules (its steps list) -> the run whose state they hold (weakly)
 _ACTIVE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
@@ -147,7 +149,7 @@ class Run:
                     t = op.tangent([env[i] for i in op.inputs], ts, env[step.node])
                     if t is not None:
                         tan[step.node] = t
-            adjt = _Sums()
+            adjt = AdjointSums()
             for step in reversed(steps):
                 node, op = step.node, step.op
                 # a value's tangent is read by its consumers' steps, all done by now: free it
@@ -190,36 +192,6 @@ class Run:
             if isinstance(v, torch.Tensor):
                 total += v.numel() * v.element_size()
         return total
-
-
-class _Sums(dict):
-    """The adjoint tangents of a sweep's reverse pass, node -> (K, ...) tensor. Those the pass
-    allocated itself (sums) are added to in place; the others may be shared with another of a
-    rule's results (a sum's transpose hands the same tensor to both inputs) and are not."""
-
-    def __init__(self):
-        super().__init__()
-        self.owned: set[Node] = set()
-
-    def add(self, i: Node, gi: torch.Tensor) -> None:
-        """self[i] += gi."""
-        acc = self.get(i)
-        if acc is None:
-            self[i] = gi
-        elif i in self.owned and torch.broadcast_shapes(acc.shape, gi.shape) == acc.shape:
-            acc.add_(gi)
-        else:
-            self[i] = acc + gi
-            self.owned.add(i)
-
-    def own(self, i: Node, shape: tuple, like: torch.Tensor) -> torch.Tensor:
-        """self[i] as a tensor of ``shape`` this pass owns (zeros plus what was there), to add into."""
-        if i not in self.owned or tuple(self[i].shape) != tuple(shape):
-            full = like.new_zeros(shape)
-            acc = self.get(i)
-            self[i] = full if acc is None else full.add_(acc)
-            self.owned.add(i)
-        return self[i]
 
 
 def _as_recorded(v, node: Node):
@@ -285,8 +257,6 @@ def dense_hessian(
     """The (P, P) Hessian, block by block (rows); the columns a block's sweep leaves out (of the
     parameters used before it) are filled from the transposed rows in one pass at the end. With
     ``factored``, the weights of row-local tails take factored sweeps (:mod:`.factored`)."""
-    from .factored import factored_row_count, factored_rows, factored_weights
-
     cap = run.cap
     cols = columns(cap)
     P = sum(s.stop - s.start for s in cols.values())
