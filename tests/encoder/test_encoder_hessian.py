@@ -78,7 +78,7 @@ def make_problem(cfg, T, B, mask_kind, loss, rnd):
     return model, x, t, head, mask, causal
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems())
 def test_exact_hessian_matches_autograd(prob):
     cfg, T, B, mask_kind, loss, subset, rnd = prob

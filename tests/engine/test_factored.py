@@ -52,8 +52,8 @@ def _names(model):
     return [n for n, _ in model.named_parameters()]
 
 
-def _factored(run):
-    return [fw.name for fw in factored.factored_weights(run)]
+def _factored(run, K=3):
+    return [fw.name for fw in factored.factored_weights(run, K)]
 
 
 def _check(model, inputs, targets, loss, loss_fn, params=None, expect=None):
@@ -145,6 +145,9 @@ def test_a_subset_of_parameters_and_a_weight_read_twice():
     twice = Twice(6, 3, 4).to(DT)
     # proj is read by two steps: its rows go through the one-hot sweeps
     assert "proj.weight" not in _check(twice, ids, ids, "causal_lm", causal_lm)
+    # a weight that fits in one block of one-hot tangents (at most K entries) shares their sweep
+    run = prepare(model, ids, ids, loss="causal_lm")
+    assert _factored(run, 12) == ["head.weight"] and _factored(run, 18) == []
 
 
 @pytest.mark.parametrize("left_first", [None, True, False])

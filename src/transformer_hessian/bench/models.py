@@ -170,7 +170,7 @@ def bench_case(
     if warm:
         _engine_dense(model, ids, block_bytes)
     H, run, K, t_engine = _engine_dense(model, ids, block_bytes)
-    fws = [fw.name for fw in factored_weights(run)]
+    fws = [fw.name for fw in factored_weights(run, K)]
     n_blocks = len(blocks(run, K, set(fws)))
     flops = engine_flops(model, ids, K)
     sample = torch.linspace(0, P - 1, min(rows, P)).round().long()
@@ -182,8 +182,7 @@ def bench_case(
         "engine_s": t_engine,
         "block": K,
         "blocks": n_blocks,
-        # weights whose rows came from factored sweeps (the others' from the blocks)
-        "factored": fws,
+        "factored": fws,  # weights whose rows came from factored sweeps, not the blocks
         "rows_timed": len(sample),
         "warm_up": warm,
         # the engine's time includes allocating and first writing its P x P output; the peers'

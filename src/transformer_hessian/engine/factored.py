@@ -83,9 +83,11 @@ def _tail_is_row_local(run, p: int, after: dict[Node, str]) -> bool:
     return True
 
 
-def factored_weights(run) -> list[FactoredWeight]:
+def factored_weights(run, K: int = 0) -> list[FactoredWeight]:
     """The selected weights whose rows of H a factored sweep gives: read once, by a ``linear`` (as
-    its weight) or an ``addmm`` (as its matrix), at their first use, with a row-local tail."""
+    its weight) or an ``addmm`` (as its matrix), at their first use, with a row-local tail, and
+    with more than ``K`` entries (a weight that fits in a block of K one-hot tangents shares a
+    sweep that runs anyway: a factored one would be an extra sweep)."""
     cap = run.cap
     readers: dict[Node, list] = {}
     for s in cap.steps:
@@ -95,7 +97,8 @@ def factored_weights(run) -> list[FactoredWeight]:
     out = []
     for name in cap.names:
         phs = cap.placeholders[name]
-        if len(phs) != 1 or len(cap.shapes[name]) != 2 or len(readers.get(phs[0], [])) != 1:
+        shape = cap.shapes[name]
+        if len(phs) != 1 or len(shape) != 2 or shape[0] * shape[1] <= K or len(readers.get(phs[0], [])) != 1:
             continue
         ((step, i),) = readers[phs[0]]
         kind = type(step.op)

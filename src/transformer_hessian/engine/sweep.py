@@ -256,7 +256,8 @@ def dense_hessian(
 ) -> torch.Tensor:
     """The (P, P) Hessian, block by block (rows); the columns a block's sweep leaves out (of the
     parameters used before it) are filled from the transposed rows in one pass at the end. With
-    ``factored``, the weights of row-local tails take factored sweeps (:mod:`.factored`)."""
+    ``factored``, the weights of row-local tails with more than K entries take factored sweeps
+    (:mod:`.factored`)."""
     cap = run.cap
     cols = columns(cap)
     P = sum(s.stop - s.start for s in cols.values())
@@ -266,7 +267,7 @@ def dense_hessian(
     for n in cap.names:
         col_rank[cols[n]] = run.rank[n]
     row_first = torch.empty(P, dtype=torch.long)
-    fws = factored_weights(run) if factored else []
+    fws = factored_weights(run, K) if factored else []
     todo = blocks(run, K, {fw.name for fw in fws})
     total = len(todo) + factored_row_count(run, fws, K)
     done = 0
