@@ -326,7 +326,7 @@ def test_slope_label_format():
     assert landscape_plot.slope_label(res) == "fitted slope = -0.98 [-1.02, -0.95] (95% CI)"
     narrow = {"slope": -1.0001, "slope_ci95": [-1.003, -0.998]}
     assert landscape_plot.slope_label(narrow) == "fitted slope = -1.000 [-1.003, -0.998] (95% CI)"
-    # issue 18's MNIST batch curve: at two decimals it read [-1.00, -0.97], as if it held -1
+    # the MNIST batch curve of an earlier run: at two decimals it read [-1.00, -0.97], as if it held -1
     mnist = {"slope": -0.98712, "slope_ci95": [-0.99812, -0.97462]}
     assert landscape_plot.slope_label(mnist) == "fitted slope = -0.987 [-0.998, -0.975] (95% CI)"
 

@@ -1,5 +1,5 @@
 """A registry input names its producer (``Output(rule, key, **wildcards)``), not a path; every
-result path template is typed once, in its producer's ``OUTPUTS`` (issue 17, "every fact once")."""
+result path template is typed once, in its producer's ``OUTPUTS`` ("every fact once")."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def test_templates_come_from_their_producers_once():
 
 
 def test_resolving_gives_the_paths_of_the_embedded_default():
-    """The resolved paths are the strings the registry typed before issue 17 (pinned literally)."""
+    """The resolved paths are the strings the registry typed before the templates moved to the producers (pinned literally)."""
     resolved = {fig.id: registry.resolve_inputs(fig, CONFIG) for fig in registry.FIGURES}
     assert resolved["fig2"] == {
         "metrics_hessian": "results/hessian_digits/metrics.json",

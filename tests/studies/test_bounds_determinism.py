@@ -1,4 +1,4 @@
-"""The bounds rule's spectral norms are bit-identical run to run (issue 9).
+"""The bounds rule's spectral norms are bit-identical run to run.
 
 ARPACK (``eigsh``/``svds``, used by :func:`spectral_norm` beyond 300 rows) starts from a random
 vector unless given one; its default start changes from call to call, and so did the last bits

@@ -75,14 +75,13 @@ def gemm_rate(n: int = 2048, repeats: int = 3, device: str | torch.device = "cpu
     return 2 * n**3 / best / 1e9
 
 
-def engine_flops(model, ids, K: int, factored: bool = True) -> float:
+def engine_flops(run, K: int) -> float:
     """Floating-point operations of the products (matrix products, convolutions) of the engine's
-    whole dense Hessian, from torch's flop counter on an untimed run."""
+    whole dense Hessian, from torch's flop counter on an untimed run of it."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    run = prepare(model, ids, ids, loss="causal_lm")
     with FlopCounterMode(display=False) as fc:
-        H = dense_hessian(run, K, factored=factored)
+        H = dense_hessian(run, K)
     del H
     return float(fc.get_total_flops())
 
@@ -172,7 +171,7 @@ def bench_case(
     H, run, K, t_engine = _engine_dense(model, ids, block_bytes)
     fws = [fw.name for fw in factored_weights(run, K)]
     n_blocks = len(blocks(run, K, set(fws)))
-    flops = engine_flops(model, ids, K)
+    flops = engine_flops(run, K)
     sample = torch.linspace(0, P - 1, min(rows, P)).round().long()
     out = {
         "case": name,

@@ -97,7 +97,10 @@ class Hess:
         if self.factored:
             for left, right, transposed in terms:
                 if right is not None:
-                    self._add_factored(self.units(slot.cols), left, right, transposed)
+                    # target[a, c, (j, k)] += sum_n scale[n, c] left[n, j] right[a, n, k] ((k, j) when transposed)
+                    U, k = right.shape[0], right.shape[-1]
+                    term = RowTerm(left, right.reshape(U, -1, k), not transposed)
+                    add_row_terms(self.units(slot.cols), self.scale, term)
             return
         blk = None
         for left, right, transposed in terms:
@@ -108,13 +111,6 @@ class Hess:
             flat = blk.reshape(self.P, -1)
             for tangents, rows in self.pieces:
                 self.H[rows, slot.cols] += flat[tangents]
-
-    def _add_factored(self, target: torch.Tensor, left, right, transposed: bool) -> None:
-        """target[a, c, (j, k)] += sum_n scale[n, c] left[n, j] right[a, n, k] (columns (k, j) when
-        transposed; a the unit, c the scale index, :meth:`units`): the graph engine's weighted
-        product over the rows (:func:`..engine.factored.add_row_terms`)."""
-        U, k = right.shape[0], right.shape[-1]
-        add_row_terms(target, self.scale, RowTerm(left, right.reshape(U, -1, k), not transposed))
 
 
 def _row_sum(left, right, transposed: bool) -> torch.Tensor:

@@ -26,9 +26,8 @@ from dataclasses import dataclass
 import torch
 from torch.fx import Node
 
-from .contract import RowTerm, Selection
+from .contract import RowTerm
 from .ops.linear import Addmm, Linear
-from .sums import AdjointSums
 
 #: elements of the temporaries of one weighted product (x[:, c] times a term's rows, and the
 #: product's result) before the scale's columns are taken in chunks
@@ -106,8 +105,7 @@ def factored_weights(run, K: int = 0) -> list[FactoredWeight]:
             continue
         p = step.pos
         if p not in tails:
-            after = {ph: n for n in cap.names if run.rank[n] >= p for ph in cap.placeholders[n]}
-            tails[p] = _tail_is_row_local(run, p, after)
+            tails[p] = _tail_is_row_local(run, p, run.params_from(p))
         if tails[p]:
             out.append(FactoredWeight(name, p, kind is Addmm))
     return out
@@ -139,9 +137,9 @@ def add_row_terms(target: torch.Tensor, scale: torch.Tensor, term: RowTerm) -> N
             tgt.unflatten(-1, (k, j)).add_((R.T @ L).view(U, k, mc, j).transpose(1, 2))
 
 
-def factored_rows(run, fw: FactoredWeight, H: torch.Tensor, cols: dict[str, slice], units: int, progress=None) -> int:
+def factored_rows(run, fw: FactoredWeight, H: torch.Tensor, cols: dict[str, slice], units: int, progress=None) -> None:
     """Fill the rows of H of ``fw``'s weight (every column of the parameters first used at or after
-    it) by factored sweeps of at most ``units`` unit tangents; the number of sweeps."""
+    it) by factored sweeps of at most ``units`` unit tangents, calling ``progress()`` after each."""
     run.activate()
     cap, env = run.cap, run.env
     step = cap.steps[fw.pos]
@@ -151,81 +149,35 @@ def factored_rows(run, fw: FactoredWeight, H: torch.Tensor, cols: dict[str, slic
     if fw.addmm and op.alpha != 1:
         scale = scale * op.alpha
     y = env[step.node]
-    N, o = scale.shape[0], y.shape[-1]
-    m = scale.shape[1]
+    N, m = scale.shape
+    o = y.shape[-1]
     region = cap.steps[fw.pos :]
     made = {s.node for s in region}
-    theirs = {ph: n for n in cap.names if run.rank[n] >= fw.pos for ph in cap.placeholders[n]}
+    theirs = run.params_from(fw.pos)
+    # adjoint tangents only of values made in the region: the parameters' come as row terms
     needs = [[i in made and i in cap.live for i in s.op.inputs] for s in region]
-    P = H.shape[0]
     rows = H[cols[fw.name]]
     # H's rows of W as (a, c, columns): (o, i) row-major for linear, (i, o) for addmm's M
-    by_unit = rows.view(m, o, P).transpose(0, 1) if fw.addmm else rows.view(o, m, P)
-    sweeps = 0
+    by_unit = rows.view(m, o, -1).transpose(0, 1) if fw.addmm else rows.view(o, m, -1)
     for a0 in range(0, o, units):
-        a1 = min(o, a0 + units)
-        U = a1 - a0
-        seed = y.new_zeros((U, N, o))
-        k = torch.arange(U, device=y.device)
-        seed[k, :, a0 + k] = 1.0
-        _sweep(run, region, needs, theirs, seed.view(U, *y.shape), by_unit[a0:a1], scale, cols)
-        sweeps += 1
-        if progress is not None:
-            progress()
-    return sweeps
+        U = min(o, a0 + units) - a0
+        target = by_unit[a0 : a0 + U]
 
-
-def _sweep(run, region, needs, theirs, seed, target, scale, cols) -> None:
-    """One factored sweep: unit tangents ``seed`` of the region's first value forward, their
-    adjoints' tangents back, each parameter's row terms weighted into ``target`` (U, m, P)."""
-    cap, env = run.cap, run.env
-    tan: dict[Node, torch.Tensor] = {region[0].node: seed}
-    with torch.no_grad():
-        for s in region[1:]:
-            if s.node is cap.loss:
-                continue
-            ts = [tan.get(i) for i in s.op.inputs]
-            if any(t is not None for t in ts):
-                t = s.op.tangent([env[i] for i in s.op.inputs], ts, env[s.node])
-                if t is not None:
-                    tan[s.node] = t
-        adjt = AdjointSums()
-        for j in range(len(region) - 1, -1, -1):
-            s = region[j]
-            node, op = s.node, s.op
-            tan.pop(node, None)  # read by its consumers' steps, all done by now
-            g = run.adj.get(node)
-            if g is None:
-                continue
-            gt = adjt.pop(node, None)
-            ts = [tan.get(i) for i in op.inputs]
-            if j == 0:
-                ts = [None] * len(ts)  # the seed enters at the output, not through the inputs
-            if gt is None and all(t is None for t in ts):
-                continue
-            xs = [env[i] for i in op.inputs]
+        def add_rows(op, xs, ts, g, gt, target=target):
             for i, inp in enumerate(op.inputs):
                 name = theirs.get(inp)
                 if name is not None:
-                    for term in op.row_terms(i, xs, ts, env[node], g, gt):
+                    for term in op.row_terms(i, xs, ts, env[op.node], g, gt):
                         add_row_terms(target[..., cols[name]], scale, term)
-            need = needs[j]
-            if not any(need):
-                continue
-            if isinstance(op, Selection):
-                if gt is not None and need[0]:
-                    op.transpose_into(adjt.own(op.inputs[0], (gt.shape[0], *op.shape_in), gt), gt)
-                continue
-            res = op.adjoint_tangent(xs, ts, env[node], g, gt, need)
-            for inp, gi, nd in zip(op.inputs, res, need, strict=True):
-                if nd and gi is not None:
-                    adjt.add(inp, gi)
+
+        seed = y.new_zeros((U, N, o))
+        k = torch.arange(U, device=y.device)
+        seed[k, :, a0 + k] = 1.0  # e_a in every row: the tangent a bias of y would get
+        run.propagate(region, {step.node: seed.view(U, *y.shape)}, needs, add_rows)
+        if progress is not None:
+            progress()
 
 
-def factored_row_count(run, fws: list[FactoredWeight], units: int) -> int:
+def factored_sweeps(run, fws: list[FactoredWeight], units: int) -> int:
     """How many factored sweeps ``fws`` take at ``units`` unit tangents a sweep."""
-    return sum(math.ceil(_out_width(run, fw) / units) for fw in fws)
-
-
-def _out_width(run, fw: FactoredWeight) -> int:
-    return run.cap.shapes[fw.name][1 if fw.addmm else 0]
+    return sum(math.ceil(run.cap.shapes[fw.name][1 if fw.addmm else 0] / units) for fw in fws)

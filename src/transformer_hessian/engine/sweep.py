@@ -20,7 +20,7 @@ from torch.fx import Node
 
 from .capture import Captured
 from .contract import ITEMS, Selection, tadd
-from .factored import factored_row_count, factored_rows, factored_weights
+from .factored import factored_rows, factored_sweeps, factored_weights
 from .sums import AdjointSums
 
 #: id of a graph's rules (its steps list) -> the run whose state they hold (weakly)
@@ -90,7 +90,7 @@ class Run:
         if first not in self._needs:
             cap = self.cap
             pos = {s.node: s.pos for s in cap.steps}
-            wanted = {ph for n in cap.names if self.rank[n] >= first for ph in cap.placeholders[n]}
+            wanted = self.params_from(first)
             self._needs[first] = [
                 [i in cap.live and (pos.get(i, -1) >= first or i in wanted) for i in s.op.inputs]
                 for s in cap.steps[first:]
@@ -132,13 +132,28 @@ class Run:
         tangents back to it: name -> (K, *shape) adjoint tangent of every selected parameter whose
         first use is at or after ``first`` (the others' are incomplete and left out)."""
         self.activate()
-        cap, env = self.cap, self.env
+        cap = self.cap
         tan: dict[Node, torch.Tensor] = {}
         for n, t in seeds.items():
             for ph in cap.placeholders[n]:
                 tan[ph] = t
-        steps = cap.steps[first:]
-        needs = self.needs(first)
+        adjt = self.propagate(cap.steps[first:], tan, self.needs(first))
+        out = {}
+        for n in cap.names:
+            if self.rank[n] < first:
+                continue
+            total = None
+            for ph in cap.placeholders[n]:
+                total = tadd(total, adjt.get(ph))
+            out[n] = total
+        return out
+
+    def propagate(self, steps, tan: dict, needs: list[list[bool]], rows=None) -> AdjointSums:
+        """The tangents ``tan`` (node -> (K, ...)) forward through ``steps`` (consecutive, to the
+        loss) and the adjoints' tangents back: the sums at the inputs each step ``needs`` (a list of
+        flags per step over its inputs). ``rows(op, xs, ts, g, gt)``, when given, is called at each
+        step the tangents reach, before its adjoint tangent (a factored sweep's row terms)."""
+        cap, env = self.cap, self.env
         with torch.no_grad():
             for step in steps:
                 if step.node is cap.loss:
@@ -161,27 +176,25 @@ class Run:
                 ts = [tan.get(i) for i in op.inputs]
                 if gt is None and all(t is None for t in ts):
                     continue
-                need = needs[step.pos - first]
+                xs = [env[i] for i in op.inputs]
+                if rows is not None:
+                    rows(op, xs, ts, g, gt)
+                need = needs[step.pos - steps[0].pos]
                 if not any(need):
                     continue
                 if isinstance(op, Selection):  # its adjoint tangent added into the input's place
                     if gt is not None and need[0]:
                         op.transpose_into(adjt.own(op.inputs[0], (gt.shape[0], *op.shape_in), gt), gt)
                     continue
-                xs = [env[i] for i in op.inputs]
                 res = op.adjoint_tangent(xs, ts, env[node], g, gt, need)
                 for i, gi, nd in zip(op.inputs, res, need, strict=True):
                     if nd and gi is not None:
                         adjt.add(i, gi)
-        out = {}
-        for n in cap.names:
-            if self.rank[n] < first:
-                continue
-            total = None
-            for ph in cap.placeholders[n]:
-                total = tadd(total, adjt.get(ph))
-            out[n] = total
-        return out
+        return adjt
+
+    def params_from(self, first: int) -> dict[Node, str]:
+        """Placeholder -> name of every selected parameter first used at or after step ``first``."""
+        return {ph: n for n in self.cap.names if self.rank[n] >= first for ph in self.cap.placeholders[n]}
 
     def tangent_bytes(self) -> int:
         """Bytes of one tangent of every differentiated value (the memory of one entry of a block,
@@ -269,17 +282,17 @@ def dense_hessian(
     row_first = torch.empty(P, dtype=torch.long)
     fws = factored_weights(run, K) if factored else []
     todo = blocks(run, K, {fw.name for fw in fws})
-    total = len(todo) + factored_row_count(run, fws, K)
+    total = len(todo) + factored_sweeps(run, fws, K)
     done = 0
+
+    def tick():
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total)
+
     for fw in fws:
         row_first[cols[fw.name]] = fw.pos
-
-        def tick():
-            nonlocal done
-            done += 1
-            if progress is not None:
-                progress(done, total)
-
         factored_rows(run, fw, H, cols, K, tick)
     for pieces in todo:
         first = min(run.rank[n] for n, _, _ in pieces)
@@ -292,9 +305,7 @@ def dense_hessian(
                 if t is not None:  # one strided copy (a weight's rows may come transposed)
                     H[rows, cols[m]].view(a1 - a0, *cap.shapes[m]).copy_(t[k : k + a1 - a0])
             k += a1 - a0
-        done += 1
-        if progress is not None:
-            progress(done, total)
+        tick()
     return complete_symmetric_(H, row_first, col_rank)
 
 

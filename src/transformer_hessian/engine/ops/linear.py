@@ -15,11 +15,6 @@ from ..contract import Op, RowTerm, as_tangent, node_arg, rows_of, rule, shape_o
 aten = torch.ops.aten
 
 
-def _flat(x: torch.Tensor, batched: bool) -> torch.Tensor:
-    """(N, last) rows of a value, (K, N, last) of a tangent."""
-    return x.reshape(x.shape[0], -1, x.shape[-1]) if batched else x.reshape(-1, x.shape[-1])
-
-
 @rule(aten.linear.default)
 class Linear(Op):
     """y = x W^T + b on the last axis (W: (o, i)). y' = x' W^T + x W'^T + b';
@@ -51,7 +46,7 @@ class Linear(Op):
         if tx is not None:
             out = tx @ W.T
         if tW is not None:  # (K, N, o) = x (N, i) @ W'^T (K, i, o)
-            xw = torch.matmul(_flat(x, False), tW.transpose(1, 2)).reshape(tW.shape[0], *y.shape)
+            xw = torch.matmul(rows_of(x, False), tW.transpose(1, 2)).reshape(tW.shape[0], *y.shape)
             out = xw if out is None else out.add_(xw)
         if self.has_b and ts[2] is not None:
             out = tadd(out, as_tangent(ts[2], y.shape))
@@ -61,8 +56,8 @@ class Linear(Op):
 
     def adjoint(self, xs, y, g, need):
         x, W = xs[0], xs[1]
-        g2 = _flat(g, False)
-        out = [(g @ W) if need[0] else None, (g2.T @ _flat(x, False)) if need[1] else None]
+        g2 = rows_of(g, False)
+        out = [(g @ W) if need[0] else None, (g2.T @ rows_of(x, False)) if need[1] else None]
         if self.has_b:
             out.append(g2.sum(0) if need[2] else None)
         return out
@@ -76,10 +71,10 @@ class Linear(Op):
             if tW is not None:
                 gx = tadd(gx, _g_times(g, tW))
         if need[1]:
-            gW = _xt_g(_flat(x, False), _flat(g, False), None if gt is None else _flat(gt, True), tx)
+            gW = _xt_g(rows_of(x, False), rows_of(g, False), None if gt is None else rows_of(gt, True), tx)
             gW = None if gW is None else gW.transpose(1, 2)
         if self.has_b and need[2] and gt is not None:
-            gb = _flat(gt, True).sum(1)
+            gb = rows_of(gt, True).sum(1)
         return [gx, gW, gb] if self.has_b else [gx, gW]
 
 
@@ -92,7 +87,7 @@ def _xt_g(x2, g2, gt2, tx) -> torch.Tensor | None:
     if gt2 is not None:
         out = torch.matmul(x2.T, gt2)
     if tx is not None:
-        tx2 = _flat(tx, True).transpose(1, 2)
+        tx2 = rows_of(tx, True).transpose(1, 2)
         if out is None:
             out = torch.matmul(tx2, g2)
         else:
@@ -103,7 +98,7 @@ def _xt_g(x2, g2, gt2, tx) -> torch.Tensor | None:
 def _g_times(g: torch.Tensor, tW: torch.Tensor) -> torch.Tensor:
     """(K, *g.shape[:-1], i) = g (.., o) @ W' (K, o, i)."""
     K = tW.shape[0]
-    return torch.matmul(_flat(g, False), tW).reshape(K, *g.shape[:-1], tW.shape[-1])
+    return torch.matmul(rows_of(g, False), tW).reshape(K, *g.shape[:-1], tW.shape[-1])
 
 
 @rule(aten.addmm.default)

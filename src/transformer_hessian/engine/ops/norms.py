@@ -8,17 +8,13 @@ from __future__ import annotations
 
 import torch
 
-from ..contract import Op, RowTerm, node_arg, rule, shape_of
+from ..contract import Op, RowTerm, node_arg, rows_of, rule, shape_of
 
 aten = torch.ops.aten
 
 
 def _mean(t):
     return t.mean(-1, keepdim=True)
-
-
-def _rows(t: torch.Tensor, batched: bool, d: int) -> torch.Tensor:
-    return t.reshape(t.shape[0], -1, d) if batched else t.reshape(-1, d)
 
 
 class _Norm(Op):
@@ -37,12 +33,12 @@ class _Norm(Op):
 
     def row_terms(self, i, xs, ts, y, g, gt):
         """gamma: sum_n gt_n n_n + g_n n'_n; beta: sum_n gt_n (entry by entry)."""
-        gt2 = None if gt is None else _rows(gt, True, self.d)
+        gt2 = None if gt is None else rows_of(gt, True)
         if i == 2 or not self.has_g:  # beta
             return [] if gt2 is None else [RowTerm(None, gt2)]
         out = [] if gt2 is None else [RowTerm(None, gt2 * self.n)]
         if ts[0] is not None:
-            out.append(RowTerm(None, _rows(g, False, self.d) * self._n_tangent(ts[0])[0]))
+            out.append(RowTerm(None, rows_of(g, False) * self._n_tangent(ts[0])[0]))
         return out
 
     def tangent(self, xs, ts, y):
@@ -79,7 +75,7 @@ class _Norm(Op):
     def _adjoint_parts(self, g, gam):
         """(g_n = g gamma, m = mean(g_n n)) as rows, computed once per adjoint (every sweep reads them)."""
         if getattr(self, "_parts_of", None) is not g:
-            g2 = _rows(g, False, self.d)
+            g2 = rows_of(g, False)
             gn = g2 * gam if gam is not None else g2
             self._parts_of, self._parts = g, (gn, _mean(gn * self.n))
         return self._parts
@@ -113,7 +109,7 @@ class LayerNorm(_Norm):
         self.eps = node_arg(node, 4, "eps", 1e-5)
 
     def _stats(self, x):
-        x2 = _rows(x, False, self.d)
+        x2 = rows_of(x, False)
         xc = x2 - _mean(x2)
         sigma = (_mean(xc * xc) + self.eps).sqrt()
         return xc / sigma, sigma
@@ -127,7 +123,7 @@ class LayerNorm(_Norm):
         return y.reshape(x.shape)
 
     def _n_tangent(self, tx):
-        t = _rows(tx, True, self.d)
+        t = rows_of(tx, True)
         st = _mean(self.n * t)
         return (t - _mean(t)).addcmul_(self.n, st, value=-1).div_(self.sigma), st
 
@@ -139,7 +135,7 @@ class LayerNorm(_Norm):
 
     def adjoint(self, xs, y, g, need):
         x, gam, _ = self._split(xs)
-        g2 = _rows(g, False, self.d)
+        g2 = rows_of(g, False)
         n, sigma = self.n, self.sigma
         gn = g2 * gam if gam is not None else g2
         gx = (gn - _mean(gn) - n * _mean(gn * n)) / sigma
@@ -148,9 +144,9 @@ class LayerNorm(_Norm):
     def adjoint_tangent(self, xs, ts, y, g, gt, need):
         x, gam, _ = self._split(xs)
         tx, tg, _ = self._split(ts)
-        n, sigma, d = self.n, self.sigma, self.d
-        g2 = _rows(g, False, d)
-        gt2 = None if gt is None else _rows(gt, True, d)
+        n, sigma = self.n, self.sigma
+        g2 = rows_of(g, False)
+        gt2 = None if gt is None else rows_of(gt, True)
         nt = st = None
         if tx is not None:
             nt, st = self._n_tangent(tx)
@@ -190,20 +186,20 @@ class RMSNorm(_Norm):
 
     def forward(self, xs):
         x, gam, _ = self._split(xs)
-        x2 = _rows(x, False, self.d)
+        x2 = rows_of(x, False)
         self.r = torch.rsqrt(_mean(x2 * x2) + self.eps)
         self.n = x2 * self.r
         y = self.n * gam if gam is not None else self.n
         return y.reshape(x.shape)
 
     def _n_tangent(self, tx):
-        t = _rows(tx, True, self.d)
+        t = rows_of(tx, True)
         a = _mean(self.n * t)
         return t.addcmul(self.n, a, value=-1).mul_(self.r), a
 
     def adjoint(self, xs, y, g, need):
         x, gam, _ = self._split(xs)
-        g2 = _rows(g, False, self.d)
+        g2 = rows_of(g, False)
         n, r = self.n, self.r
         gn = g2 * gam if gam is not None else g2
         gx = r * (gn - n * _mean(gn * n))
@@ -220,9 +216,9 @@ class RMSNorm(_Norm):
         docstring's terms gathered: one pass per term over the K tangents)."""
         x, gam, _ = self._split(xs)
         tx, tg, _ = self._split(ts)
-        n, r, d = self.n, self.r, self.d
-        g2 = _rows(g, False, d)
-        gt2 = None if gt is None else _rows(gt, True, d)
+        n, r = self.n, self.r
+        g2 = rows_of(g, False)
+        gt2 = None if gt is None else rows_of(gt, True)
         nt = a = None
         if tx is not None:
             nt, a = self._n_tangent(tx)
