@@ -13,6 +13,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..engine.ops.losses import NextTokenLogits, causal_lm, logits_of
+from ..util.device import synchronize
 
 
 def _flat_loss(model, ids):
@@ -28,14 +29,6 @@ def _flat_loss(model, ids):
     return loss, w0
 
 
-def sync_device(t: torch.Tensor | torch.device) -> None:
-    """Wait for a device, or the one that holds the tensor ``t`` (CUDA work is asynchronous; a
-    timer needs it done); a no-op elsewhere."""
-    dev = t if isinstance(t, torch.device) else t.device
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-
-
 def _unit_rows(rows: torch.Tensor, w0: torch.Tensor) -> torch.Tensor:
     """(len(rows), P) unit vectors e_r for the rows r, like ``w0``."""
     eye = torch.zeros(len(rows), w0.numel(), dtype=w0.dtype, device=w0.device)
@@ -46,13 +39,13 @@ def _unit_rows(rows: torch.Tensor, w0: torch.Tensor) -> torch.Tensor:
 def autograd_rows(model, ids, rows: torch.Tensor) -> tuple[torch.Tensor, float]:
     """Rows of H by reverse-over-reverse autograd (math kernel), and the seconds they took."""
     loss, w0 = _flat_loss(model, ids)
-    sync_device(w0)
+    synchronize(w0)
     t0 = time.perf_counter()
     with sdpa_kernel(SDPBackend.MATH):
         w = w0.clone().requires_grad_(True)
         (g,) = torch.autograd.grad(loss(w), w, create_graph=True)
         out = torch.stack([torch.autograd.grad(g[i], w, retain_graph=True)[0] for i in rows.tolist()])
-    sync_device(out)
+    synchronize(out)
     return out, time.perf_counter() - t0
 
 
@@ -62,7 +55,7 @@ def autograd_batched_rows(model, ids, rows: torch.Tensor, chunk: int = 64) -> tu
     kernel), and the seconds they took."""
     loss, w0 = _flat_loss(model, ids)
     eye = _unit_rows(rows, w0)
-    sync_device(w0)
+    synchronize(w0)
     t0 = time.perf_counter()
     with sdpa_kernel(SDPBackend.MATH):
         w = w0.clone().requires_grad_(True)
@@ -73,7 +66,7 @@ def autograd_batched_rows(model, ids, rows: torch.Tensor, chunk: int = 64) -> tu
                 for i in range(0, len(rows), chunk)
             ]
         )
-    sync_device(out)
+    synchronize(out)
     return out, time.perf_counter() - t0
 
 
@@ -82,7 +75,7 @@ def func_rows(model, ids, rows: torch.Tensor, chunk: int = 64) -> tuple[torch.Te
     loss, w0 = _flat_loss(model, ids)
     g = torch.func.grad(loss)
     eye = _unit_rows(rows, w0)
-    sync_device(w0)
+    synchronize(w0)
     t0 = time.perf_counter()
     with sdpa_kernel(SDPBackend.MATH):
         out = torch.cat(
@@ -91,7 +84,7 @@ def func_rows(model, ids, rows: torch.Tensor, chunk: int = 64) -> tuple[torch.Te
                 for i in range(0, len(rows), chunk)
             ]
         )
-    sync_device(out)
+    synchronize(out)
     return out, time.perf_counter() - t0
 
 
@@ -103,14 +96,14 @@ def curvlinops_rows(model, ids, rows: torch.Tensor, chunk: int = 64) -> tuple[to
     params = list(model.parameters())
     E = _unit_rows(rows, torch.cat([p.detach().reshape(-1) for p in params])).T
     data = [(ids, ids[:, 1:].reshape(-1))]
-    sync_device(E)
+    synchronize(E)
     t0 = time.perf_counter()
     with sdpa_kernel(SDPBackend.MATH):
         op = HessianLinearOperator(
             NextTokenLogits(model), torch.nn.CrossEntropyLoss(), params, data, check_deterministic=False
         )
         out = torch.cat([op @ E[:, i : i + chunk] for i in range(0, len(rows), chunk)], dim=1).T
-    sync_device(out)
+    synchronize(out)
     return out.detach(), time.perf_counter() - t0
 
 
@@ -146,8 +139,8 @@ def autograd_hvp(model, ids, V: torch.Tensor, math_kernel: bool = True, batched:
     product (after one untimed warm-up, as for the engine)."""
     prod = autograd_hvp_fn(model, ids, math_kernel, batched)
     prod(V[:, :1] if not batched else V)  # warm-up, not timed
-    sync_device(V)
+    synchronize(V)
     t0 = time.perf_counter()
     out = prod(V)
-    sync_device(out)
+    synchronize(out)
     return out, (time.perf_counter() - t0) / V.shape[1]

@@ -36,8 +36,9 @@ import torch
 from ..engine.api import block_size, prepare
 from ..engine.factored import factored_weights
 from ..engine.sweep import Progress, blocks, dense_hessian
+from ..util.device import synchronize
 from .lm_models import NanoGPT, TinyLlama
-from .lm_peers import autograd_batched_rows, autograd_hvp, autograd_rows, curvlinops_rows, func_rows, sync_device
+from .lm_peers import autograd_batched_rows, autograd_hvp, autograd_rows, curvlinops_rows, func_rows
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +68,10 @@ def gemm_rate(n: int = 2048, repeats: int = 3, device: str | torch.device = "cpu
     a @ a
     best = math.inf
     for _ in range(repeats):
-        sync_device(a)
+        synchronize(a)
         t0 = time.perf_counter()
         b = a @ a
-        sync_device(b)
+        synchronize(b)
         best = min(best, time.perf_counter() - t0)
     return 2 * n**3 / best / 1e9
 
@@ -99,15 +100,15 @@ def hvp_timings(model, ids, V: torch.Tensor) -> dict:
     op = HessianOperator(model, ids, ids, loss="causal_lm")
     for _ in range(3):  # warm-up, not timed (as for autograd); on CUDA the third captures the graphs
         op @ V[:, 0], op @ V
-    sync_device(V)
+    synchronize(V)
     t0 = time.perf_counter()
     prods["engine_hvp"] = torch.stack([op @ V[:, j] for j in range(hvps)], 1)
-    sync_device(V)
+    synchronize(V)
     out["engine_hvp_s"] = (time.perf_counter() - t0) / hvps
     prods["autograd_hvp"], out["autograd_hvp_s"] = autograd_hvp(model, ids, V)
     t0 = time.perf_counter()
     prods["engine_hvp_block"] = op @ V
-    sync_device(V)
+    synchronize(V)
     out["engine_hvp_block_s"] = (time.perf_counter() - t0) / hvps
     try:
         prods["autograd_hvp_batched"], out["autograd_hvp_batched_s"] = autograd_hvp(model, ids, V, batched=True)
@@ -135,9 +136,9 @@ def _hvp_results(out: dict, hvp: dict, HV_ref: torch.Tensor) -> None:
 
 def _first_write_s(P: int, dev: torch.device) -> float:
     """Seconds to allocate and first write a dense P x P float64 matrix on ``dev``."""
-    sync_device(torch.zeros(1, device=dev))
+    synchronize(torch.zeros(1, device=dev))
     t0 = time.perf_counter()
-    sync_device(torch.zeros(P, P, dtype=torch.float64, device=dev))
+    synchronize(torch.zeros(P, P, dtype=torch.float64, device=dev))
     return time.perf_counter() - t0
 
 
@@ -147,7 +148,7 @@ def _engine_dense(model, ids, block_bytes: int):
     run = prepare(model, ids, ids, loss="causal_lm")
     K = block_size(run, block_bytes or None)
     H = dense_hessian(run, K, Progress())
-    sync_device(H)
+    synchronize(H)
     return H, run, K, time.perf_counter() - t0
 
 

@@ -26,14 +26,6 @@ def build_problem(width: int, batch_size: int, seed: int, shape: str = "default"
     return model.to(dev), images.to(dev), labels.to(dev)
 
 
-def _synchronize(device: str) -> None:
-    """Wait for queued kernels on a CUDA device (no-op elsewhere), so wall times are complete."""
-    import torch
-
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def hessian_curvlinops_chunked(model, block: int, images, labels, chunk: int = CHUNK_COLUMNS):
     """``HessianLinearOperator @ I`` applied to blocks of ``chunk`` columns of I at a time."""
     from ..core.hessian import hessian_curvlinops

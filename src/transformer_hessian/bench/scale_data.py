@@ -102,7 +102,7 @@ def rank_main(out_dir: Path) -> None:
     import torch
 
     from ..engine.api import HessianOperator
-    from .lm_peers import sync_device
+    from ..util.device import synchronize
     from .scale_methods import Peak, build_gpt2, probe_vector
 
     spec = json.loads((out_dir / "spec.json").read_text())
@@ -133,7 +133,7 @@ def rank_main(out_dir: Path) -> None:
             barrier()
             t0 = time.perf_counter()
             hv = op @ v
-            sync_device(hv)
+            synchronize(hv)
             times.append(time.perf_counter() - t0)
         rec = {
             "rank": rank,

@@ -65,11 +65,12 @@ class Peak:
     def __init__(self, device: str):
         import torch
 
+        from ..util.device import synchronize
         from ..util.sandbox import _proc_status, _reset_peak_rss
 
         self.cuda = torch.device(device).type == "cuda"
         if self.cuda:
-            torch.cuda.synchronize()
+            synchronize(device)
             self.base = torch.cuda.memory_allocated()
             torch.cuda.reset_peak_memory_stats()
             self.reset = True
@@ -156,7 +157,7 @@ def measure(method: str, spec: dict, T: int, path: str) -> dict:
 
     import torch
 
-    from .lm_peers import sync_device
+    from ..util.device import synchronize
 
     torch.set_num_threads(spec["threads"])
     model, ids = build_gpt2(spec), token_batch(spec, T)
@@ -166,18 +167,18 @@ def measure(method: str, spec: dict, T: int, path: str) -> dict:
     if method == "curvlinops":
         out["fused_kernel"] = _curvlinops_fused(model, ids, v)
     peak = Peak(spec["device"])
-    sync_device(v)
+    synchronize(v)
     t0 = time.perf_counter()
     prod = _BUILDERS[method](model, ids, v)
-    sync_device(v)
+    synchronize(v)
     out["build_s"] = time.perf_counter() - t0
     hv = prod()  # warm-up, not timed
     times = []
     for _ in range(spec["repeats"]):
-        sync_device(v)
+        synchronize(v)
         t0 = time.perf_counter()
         hv = prod()
-        sync_device(hv)
+        synchronize(hv)
         times.append(time.perf_counter() - t0)
     out.update(hvp_times_s=times, hvp_s=statistics.median(times), peak_bytes=peak.peak(), base_bytes=peak.base)
     out["peak_reset"] = peak.reset

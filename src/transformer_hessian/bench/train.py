@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..util.device import synchronize
 from ..util.files import log, write_text
 from ..util.io import write_json
 
@@ -81,11 +82,6 @@ def flops_per_image(model, xb: torch.Tensor, yb: torch.Tensor, amp: str | None) 
         loss.backward()
     model.zero_grad(set_to_none=True)
     return counter.get_total_flops() / len(xb)
-
-
-def _sync(dev: torch.device) -> None:
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
 
 
 def _bench_data(spec: Experiment, data: dict | None, synthetic: bool, data_root: str, n_images: int) -> dict:
@@ -149,15 +145,15 @@ def bench_experiment(
     model.train()
     for s in range(warmup + steps):
         j = s % steps_per_epoch
-        _sync(device)
+        synchronize(device)
         t0 = time.perf_counter()
         idx = perm[j * bs : (j + 1) * bs]
         xb, yb = make_batch(xtr, ytr, idx, aug)
-        _sync(device)
+        synchronize(device)
         t1 = time.perf_counter()
         factor = lr_factor(s, steps_per_epoch, t)
         train_step(fwd, opt, xb, yb, amp=amp, lr=None if factor is None else t.lr * factor)
-        _sync(device)
+        synchronize(device)
         t2 = time.perf_counter()
         if s >= warmup:
             t_batch.append(t1 - t0)

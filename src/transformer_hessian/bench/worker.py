@@ -16,9 +16,10 @@ import time
 
 import numpy as np
 
+from ..util.device import synchronize
 from ..util.io import write_json
 from ..util.sandbox import _MIB, ERROR, OK, OOM, _is_oom, _MemoryCap, _proc_status, _reset_peak_rss, _rss_bytes
-from .problem import _method_fn, _synchronize, build_problem
+from .problem import _method_fn, build_problem
 
 
 def run_worker(spec: dict) -> dict:
@@ -60,7 +61,7 @@ def run_worker(spec: dict) -> dict:
     res["memory_cap_mib"] = spec["cap_bytes"] / _MIB
     on_cuda = torch.device(device).type == "cuda"
     if on_cuda:
-        torch.cuda.synchronize(device)
+        synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
     res["stage"] = "running"
     save()
@@ -131,7 +132,7 @@ def _run_under_cap(spec: dict, res: dict, fn, baseline: int, save):
                 H = None
                 t0, c0 = time.perf_counter(), time.process_time()
                 H = fn()
-                _synchronize(device)
+                synchronize(device)
                 dt, dc = time.perf_counter() - t0, time.process_time() - c0
                 if i < warm:
                     res["warmup_s"] = dt

@@ -16,6 +16,7 @@ import math
 
 import torch
 
+from ..util.device import synchronize
 from ..util.resources import available_bytes, check_dense_memory
 from .capture import capture
 from .data import one_of
@@ -214,11 +215,11 @@ class HessianOperator:
         static_in = v.clone()
         graph = torch.cuda.CUDAGraph()
         try:
-            torch.cuda.synchronize(self.device)
+            synchronize(self.device)
             with torch.cuda.graph(graph):
                 static_out = hvp_sweep(self.run, static_in)
         except Exception as err:  # noqa: BLE001 (e.g. a rule that reads a value on the host): eager
-            torch.cuda.synchronize(self.device)
+            synchronize(self.device)
             return f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
         return graph, static_in, static_out
 
