@@ -115,7 +115,8 @@ def test_record_dynamics_contents(run):
 
 
 def test_dynamics_roundtrip(tmp_path):
-    from transformer_hessian.studies.dynamics.result import load_dynamics, load_dynamics_summary, save_dynamics
+    from transformer_hessian.studies.dynamics.result import RULE, load_dynamics, save_dynamics
+    from transformer_hessian.util.io import load_keyed
 
     rng = np.random.default_rng(3)
     arrays = {"steps": np.arange(4), "names": np.array(["W_Q", "W_K"]), "W_Q": rng.normal(size=(4, 2, 3))}
@@ -124,4 +125,4 @@ def test_dynamics_roundtrip(tmp_path):
     got = load_dynamics(tmp_path / "d.npz")
     assert got["names"] == ["W_Q", "W_K"] and all(isinstance(n, str) for n in got["names"])
     np.testing.assert_array_equal(got["W_Q"], arrays["W_Q"])
-    assert load_dynamics_summary(tmp_path / "d.json") == summary
+    assert load_keyed(tmp_path / "d.json", RULE, ("steps",)) == summary

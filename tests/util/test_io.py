@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from transformer_hessian import plotting
 from transformer_hessian.studies.bounds.result import load_bounds, save_bounds
-from transformer_hessian.studies.landscape.result import load_landscape, save_landscape
+from transformer_hessian.studies.landscape.result import RESULT_KEYS, RULE, save_landscape
 from transformer_hessian.util import io
 
 
@@ -105,7 +105,7 @@ def test_numpy_values_become_json_numbers(tmp_path):
     slope = rng.normal()
     ci = rng.normal(size=2)
     save_landscape(tmp_path / "l.json", {"slope": np.float64(slope), "slope_ci95": ci, "k": np.arange(3)})
-    got = load_landscape(tmp_path / "l.json")
+    got = io.load_keyed(tmp_path / "l.json", RULE, RESULT_KEYS)
     assert got["slope"] == slope and got["slope_ci95"] == list(ci) and got["k"] == [0, 1, 2]
 
 

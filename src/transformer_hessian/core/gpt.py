@@ -50,11 +50,6 @@ class GPTConfig:
         if self.width % self.heads:
             raise ConfigError(f"GPTConfig: width {self.width} is not a multiple of heads {self.heads}")
 
-    @property
-    def head_dim(self) -> int:
-        """Width of one attention head."""
-        return self.width // self.heads
-
     def to_dict(self) -> dict:
         """The config as a plain dict (checkpoints, metrics)."""
         return asdict(self)

@@ -34,10 +34,10 @@ from ..util.io import save_metrics
 from ..util.progress import Progress
 from .checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from .loading import evaluate, load_experiment_data, model_config_for
-from .memory import _check_training_memory
+from .memory import check_training_memory
 from .recipe import autocast_context, epoch_augmentation, epoch_permutation, lr_factor, make_batch, make_optimizer
 from .result import CHECKPOINT_DIR, FINAL, INIT, METRICS
-from .resume import _newest_valid_checkpoint
+from .resume import newest_valid_checkpoint
 
 if TYPE_CHECKING:
     from ..config.settings import Experiment, Train
@@ -131,7 +131,7 @@ def _resume_or_start(
     """``(history, first epoch to run)``: resumed from the newest valid epoch checkpoint saved under
     ``resume_key`` (``init.pt`` rebuilt if it is missing or damaged), else afresh (every old
     checkpoint removed, ``init.pt`` written). ``checkpoint(epoch, history)`` is the dict to save."""
-    latest = _newest_valid_checkpoint(name, ckdir, dev)
+    latest = newest_valid_checkpoint(name, ckdir, dev)
     ck = latest[2] if latest else None
     if ck is not None and ck.get("resume_key") == resume_key and latest[0] <= epochs:
         try:
@@ -226,7 +226,7 @@ def train(name: str, spec: Experiment, data_root: str | Path, out_dir: str | Pat
     xtr, ytr = data["train_x"].to(dev), data["train_y"].to(dev)
     xva, yva = data["val_x"].to(dev), data["val_y"].to(dev)
     mcfg = model_config_for(spec, data)
-    _check_training_memory(name, mcfg, int(t.batch_size), dev)
+    check_training_memory(name, mcfg, int(t.batch_size), dev)
 
     torch.manual_seed(seed)
     model = ViT(mcfg).to(dev)

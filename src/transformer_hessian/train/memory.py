@@ -24,7 +24,9 @@ def estimate_training_bytes(model_cfg: ModelConfig, batch_size: int) -> tuple[in
     return n, 16 * n + 4 * acts
 
 
-def _check_training_memory(name: str, model_cfg: ModelConfig, batch_size: int, dev) -> None:
+def check_training_memory(name: str, model_cfg: ModelConfig, batch_size: int, dev) -> None:
+    """ConfigError naming ``experiments.<name>`` and what to lower when training needs more memory
+    (:func:`estimate_training_bytes`) than ``dev`` has available; nothing where that is unknown."""
     from ..util.resources import available_bytes, format_bytes
 
     n, need = estimate_training_bytes(model_cfg, batch_size)

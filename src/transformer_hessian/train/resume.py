@@ -20,7 +20,7 @@ def _epoch_checkpoints(ckdir: Path) -> list[tuple[int, Path]]:
     return sorted(found, reverse=True)
 
 
-def _newest_valid_checkpoint(name: str, ckdir: Path, dev) -> tuple[int, Path, dict] | None:
+def newest_valid_checkpoint(name: str, ckdir: Path, dev) -> tuple[int, Path, dict] | None:
     """The newest epoch checkpoint that verifies and loads; each one skipped is logged by name."""
     for epoch, path in _epoch_checkpoints(ckdir):
         try:

@@ -130,7 +130,7 @@ def verify_result(path: PathLike, rule: str | None = None) -> None:
         )
 
 
-def _open_npz(path: PathLike, rule: str):
+def open_npz(path: PathLike, rule: str):
     """``np.load`` (no pickles) of a verified ``.npz``; :class:`ResultError` naming it when it is damaged."""
     import zipfile
 
@@ -163,7 +163,7 @@ def load_json(path: PathLike, rule: str | None = None) -> Any:
         raise ResultError(f"{str(p)!r} is not valid JSON ({err}); delete it and rerun") from err
 
 
-def _load_keyed(path: PathLike, rule: str, keys: tuple[str, ...]) -> dict[str, Any]:
+def load_keyed(path: PathLike, rule: str, keys: tuple[str, ...]) -> dict[str, Any]:
     """:func:`load_json` of a JSON object that must hold ``keys``; the error names the missing ones."""
     obj = load_json(path, rule)
     if not isinstance(obj, dict):
@@ -204,7 +204,7 @@ def load_hessian(path: PathLike) -> dict[str, Any]:
             f"Hessian file {str(p)!r} not found; run the pipeline's hessian rule to produce it "
             f"or pass the right path as a notebook parameter"
         )
-    with _open_npz(p, "hessian") as data:
+    with open_npz(p, "hessian") as data:
         missing = [key for key in ("H", "names", "offsets") if key not in data.files]
         if missing:
             raise KeyError(f"{str(p)!r} lacks the array(s) {missing}; rerun the hessian rule")
@@ -243,7 +243,7 @@ def save_norms(path: PathLike, norms: Mapping[str, Any]) -> None:
 
 def load_norms(path: PathLike) -> dict[str, Any]:
     """Read a file written by :func:`save_norms` (a dict with the keys :data:`NORMS_KEYS`)."""
-    return _load_keyed(path, "hessian", NORMS_KEYS)
+    return load_keyed(path, "hessian", NORMS_KEYS)
 
 
 # ----------------------------------------------------------------------------- theory check
@@ -263,7 +263,7 @@ def save_theory_check(path: PathLike, result: Mapping[str, Any]) -> None:
 
 def load_theory_check(path: PathLike) -> dict[str, Any]:
     """Read a file written by :func:`save_theory_check`."""
-    return _load_keyed(path, "theory", ("stage", "blocks", "max_rel_error", "passed"))
+    return load_keyed(path, "theory", ("stage", "blocks", "max_rel_error", "passed"))
 
 
 # ----------------------------------------------------------------------------- metrics, manifest
@@ -282,7 +282,7 @@ def save_metrics(path: PathLike, metrics: Mapping[str, Any]) -> None:
 
 def load_metrics(path: PathLike) -> dict[str, Any]:
     """Read a file written by the train rule (layout: :func:`save_metrics`)."""
-    return _load_keyed(path, "train", ("experiment", "final"))
+    return load_keyed(path, "train", ("experiment", "final"))
 
 
 def load_metrics_by_experiment(paths) -> dict[str, dict[str, Any]]:
@@ -330,4 +330,4 @@ def save_summary(path: PathLike, summary: Mapping[str, Any]) -> None:
 
 def load_summary(path: PathLike) -> dict[str, Any]:
     """Read ``paper/summary.json``."""
-    return _load_keyed(path, "summary", ("provenance",))
+    return load_keyed(path, "summary", ("provenance",))

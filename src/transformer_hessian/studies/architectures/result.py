@@ -47,6 +47,6 @@ def save_result(result: dict[str, Any], path: str | os.PathLike[str]) -> None:
 
 def load_result(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a result file; ``KeyError`` names missing keys and the rule that writes the file."""
-    from ...util.io import _load_keyed
+    from ...util.io import load_keyed
 
-    return _load_keyed(path, RULE, RESULT_KEYS)
+    return load_keyed(path, RULE, RESULT_KEYS)

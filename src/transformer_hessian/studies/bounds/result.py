@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ...util.io import _load_keyed, write_json
+from ...util.io import load_keyed, write_json
 
 __all__ = ["OUTPUTS", "RESULT_KEYS", "load_bounds", "save_bounds"]
 
@@ -40,4 +40,4 @@ def save_bounds(path: str | os.PathLike[str], result: Mapping[str, Any]) -> None
 
 def load_bounds(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a file written by :func:`save_bounds`; ``KeyError`` names missing keys and the rule."""
-    return _load_keyed(path, RULE, RESULT_KEYS)
+    return load_keyed(path, RULE, RESULT_KEYS)

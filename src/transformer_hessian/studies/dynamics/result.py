@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from ...util.io import _load_keyed, _open_npz, save_npz, write_json
+from ...util.io import open_npz, save_npz, write_json
 
-__all__ = ["OUTPUTS", "load_dynamics", "load_dynamics_summary", "save_dynamics"]
+__all__ = ["OUTPUTS", "load_dynamics", "save_dynamics"]
 
 RULE = "dynamics"
 
@@ -48,12 +48,7 @@ def load_dynamics(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read the ``.npz`` of :func:`save_dynamics` into a dict of arrays (``names`` as a list of str)."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"dynamics file {str(path)!r} not found; run the pipeline's dynamics rule")
-    with _open_npz(path, RULE) as data:
+    with open_npz(path, RULE) as data:
         out = {k: np.asarray(data[k]) for k in data.files}
     out["names"] = [str(n) for n in out["names"]]
     return out
-
-
-def load_dynamics_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read the JSON summary of :func:`save_dynamics`."""
-    return _load_keyed(path, RULE, ("steps",))

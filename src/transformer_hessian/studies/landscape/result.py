@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...core.landscape import PAPER_GRANULARITY, verdict_curve  # noqa: F401  (the curve choice lives with the analysis)
-from ...util.io import _load_keyed, write_json
+from ...util.io import write_json
 
-__all__ = ["OUTPUTS", "PAPER_GRANULARITY", "RESULT_KEYS", "load_landscape", "save_landscape", "verdict_curve"]
+__all__ = ["OUTPUTS", "PAPER_GRANULARITY", "RESULT_KEYS", "save_landscape", "verdict_curve"]
 
 #: Keys every result file holds (checked on reading).
 RESULT_KEYS = ("slope", "slope_ci95")
@@ -40,8 +40,3 @@ def save_landscape(path: str | os.PathLike[str], result: Mapping[str, Any]) -> N
     granularity) plus ``experiment``.
     """
     write_json(dict(result), path)
-
-
-def load_landscape(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a file written by :func:`save_landscape`; ``KeyError`` names missing keys and the rule."""
-    return _load_keyed(path, RULE, RESULT_KEYS)

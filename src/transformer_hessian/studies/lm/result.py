@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ...util.io import _load_keyed, write_json
+from ...util.io import load_keyed, write_json
 
 __all__ = ["OUTPUTS", "load_result", "save_result"]
 
@@ -58,4 +58,4 @@ def save_result(path: PathLike, result: Mapping[str, Any]) -> None:
 def load_result(path: PathLike, rule: str) -> dict[str, Any]:
     """Read the JSON result of ``rule`` (``lm_hessian``, ``lm_landscape``, ``lm_scaling_models``,
     ``lm_scaling``, ``lm_summary``, ``lm_curvature``, ``lm_landscape2d``), checking its keys."""
-    return _load_keyed(path, rule, _KEYS[rule])
+    return load_keyed(path, rule, _KEYS[rule])

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ...util.io import _load_keyed, write_json
+from ...util.io import load_keyed, write_json
 
 __all__ = ["OUTPUTS", "load_probe", "save_probe"]
 
@@ -33,4 +33,4 @@ def save_probe(path: str | os.PathLike[str], result: Mapping[str, Any]) -> None:
 
 def load_probe(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a file written by :func:`save_probe`."""
-    return _load_keyed(path, "probe", ("theorem7_summary", "assumption1"))
+    return load_keyed(path, "probe", ("theorem7_summary", "assumption1"))

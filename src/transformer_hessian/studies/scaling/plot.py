@@ -1,6 +1,6 @@
 """Drawing of the scaling study (``paper/figures/scaling.*``) from ``results/scaling/scaling.json``.
 
-Only loads numbers written by :func:`transformer_hessian.scaling.aggregate`; computes nothing
+Only loads numbers written by :func:`transformer_hessian.studies.scaling.compute.aggregate`; computes nothing
 but what it draws (no torch).
 """
 

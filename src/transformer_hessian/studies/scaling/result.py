@@ -8,7 +8,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ...util.io import _load_keyed, load_json, write_json
+from ...util.io import load_json, load_keyed, write_json
 
 __all__ = [
     "OUTPUTS",
@@ -43,7 +43,7 @@ def save_scaling_part(path: PathLike, part: int, jobs: int, models: list[dict]) 
 
 def load_scaling_part(path: PathLike) -> dict[str, Any]:
     """Read a file written by :func:`save_scaling_part`."""
-    return _load_keyed(path, "scaling_models", ("part", "jobs", "models"))
+    return load_keyed(path, "scaling_models", ("part", "jobs", "models"))
 
 
 def save_scaling(path: PathLike, result: Mapping[str, Any]) -> None:
@@ -56,7 +56,7 @@ def save_scaling(path: PathLike, result: Mapping[str, Any]) -> None:
 
 def load_scaling(path: PathLike) -> dict[str, Any]:
     """Read a file written by :func:`save_scaling`."""
-    return _load_keyed(path, "scaling", ("rows", "fits"))
+    return load_keyed(path, "scaling", ("rows", "fits"))
 
 
 def summary_section(result: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ...util.io import _load_keyed, load_json, write_json
+from ...util.io import load_json, load_keyed, write_json
 
 __all__ = ["OUTPUTS", "RESULT_KEYS", "load_result", "load_summary", "save_result", "save_summary"]
 
@@ -39,7 +39,7 @@ def save_result(path: str | os.PathLike[str], result: Mapping[str, Any]) -> None
 
 def load_result(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a file written by :func:`save_result`; ``KeyError`` names missing keys and the rule."""
-    return _load_keyed(path, RULE, RESULT_KEYS)
+    return load_keyed(path, RULE, RESULT_KEYS)
 
 
 def save_summary(path: str | os.PathLike[str], section: Mapping[str, Any]) -> None:
