@@ -107,6 +107,60 @@ def _rows(matvec):
     return matvec
 
 
+def lanczos_basis(matvec, v0: torch.Tensor, steps: int, gen: torch.Generator, *, resume=None, save=None, who="lanczos"):
+    """The one Lanczos iteration of the package: full reorthogonalisation, ``B`` symmetric operators
+    at once; :func:`lanczos` (one Ritz pair) and :func:`.spectral.lanczos_tridiagonal` (the whole
+    tridiagonal) are read from it.
+
+    ``v0`` is ``(B, P)``; ``matvec`` maps ``(B, P) -> (B, P)`` row by row. ``m = min(steps, P)``
+    steps build orthonormal ``Q`` (``(m, B, P)``, ``q_1 = v0 / ||v0||``, each new vector
+    Gram-Schmidt orthogonalised twice against all previous ones) and the tridiagonal
+    ``T = Q^T A Q``: diagonal ``alpha`` and off-diagonal ``beta[:, :m-1]`` (each ``(B, m)``);
+    ``beta[:, m-1]`` is the norm of the next residual. On breakdown (an invariant subspace) the
+    basis continues with a random vector from ``gen`` orthogonal to it and ``beta = 0``: ``T``
+    decouples and its eigenvalues stay eigenvalues of ``A``. ``save(state)``, when given, is called
+    after every step with the whole state (steps done ``j``, ``Q``, ``alpha``, ``beta``, the next
+    ``q``, the generator's state); ``resume``, such a state, continues from it to the same numbers.
+    Returns ``(Q, alpha, beta)``; errors name ``who``."""
+    B, P = v0.shape
+    m = max(1, min(int(steps), P))
+    if resume is not None:
+        j0, Q, alpha, beta, q = resume["j"], resume["Q"], resume["alpha"], resume["beta"], resume["q"]
+        gen.set_state(resume["gen"])
+        if tuple(Q.shape) != (m, B, P):
+            raise ValueError(f"{who}: a saved basis of shape {tuple(Q.shape)}, this run's is {(m, B, P)}")
+    else:
+        j0 = 0
+        Q = v0.new_zeros(m, B, P)
+        alpha, beta = v0.new_zeros(B, m), v0.new_zeros(B, m)
+        norms = v0.norm(dim=1, keepdim=True)
+        if torch.any(norms == 0):
+            raise ValueError(f"{who}: a start vector is zero")
+        q = v0 / norms
+    for j in range(j0, m):
+        Q[j] = q
+        w = matvec(q)
+        alpha[:, j] = (w * q).sum(dim=1)
+        for _ in range(2):  # w -= Q Q^T w, twice ("twice is enough")
+            w = w - torch.einsum("jb,jbp->bp", torch.einsum("jbp,bp->jb", Q[: j + 1], w), Q[: j + 1])
+        b = w.norm(dim=1)
+        beta[:, j] = b
+        if j < m - 1:
+            broke = b <= 1e-10 * alpha[:, : j + 1].abs().amax(dim=1).clamp_min(1e-300)
+            if torch.any(broke):
+                r = torch.randn(B, P, generator=gen, dtype=v0.dtype).to(v0.device)
+                for _ in range(2):
+                    r = r - torch.einsum("jb,jbp->bp", torch.einsum("jbp,bp->jb", Q[: j + 1], r), Q[: j + 1])
+                r = r / r.norm(dim=1, keepdim=True)
+                q = torch.where(broke[:, None], r, w / torch.where(broke, 1.0, b)[:, None])
+                beta[:, j] = torch.where(broke, torch.zeros_like(b), b)
+            else:
+                q = w / b[:, None]
+        if save is not None:
+            save({"j": j + 1, "Q": Q, "alpha": alpha, "beta": beta, "q": q, "gen": gen.get_state()})
+    return Q, alpha, beta
+
+
 def lanczos(
     matvec: Callable[[torch.Tensor], torch.Tensor],
     v0: torch.Tensor,
@@ -114,67 +168,25 @@ def lanczos(
     which: str = "LM",
     seed: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Extreme eigenpair of symmetric operators by Lanczos with full reorthogonalisation.
+    """Extreme eigenpair of symmetric operators by Lanczos with full reorthogonalisation
+    (:func:`lanczos_basis`).
 
     ``v0`` is ``(P,)`` for one operator or ``(B, P)`` for ``B`` applied together (``matvec`` maps
     rows to rows, e.g. per-sample Hessians; or an operator with ``shape`` and ``@``).
-    ``m = min(n_iter, P)`` steps build an orthonormal Krylov basis ``Q`` (every new vector is
-    Gram-Schmidt orthogonalised twice against all previous ones) and the tridiagonal
-    ``T = Q^T A Q``; the Ritz pair of ``T`` is returned: ``which="LM"`` the eigenvalue of
-    largest magnitude (the spectral norm ``||A||_2`` is its absolute value), ``"LA"`` the
-    largest (algebraic) one. On breakdown (an invariant subspace is found) the basis is
-    continued with a random vector orthogonal to it (every Ritz value stays an eigenvalue
-    estimate of ``A``); with ``m = P`` the result is exact up to rounding.
+    ``m = min(n_iter, P)`` steps; the Ritz pair of ``T = Q^T A Q`` is returned: ``which="LM"`` the
+    eigenvalue of largest magnitude (the spectral norm ``||A||_2`` is its absolute value), ``"LA"``
+    the largest (algebraic) one. With ``m = P`` the result is exact up to rounding.
 
     Returns ``(theta, vector, residual)``: ``(B,)``, ``(B, P)`` (unit norm), ``(B,)`` (no batch axis
     for a 1-D ``v0``); ``residual = ||A x - theta x||`` estimated by ``|beta_m s_m|``.
     """
     if which not in ("LM", "LA"):
         raise ValueError(f"which must be 'LM' or 'LA', got {which!r}")
-    matvec = _rows(matvec)
     single = v0.ndim == 1
     V = v0.unsqueeze(0) if single else v0
-    B, P = V.shape
-    m = max(1, min(int(n_iter), P))
     gen = torch.Generator(device="cpu").manual_seed(int(seed) + 7919)
-    Q = torch.zeros(m, B, P, dtype=V.dtype, device=V.device)
-    alpha = torch.zeros(B, m, dtype=V.dtype, device=V.device)
-    beta = torch.zeros(B, m, dtype=V.dtype, device=V.device)
-    norms = V.norm(dim=1, keepdim=True)
-    if torch.any(norms == 0):
-        raise ValueError("lanczos: a start vector is zero")
-    q = V / norms
-    q_prev = torch.zeros_like(q)
-    b_prev = torch.zeros(B, dtype=V.dtype, device=V.device)
-    for j in range(m):
-        Q[j] = q
-        w = matvec(q)
-        a = (w * q).sum(dim=1)
-        w = w - a[:, None] * q - b_prev[:, None] * q_prev
-        for _ in range(2):  # full reorthogonalisation, twice ("twice is enough")
-            coeff = torch.einsum("jbp,bp->jb", Q[: j + 1], w)
-            w = w - torch.einsum("jb,jbp->bp", coeff, Q[: j + 1])
-        b = w.norm(dim=1)
-        alpha[:, j] = a
-        if j == m - 1:
-            beta[:, j] = b
-            break
-        scale = alpha[:, : j + 1].abs().amax(dim=1).clamp_min(1e-300)
-        broke = b <= 1e-10 * scale
-        if torch.any(broke):
-            # Invariant subspace: continue with a random direction orthogonal to the basis
-            # (beta = 0 decouples T, whose eigenvalues stay eigenvalues of A).
-            r = torch.randn(B, P, generator=gen, dtype=V.dtype).to(V.device)
-            for _ in range(2):
-                coeff = torch.einsum("jbp,bp->jb", Q[: j + 1], r)
-                r = r - torch.einsum("jb,jbp->bp", coeff, Q[: j + 1])
-            r = r / r.norm(dim=1, keepdim=True)
-            q_next = torch.where(broke[:, None], r, w / torch.where(broke, 1.0, b)[:, None])
-            b = torch.where(broke, torch.zeros_like(b), b)
-        else:
-            q_next = w / b[:, None]
-        beta[:, j] = b
-        q_prev, q, b_prev = q, q_next, b
+    Q, alpha, beta = lanczos_basis(_rows(matvec), V, n_iter, gen)
+    m, B = Q.shape[0], V.shape[0]
     T = torch.diag_embed(alpha) + torch.diag_embed(beta[:, :-1], 1) + torch.diag_embed(beta[:, :-1], -1)
     theta, S = torch.linalg.eigh(T)  # ascending
     idx = theta.abs().argmax(dim=1) if which == "LM" else torch.full((B,), m - 1, device=V.device)

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch.func import vmap
 
-from .krylov import hvp_operator
+from .krylov import hvp_operator, lanczos_basis
 
 Matvec = Callable[[torch.Tensor], torch.Tensor]
 
@@ -61,43 +61,8 @@ def lanczos_tridiagonal(matvec: Matvec, v0: torch.Tensor, steps: int, seed: int 
     such a state, continues from it to the same numbers as a run that was never stopped. The
     basis is then in ``state["Q"]`` (the Ritz vectors are ``Q^T s``).
     """
-    B, P = v0.shape
-    m = max(1, min(int(steps), P))
     gen = torch.Generator().manual_seed(int(seed) + 104729)
-    if resume is not None:
-        j0, Q, alpha, beta, q = resume["j"], resume["Q"], resume["alpha"], resume["beta"], resume["q"]
-        gen.set_state(resume["gen"])
-        if tuple(Q.shape) != (m, B, P):
-            raise ValueError(f"lanczos_tridiagonal: a saved basis of shape {tuple(Q.shape)}, this run's is {(m, B, P)}")
-    else:
-        j0 = 0
-        Q = v0.new_zeros(m, B, P)
-        alpha, beta = v0.new_zeros(B, m), v0.new_zeros(B, m)
-        norms = v0.norm(dim=1, keepdim=True)
-        if torch.any(norms == 0):
-            raise ValueError("lanczos_tridiagonal: a start vector is zero")
-        q = v0 / norms
-    for j in range(j0, m):
-        Q[j] = q
-        w = matvec(q)
-        alpha[:, j] = (w * q).sum(dim=1)
-        for _ in range(2):  # w -= Q Q^T w, twice ("twice is enough")
-            w = w - torch.einsum("jb,jbp->bp", torch.einsum("jbp,bp->jb", Q[: j + 1], w), Q[: j + 1])
-        b = w.norm(dim=1)
-        beta[:, j] = b
-        if j < m - 1:
-            broke = b <= 1e-10 * alpha[:, : j + 1].abs().amax(dim=1).clamp_min(1e-300)
-            if torch.any(broke):
-                r = torch.randn(B, P, generator=gen, dtype=v0.dtype).to(v0.device)
-                for _ in range(2):
-                    r = r - torch.einsum("jb,jbp->bp", torch.einsum("jbp,bp->jb", Q[: j + 1], r), Q[: j + 1])
-                r = r / r.norm(dim=1, keepdim=True)
-                q = torch.where(broke[:, None], r, w / torch.where(broke, 1.0, b)[:, None])
-                beta[:, j] = torch.where(broke, torch.zeros_like(b), b)
-            else:
-                q = w / b[:, None]
-        if save is not None:
-            save({"j": j + 1, "Q": Q, "alpha": alpha, "beta": beta, "q": q, "gen": gen.get_state()})
+    _, alpha, beta = lanczos_basis(matvec, v0, steps, gen, resume=resume, save=save, who="lanczos_tridiagonal")
     return alpha, beta
 
 
