@@ -33,7 +33,7 @@ def test_bench_models_tiny_case(tmp_path, capsys):
         "curvlinops",
     )
     assert rec["speedup"] == pytest.approx(rec[rec["fastest_correct_peer"] + "_s"] / rec["engine_s"])
-    # wte 11x8, wpe 6x8, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, ln_f (lm_head tied to wte)
+    # tok 11x8, pos 6x8, ln1, attn.qkv, attn.o, ln2, mlp.fc1, mlp.fc2, ln_f (the head tied to tok)
     assert rec["P"] == 88 + 48 + 16 + (192 + 24) + (64 + 8) + 16 + (256 + 32) + (256 + 8) + 16
     assert rec["autograd_hvp_fused_kernel"] == "ran" or rec["autograd_hvp_fused_kernel"].startswith("fails")
     # a block of vectors in one product, against autograd's vmapped double backward

@@ -335,7 +335,7 @@ def test_readme_example_runs(root):
     v = torch.randn(ns["op"].shape[0], dtype=DT)
     assert ns["op"].shape[0] == sum(p.numel() for p in model.parameters())
     assert torch.isfinite(ns["op"] @ v).all()
-    names = ["h.0.c_attn.weight", "h.0.c_attn.bias", "wte.weight"]
+    names = ["blocks.0.attn.qkv.weight", "blocks.0.attn.qkv.bias", "tok.weight"]
     assert rel_err(ns["H2"], reference(gpt, ids, ids, causal_lm, names)) <= TOL
     # the next section's data-set example: the mean over every batch's terms (the encoder's example
     # is in docs/api.md, run as a doctest)
@@ -344,7 +344,7 @@ def test_readme_example_runs(root):
     exec(compile(sec[a : sec.index("```\n", a)], "README example", "exec"), ns)  # noqa: S102
     batches = ns["batches"]
     terms = [t[:, 1:].numel() for _, t in batches]
-    names = [n for n, _ in gpt.named_parameters() if fnmatch.fnmatchcase(n, "h.1.*")]
+    names = [n for n, _ in gpt.named_parameters() if fnmatch.fnmatchcase(n, "blocks.1.*")]
     R = sum(n * reference(gpt, x, t, causal_lm, names) for n, (x, t) in zip(terms, batches, strict=True)) / sum(terms)
     assert rel_err(ns["H4"], R) <= TOL and ns["op"].n_terms == sum(terms) == 42
 

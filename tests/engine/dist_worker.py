@@ -13,7 +13,7 @@ from datetime import timedelta
 import torch
 
 from transformer_hessian import HessianOperator, exact_hessian
-from transformer_hessian.bench.lm_models import NanoGPT
+from transformer_hessian.bench.lm_models import nano_gpt
 from transformer_hessian.core.krylov import lanczos
 from transformer_hessian.core.spectral import hutchinson_trace, slq_density, top_eigenvalues
 
@@ -23,7 +23,7 @@ DT = torch.float64
 def problem():
     """A tiny decoder and seven batches of three sizes and lengths, a share of targets ignored."""
     torch.manual_seed(13)
-    model = NanoGPT(7, 6, 6, 2, 1).to(DT).eval()
+    model = nano_gpt(7, 6, 6, 2, 1).to(DT).eval()
     gen = torch.Generator().manual_seed(13)
     batches = []
     for B, T in [(2, 5), (2, 5), (1, 4), (2, 5), (1, 4), (3, 6), (2, 5)]:

@@ -12,7 +12,7 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from transformer_hessian.bench.lm_models import NanoGPT, TinyLlama  # noqa: F401  (the tests' models too)
+from transformer_hessian.bench.lm_models import TinyLlama, nano_gpt  # noqa: F401  (the tests' models too)
 
 DT = torch.float64
 #: relative Frobenius distance to autograd the issue asks for (rounding gives about 1e-15)

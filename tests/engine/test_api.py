@@ -14,12 +14,12 @@ from transformer_hessian import HessianOperator, exact_hessian, hessian_blocks, 
 from transformer_hessian.core.spectral import hutchinson_trace, top_eigenvalues
 from transformer_hessian.engine.capture import UnsupportedOperation
 
-from .models import DT, TOL, NanoGPT, rel_err
+from .models import DT, TOL, nano_gpt, rel_err
 
 
 def _gpt(seed=0, vocab=7, T=4, d=4, h=2, layers=1):
     torch.manual_seed(seed)
-    return NanoGPT(vocab, T, d, h, layers).to(DT).eval(), torch.randint(0, vocab, (2, T))
+    return nano_gpt(vocab, T, d, h, layers).to(DT).eval(), torch.randint(0, vocab, (2, T))
 
 
 def test_hvp_and_operator_equal_the_dense_hessian_on_random_vectors():
@@ -119,24 +119,26 @@ def test_params_names_globs_blocks_and_tied_weights():
     names = [n for n, _ in model.named_parameters()]
     sizes = {n: p.numel() for n, p in model.named_parameters()}
     off = {n: sum(sizes[m] for m in names[: names.index(n)]) for n in names}
-    sub = exact_hessian(model, ids, ids, loss="causal_lm", params=["h.1.c_fc.weight", "wte.weight"], progress=False)
+    sub = exact_hessian(
+        model, ids, ids, loss="causal_lm", params=["blocks.1.mlp.fc1.weight", "tok.weight"], progress=False
+    )
     a, b = (
-        slice(off["h.1.c_fc.weight"], off["h.1.c_fc.weight"] + sizes["h.1.c_fc.weight"]),
-        slice(off["wte.weight"], off["wte.weight"] + sizes["wte.weight"]),
+        slice(off["blocks.1.mlp.fc1.weight"], off["blocks.1.mlp.fc1.weight"] + sizes["blocks.1.mlp.fc1.weight"]),
+        slice(off["tok.weight"], off["tok.weight"] + sizes["tok.weight"]),
     )
     ref = torch.cat([torch.cat([H[a, a], H[a, b]], 1), torch.cat([H[b, a], H[b, b]], 1)], 0)
     assert rel_err(sub, ref) <= TOL
-    glob = exact_hessian(model, ids, ids, loss="causal_lm", params="h.0.*", progress=False)
-    h0 = [n for n in names if n.startswith("h.0.")]
+    glob = exact_hessian(model, ids, ids, loss="causal_lm", params="blocks.0.*", progress=False)
+    h0 = [n for n in names if n.startswith("blocks.0.")]
     idx = torch.cat([torch.arange(off[n], off[n] + sizes[n]) for n in h0])
     assert rel_err(glob, H[idx][:, idx]) <= TOL
-    blocks = hessian_blocks(model, ids, ids, loss="causal_lm", params="h.1.ln_*", progress=False)
+    blocks = hessian_blocks(model, ids, ids, loss="causal_lm", params="blocks.1.ln*", progress=False)
     assert set(blocks) == {
         (x, y)
-        for x in ("h.1.ln_1.weight", "h.1.ln_1.bias", "h.1.ln_2.weight", "h.1.ln_2.bias")
-        for y in ("h.1.ln_1.weight", "h.1.ln_1.bias", "h.1.ln_2.weight", "h.1.ln_2.bias")
+        for x in ("blocks.1.ln1.weight", "blocks.1.ln1.bias", "blocks.1.ln2.weight", "blocks.1.ln2.bias")
+        for y in ("blocks.1.ln1.weight", "blocks.1.ln1.bias", "blocks.1.ln2.weight", "blocks.1.ln2.bias")
     }
-    # the tied lm_head weight is wte.weight: one parameter, both uses in its rows
+    # the head is tied to tok.weight: one parameter, both uses in its rows
     assert "lm_head.weight" not in names
 
 
@@ -144,11 +146,11 @@ def test_params_names_globs_blocks_and_tied_weights():
     ("kwargs", "error", "words"),
     [
         ({"params": "nope.*"}, KeyError, "params: 'nope.*' matches no parameter"),
-        ({"params": ["h.0.c_fc.weight", "h.0.c_fc.*"]}, ValueError, "selected twice"),
+        ({"params": ["blocks.0.mlp.fc1.weight", "blocks.0.mlp.fc1.*"]}, ValueError, "selected twice"),
         ({"params": [3]}, TypeError, "params: expected names"),
         ({"loss": "hinge"}, ValueError, "loss: 'hinge' is not supported"),
         ({"mask": torch.zeros(4, 4)}, ValueError, "mask, is_causal, src_key_padding_mask: only for torch encoder"),
-        ({"engine": "encoder"}, ValueError, "engine='encoder': model is NanoGPT"),
+        ({"engine": "encoder"}, ValueError, "engine='encoder': model is GPT"),
     ],
 )
 def test_bad_arguments_name_the_argument(kwargs, error, words):
@@ -171,8 +173,8 @@ def test_bad_inputs_and_weights_are_refused():
     with pytest.raises(ValueError, match=r"inputs: has nan entries"):
         exact_hessian(layer, x, torch.zeros_like(x))
     with torch.no_grad():
-        model.h[0].c_fc.weight[0, 0] = float("inf")
-    with pytest.raises(ValueError, match=r"params: 'h\.0\.c_fc\.weight' has non-finite entries"):
+        model.blocks[0].mlp.fc1.weight[0, 0] = float("inf")
+    with pytest.raises(ValueError, match=r"params: 'blocks\.0\.mlp\.fc1\.weight' has non-finite entries"):
         exact_hessian(model, ids, ids, loss="causal_lm", progress=False)
     # a (B, T) key-padding mask with B == T is never read as a (T, T) attention mask: it has its own argument
     x = torch.randn(3, 3, 4, dtype=DT)
@@ -199,7 +201,7 @@ def _with(x, at, value):
         ("float labels", TypeError, r"targets: loss='causal_lm' takes integer class indices .* got torch\.float64"),
         ("id outside", ValueError, r"inputs: id 9 is outside the embedding's 7 rows \(0\.\.6\)"),
         ("id dict", ValueError, r"inputs\['ids'\]: id -1 is outside the embedding's 7 rows"),
-        ("inf elsewhere", ValueError, r"params: 'h\.0\.c_fc\.weight' has non-finite entries .*not selected"),
+        ("inf elsewhere", ValueError, r"params: 'blocks\.0\.mlp\.fc1\.weight' has non-finite entries .*not selected"),
         ("int to float", ValueError, r"inputs: torch\.int64 values reach aten\.linear\.default"),
         ("ce float labels", TypeError, r"targets: loss='cross_entropy' takes integer class indices"),
         ("ce label above", ValueError, r"targets: class index 3 is outside the model's 3 logits"),
@@ -219,7 +221,9 @@ def test_bad_inputs_are_answered_by_the_library(case, error, words):
         "float labels": lambda: exact_hessian(model, ids, ids.to(DT), loss="causal_lm"),
         "id outside": lambda: exact_hessian(model, _with(ids, (0, 1), 9), ids, loss="causal_lm"),
         "id dict": lambda: exact_hessian(_Keyword(model), {"ids": _with(ids, (1, 0), -1)}, ids, loss="causal_lm"),
-        "inf elsewhere": lambda: exact_hessian(_poisoned(model), ids, ids, loss="causal_lm", params="h.0.c_attn.*"),
+        "inf elsewhere": lambda: exact_hessian(
+            _poisoned(model), ids, ids, loss="causal_lm", params="blocks.0.attn.qkv.*"
+        ),
         "int to float": lambda: exact_hessian(lin, torch.randint(0, 3, (4, 3)), x),
         "ce float labels": lambda: exact_hessian(lin, x, torch.rand(4, 3, dtype=DT), loss="cross_entropy"),
         "ce label above": lambda: exact_hessian(lin, x, torch.tensor([0, 1, 3, 2]), loss="cross_entropy"),
@@ -242,7 +246,7 @@ class _Keyword(nn.Module):
 
 def _poisoned(model):
     with torch.no_grad():
-        model.h[0].c_fc.weight[0, 0] = float("inf")
+        model.blocks[0].mlp.fc1.weight[0, 0] = float("inf")
     return model
 
 
@@ -294,7 +298,7 @@ def test_blocks_of_any_size_equal_autograd(K, kind, layers, seed):
 
     torch.manual_seed(seed)
     if kind == "gpt":
-        model, inputs = NanoGPT(6, 4, 4, 2, layers, seed % 2 == 0).to(DT).eval(), torch.randint(0, 6, (2, 4))
+        model, inputs = nano_gpt(6, 4, 4, 2, layers, seed % 2 == 0).to(DT).eval(), torch.randint(0, 6, (2, 4))
         ids = inputs
     elif kind == "llama":
         model, ids = TinyLlama(11, 6, 8, 2, 1, 12, layers).to(DT).eval(), torch.randint(0, 11, (2, 6))

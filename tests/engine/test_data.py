@@ -19,7 +19,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformer_hessian import HessianOperator, exact_hessian, hessian_blocks, hvp
 from transformer_hessian.engine.data import check_sweep_memory, loss_terms, sweep_bytes
 
-from .models import DT, TOL, NanoGPT, gpt2, rel_err
+from .models import DT, TOL, gpt2, nano_gpt, rel_err
 
 HERE = Path(__file__).resolve().parent
 
@@ -63,7 +63,7 @@ def _data_reference(model, batches, names, kind="causal_lm"):
 
 def _nano(seed, vocab=7, T=6, d=4, h=2, layers=1):
     torch.manual_seed(seed)
-    return NanoGPT(vocab, T, d, h, layers).to(DT).eval()
+    return nano_gpt(vocab, T, d, h, layers).to(DT).eval()
 
 
 def _lm_batches(seed, vocab, shapes, ignore=0.25):
@@ -79,7 +79,7 @@ def _lm_batches(seed, vocab, shapes, ignore=0.25):
 
 
 @pytest.mark.slow  # seconds: captures per batch shape, autograd's Hessian or two processes
-@pytest.mark.parametrize("seed,params", [(3, None), (8, "h.0.c_*"), (21, ["ln_f.weight", "wpe.weight"])])
+@pytest.mark.parametrize("seed,params", [(3, None), (8, "blocks.0.attn.*"), (21, ["ln_f.weight", "pos.weight"])])
 def test_data_set_equals_autograd_of_the_mean_over_every_term(seed, params):
     model = _nano(seed)
     # different batch sizes and lengths, ignored tokens, and a batch whose targets are all ignored
@@ -119,7 +119,7 @@ def test_a_first_batch_that_passes_one_tensor_twice_keeps_inputs_and_targets_apa
     ids = torch.randint(0, 7, (2, 5), generator=torch.Generator().manual_seed(4))
     later = _lm_batches(9, 7, [(2, 5), (2, 5)], ignore=0.4)
     batches = [(ids, ids), *later]
-    op = HessianOperator(model, data=batches, loss="causal_lm", params="h.0.c_fc.*")
+    op = HessianOperator(model, data=batches, loss="causal_lm", params="blocks.0.mlp.fc1.*")
     H_ref, g_ref = _data_reference(model, batches, op.names)
     V = torch.randn(op.shape[0], 2, generator=torch.Generator().manual_seed(5), dtype=DT)
     assert rel_err(op @ V, H_ref @ V) <= TOL

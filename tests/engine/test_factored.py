@@ -17,7 +17,7 @@ from transformer_hessian.engine.contract import RowTerm
 from transformer_hessian.engine.ops.losses import causal_lm, cross_entropy
 from transformer_hessian.engine.sweep import dense_hessian
 
-from .models import DT, TOL, NanoGPT, TinyLlama, gpt2, llama, reference, rel_err
+from .models import DT, TOL, TinyLlama, gpt2, llama, nano_gpt, reference, rel_err
 
 SETTINGS = settings(max_examples=4, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 
@@ -78,11 +78,11 @@ def _check(model, inputs, targets, loss, loss_fn, params=None, expect=None):
 )  # fmt: skip
 def test_nanogpt_tail_factored_equals_autograd(vocab, T, h, dh, layers, bias, B, seed):
     torch.manual_seed(seed)
-    model = NanoGPT(vocab, T, h * dh, h, layers, bias).to(DT).eval()
+    model = nano_gpt(vocab, T, h * dh, h, layers, bias).to(DT).eval()
     ids = torch.randint(0, vocab, (B, T))
-    last = f"h.{layers - 1}"
+    last = f"blocks.{layers - 1}"
     # the head is tied to the embedding (used first): not factored; the last block's after attention are
-    expect = [f"{last}.c_proj.weight", f"{last}.c_fc.weight", f"{last}.mlp_proj.weight"]
+    expect = [f"{last}.attn.o.weight", f"{last}.mlp.fc1.weight", f"{last}.mlp.fc2.weight"]
     _check(model, ids, ids, "causal_lm", causal_lm, expect=expect)
 
 

@@ -16,7 +16,7 @@ from torch import nn
 from transformer_hessian import exact_hessian
 from transformer_hessian.engine.ops.losses import causal_lm, cross_entropy, mse_loss
 
-from .models import DT, TOL, HandAttentionRMS, NanoGPT, bert, gpt2, llama, reference, rel_err, vit
+from .models import DT, TOL, HandAttentionRMS, bert, gpt2, llama, nano_gpt, reference, rel_err, vit
 
 pytestmark = pytest.mark.slow
 SETTINGS = settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
@@ -34,7 +34,7 @@ def _names(model, pattern=None):
 )  # fmt: skip
 def test_nanogpt_causal_lm(vocab, T, h, dh, layers, bias, B, seed):
     torch.manual_seed(seed)
-    model = NanoGPT(vocab, T, h * dh, h, layers, bias).to(DT).eval()
+    model = nano_gpt(vocab, T, h * dh, h, layers, bias).to(DT).eval()
     ids = torch.randint(0, vocab, (B, T))
     H = exact_hessian(model, ids, ids, loss="causal_lm", progress=False)
     assert rel_err(H, reference(model, ids, ids, causal_lm, _names(model))) <= TOL

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from transformer_hessian.bench.lm_models import NanoGPT
+from transformer_hessian.bench.lm_models import nano_gpt
 
 
 def build(seed: int = 0, n: int = 6, T: int = 6):
     """(model, batches): ``n`` batches of 2 sequences, every third one token shorter."""
     torch.manual_seed(seed)
-    model = NanoGPT(7, T, 6, 2, 1).to(torch.float64).eval()
+    model = nano_gpt(7, T, 6, 2, 1).to(torch.float64).eval()
     gen = torch.Generator().manual_seed(seed)
     batches = []
     for i in range(n):

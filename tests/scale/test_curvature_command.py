@@ -48,7 +48,7 @@ def _run(out: Path, *more: str) -> dict:
 def whole(tmp_path_factory):
     """One uninterrupted run with eigenvectors and two blocks, and the dense Hessian of the data set."""
     out = tmp_path_factory.mktemp("whole")
-    res = _run(out, "--eigenvectors", "--blocks", "h.0.c_attn.*", "ln_f.*", "--block-steps", "40")
+    res = _run(out, "--eigenvectors", "--blocks", "blocks.0.attn.qkv.*", "ln_f.*", "--block-steps", "40")
     model, batches = factory.build()
     H = exact_hessian(model, data=batches, loss="causal_lm", progress=False)
     return out, res, H, model, batches
@@ -104,7 +104,16 @@ def test_numbers_are_the_dense_hessians(whole):
 def test_a_killed_run_resumes_to_the_same_numbers(whole, tmp_path):
     _, res, *_ = whole
     out = tmp_path / "killed"
-    more = ["--eigenvectors", "--blocks", "h.0.c_attn.*", "ln_f.*", "--block-steps", "40", "--checkpoint-every", "1"]
+    more = [
+        "--eigenvectors",
+        "--blocks",
+        "blocks.0.attn.qkv.*",
+        "ln_f.*",
+        "--block-steps",
+        "40",
+        "--checkpoint-every",
+        "1",
+    ]
     more += ["--keep", "no"]
     p = subprocess.Popen(_command(out, *more), env=_env(), stderr=subprocess.PIPE, text=True)
     state = out / "curvature.state.pt"

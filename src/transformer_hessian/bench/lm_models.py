@@ -1,8 +1,7 @@
-"""Small language models written with torch modules, for the engine's bench and tests: a
-nanoGPT-style GPT (token and position embeddings, pre-norm blocks with a fused ``c_attn``, causal
-fused attention, tanh-GELU, a tied LM head) and a Llama-style decoder (RMSNorm, rotary position
-embeddings, grouped-query attention, a SwiGLU MLP). ``hand_norm=True`` writes LayerNorm out by hand
-(what curvlinops and ``torch.func`` need in torch 2.14.1 to be correct)."""
+"""Small language models for the engine's bench and tests: the library's GPT built as nanoGPT
+builds it (:func:`nano_gpt`) and a Llama-style decoder (RMSNorm, rotary position embeddings,
+grouped-query attention, a SwiGLU MLP). ``hand_norm=True`` writes LayerNorm out by hand (what
+curvlinops and ``torch.func`` need in torch 2.14.1 to be correct)."""
 
 from __future__ import annotations
 
@@ -10,12 +9,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..core.gpt import GPT, GPTConfig
+
 
 class HandLayerNorm(nn.LayerNorm):
     """nn.LayerNorm written out (mean, variance, rsqrt): the same function, no ``native_layer_norm``."""
 
     def forward(self, x):
-        """The module applied to its inputs (see the class docstring)."""
+        """(x - mean) / sqrt(var + eps), times ``weight`` plus ``bias``, over the last axis."""
         mu = x.mean(-1, keepdim=True)
         var = ((x - mu) ** 2).mean(-1, keepdim=True)
         y = (x - mu) * torch.rsqrt(var + self.eps)
@@ -24,45 +25,29 @@ class HandLayerNorm(nn.LayerNorm):
         return y + self.bias if self.bias is not None else y
 
 
-class NanoBlock(nn.Module):
-    """A nanoGPT-style pre-norm block."""
-
-    def __init__(self, d: int, h: int, bias: bool = True, hand_norm: bool = False):
-        super().__init__()
-        norm = HandLayerNorm if hand_norm else nn.LayerNorm
-        self.h = h
-        self.ln_1, self.ln_2 = norm(d, bias=bias), norm(d, bias=bias)
-        self.c_attn, self.c_proj = nn.Linear(d, 3 * d, bias=bias), nn.Linear(d, d, bias=bias)
-        self.c_fc, self.mlp_proj = nn.Linear(d, 4 * d, bias=bias), nn.Linear(4 * d, d, bias=bias)
-
-    def forward(self, x):
-        """The module applied to its inputs (see the class docstring)."""
-        B, T, C = x.shape
-        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.h, C // self.h).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
-        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+def nano_gpt(vocab: int, T: int, d: int, h: int, layers: int, bias: bool = True, hand_norm: bool = False) -> GPT:
+    """The library's GPT (:mod:`transformer_hessian.core.gpt`) as nanoGPT builds it: a fused ``qkv``
+    projection (nanoGPT's ``c_attn``), tanh-GELU, torch's own initialisation; ``hand_norm`` writes
+    its LayerNorms out by hand (:func:`hand_norms`)."""
+    cfg = GPTConfig(
+        vocab=vocab, context=T, width=d, heads=h, depth=layers, bias=bias, fused_qkv=True, gelu="tanh", init_std=None
+    )
+    model = GPT(cfg)
+    return hand_norms(model) if hand_norm else model
 
 
-class NanoGPT(nn.Module):
-    """Token and position embeddings, pre-norm blocks, a final LayerNorm, the LM head tied to the
-    token embedding."""
-
-    def __init__(self, vocab: int, T: int, d: int, h: int, layers: int, bias: bool = True, hand_norm: bool = False):
-        super().__init__()
-        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(T, d)
-        self.h = nn.ModuleList([NanoBlock(d, h, bias, hand_norm) for _ in range(layers)])
-        self.ln_f = (HandLayerNorm if hand_norm else nn.LayerNorm)(d, bias=bias)
-        self.lm_head = nn.Linear(d, vocab, bias=False)
-        self.lm_head.weight = self.wte.weight
-
-    def forward(self, idx):
-        """The module applied to its inputs (see the class docstring)."""
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
-        for block in self.h:
-            x = block(x)
-        return self.lm_head(self.ln_f(x))
+def hand_norms(model: nn.Module) -> nn.Module:
+    """``model`` with every ``nn.LayerNorm`` replaced, in place, by a :class:`HandLayerNorm` holding
+    the same parameters (the same function, the same parameter names)."""
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.LayerNorm:
+                hand = HandLayerNorm(
+                    child.normalized_shape, child.eps, child.elementwise_affine, child.bias is not None
+                )
+                hand.weight, hand.bias = child.weight, child.bias
+                setattr(parent, name, hand)
+    return model
 
 
 def _rotate(x):
@@ -90,7 +75,8 @@ class LlamaBlock(nn.Module):
         )
 
     def forward(self, x, cos, sin):
-        """The module applied to its inputs (see the class docstring)."""
+        """``x + o(attention(RMSNorm(x)))`` with the rotary tables ``cos``, ``sin``, then
+        ``x + down(silu(gate(y)) * up(y))`` with y = RMSNorm(x)."""
         B, T, C = x.shape
         y = self.norm1(x)
         q = self.q(y).view(B, T, self.h, self.dh).transpose(1, 2)
@@ -120,7 +106,7 @@ class TinyLlama(nn.Module):
         self.register_buffer("sin", ang.sin(), persistent=False)
 
     def forward(self, idx):
-        """The module applied to its inputs (see the class docstring)."""
+        """Logits ``(B, T, vocab)`` of token ids ``(B, T)``."""
         T = idx.shape[1]
         x = self.emb(idx)
         cos, sin = self.cos[:T].to(x.dtype), self.sin[:T].to(x.dtype)

@@ -37,7 +37,7 @@ from ..engine.api import block_size, prepare
 from ..engine.factored import factored_weights
 from ..engine.sweep import Progress, blocks, dense_hessian
 from ..util.device import synchronize
-from .lm_models import NanoGPT, TinyLlama
+from .lm_models import TinyLlama, nano_gpt
 from .lm_peers import autograd_batched_rows, autograd_hvp, autograd_rows, curvlinops_rows, func_rows
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def build(case: dict, hand_norm: bool = False, seed: int = 0):
     """(model in float64 eval mode, token ids) of a case."""
     torch.manual_seed(seed)
     if case["kind"] == "gpt":
-        model = NanoGPT(case["vocab"], case["T"], case["d"], case["h"], case["layers"], hand_norm=hand_norm)
+        model = nano_gpt(case["vocab"], case["T"], case["d"], case["h"], case["layers"], hand_norm=hand_norm)
     else:
         model = TinyLlama(case["vocab"], case["T"], case["d"], case["h"], case["kv"], case["d_ff"], case["layers"])
     ids = torch.randint(0, case["vocab"], (case["B"], case["T"]), generator=torch.Generator().manual_seed(seed + 1))

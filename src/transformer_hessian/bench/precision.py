@@ -23,11 +23,11 @@ def precision_table(
 ) -> dict:
     """Relative errors ``||Hv - H64 v|| / ||H64 v||`` of a nanoGPT-style decoder's data-set operator
     in each (dtype, accumulate) against float64, on one seeded vector."""
-    from ..bench.lm_models import NanoGPT
+    from ..bench.lm_models import nano_gpt
     from ..engine.api import HessianOperator
 
     torch.manual_seed(seed)
-    m64 = NanoGPT(vocab, T, d, heads, layers).to(torch.float64).eval()
+    m64 = nano_gpt(vocab, T, d, heads, layers).to(torch.float64).eval()
     gen = torch.Generator().manual_seed(seed)
     data = [(x, x) for x in (torch.randint(0, vocab, (B, T), generator=gen) for _ in range(batches))]
     ref = HessianOperator(m64, data=data, loss="causal_lm")
