@@ -106,9 +106,9 @@ def test_cli_prints_table(cli_run):
 def test_memory_cap_tells_when_the_address_space_is_at_its_limit():
     """Near the RLIMIT_AS cap a failed allocation can surface as any exception (seen: an OSError
     from inspect.getsource); the worker then asks the cap whether it was at its limit."""
-    from transformer_hessian.util.sandbox import _MemoryCap, _rss_bytes
+    from transformer_hessian.util.sandbox import MemoryCap, rss_bytes
 
-    cap = _MemoryCap(1 << 30, _rss_bytes(), lambda rss: None)
+    cap = MemoryCap(1 << 30, rss_bytes(), lambda rss: None)
     assert not cap.at_limit()  # not armed
     cap.arm()
     try:

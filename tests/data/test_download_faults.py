@@ -155,10 +155,10 @@ def test_download_faults_leave_nothing_and_end_in_bounded_time(server, tmp_path)
     # a stale 0-byte .part left by a killed run (dead pid on this host) goes; a live one stays
     folder = tmp_path / "stale" / "mnist"
     folder.mkdir(parents=True)
-    from transformer_hessian.util.tempfiles import _host_tag
+    from transformer_hessian.util.tempfiles import host_tag
 
-    dead = folder / f".blob.bin.{_host_tag()}.{_dead_pid()}.abcdefgh.part"
-    live = folder / f".blob.bin.{_host_tag()}.{os.getpid()}.abcdefgh.part"
+    dead = folder / f".blob.bin.{host_tag()}.{_dead_pid()}.abcdefgh.part"
+    live = folder / f".blob.bin.{host_tag()}.{os.getpid()}.abcdefgh.part"
     dead.touch()
     live.touch()
     download("mnist", tmp_path / "stale", mirror=f"{server.base}/ok/", resources=res, timeout=2, deadline=5)

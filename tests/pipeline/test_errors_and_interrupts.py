@@ -300,10 +300,10 @@ def test_kill_at_random_moment_of_each_rule_then_make_reproduce(tmp_path, env):
         started |= set(_started(text)) & set(rules)
         # a 0-byte temp file as a kill inside save_figure would leave it (made by a dead process)
         if target in notebooks:
-            from transformer_hessian.util.tempfiles import _host_tag
+            from transformer_hessian.util.tempfiles import host_tag
 
             (work / "paper/figures").mkdir(parents=True, exist_ok=True)
-            (work / f"paper/figures/.fig3.pdf.{_host_tag()}.{_dead_pid()}.abcdefgh.pdf.tmp").touch()
+            (work / f"paper/figures/.fig3.pdf.{host_tag()}.{_dead_pid()}.abcdefgh.pdf.tmp").touch()
     # ... and the run that must simply finish. Before it, the landscape experiment's final.pt is
     # damaged and a landscape setting changed, so the landscape job must run again and needs it:
     # the run must set final.pt aside, retrain (resuming from the epoch checkpoints, same weights)

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from ..util.io import write_json
-from ..util.sandbox import _MIB, _WATCHDOG_EXIT, ERROR, OK, OOM, TIMEOUT, _tail
+from ..util.sandbox import ERROR, MIB, OK, OOM, TIMEOUT, WATCHDOG_EXIT, log_tail
 from .methods import DESCRIPTIONS, FALLBACK, LABELS
 from .settings import BenchSettings, n_group_params
 
@@ -97,7 +97,7 @@ def _row(label: str, width: int, s: BenchSettings, spec: dict, res: dict, wall: 
         "baseline_rss_mib": res.get("baseline_rss_mib"),
         "peak_rss_mib": res.get("peak_rss_mib"),
         "peak_above_baseline_mib": res.get("peak_above_baseline_mib"),
-        "memory_cap_mib": s.cap_bytes(label) / _MIB,
+        "memory_cap_mib": s.cap_bytes(label) / MIB,
         "memory_mechanisms": res.get("memory_mechanisms"),
         "peak_source": res.get("peak_source"),
         "peak_device_mib": res.get("peak_device_mib"),
@@ -128,7 +128,7 @@ def _judge(row: dict, res: dict, rc: int, timed_out: bool, timeout: float, log_p
         )
     elif row["status"] == OOM:
         pass
-    elif rc == _WATCHDOG_EXIT:
+    elif rc == WATCHDOG_EXIT:
         # the watchdog exits with this code even when its own report could not be written (the
         # child is over its cap, so the write itself may fail to allocate): the code says who
         row["status"], row["oom_by"] = OOM, "rss_watchdog"
@@ -137,7 +137,7 @@ def _judge(row: dict, res: dict, rc: int, timed_out: bool, timeout: float, log_p
         row["status"] = OOM if rc == -signal.SIGKILL else ERROR
         if row["status"] == OOM:
             row["oom_by"] = "SIGKILL (kernel OOM killer?)"
-        row["message"] = (row["message"] or "") + f" [exit code {rc}, stage {res.get('stage')}] " + _tail(log_path)
+        row["message"] = (row["message"] or "") + f" [exit code {rc}, stage {res.get('stage')}] " + log_tail(log_path)
     if row["status"] == OK:
         if len(row["times_s"]) != repeats:
             row["status"], row["message"] = ERROR, f"{len(row['times_s'])} timed runs, expected {repeats}"

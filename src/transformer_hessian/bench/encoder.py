@@ -141,18 +141,18 @@ def _hessian(method: str, shape: dict, seed: int):
 def _child(method: str, shape: dict, seed: int, repeats: int, path: str, queue) -> None:
     import torch
 
-    from ..util.sandbox import _proc_status, _reset_peak_rss
+    from ..util.sandbox import proc_status, reset_peak_rss
 
     try:
         run = _hessian(method, shape, seed)
-        base = _proc_status().get("VmRSS", 0)
-        _reset_peak_rss()
+        base = proc_status().get("VmRSS", 0)
+        reset_peak_rss()
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
             H = run()
             times.append(time.perf_counter() - t0)
-        peak = _proc_status().get("VmHWM", 0)
+        peak = proc_status().get("VmHWM", 0)
         torch.save(H, path)
         queue.put({"times_s": times, "peak_above_baseline_mib": (peak - base) / 2**20, "P": H.shape[0]})
     except Exception as err:  # noqa: BLE001 - reported in the table, the other methods still run

@@ -89,7 +89,7 @@ def _case_child(shape: dict, seed: int, repeats: int, queue) -> None:
     from torch.utils.flop_counter import FlopCounterMode
 
     from ..encoder.api import exact_hessian
-    from ..util.sandbox import _proc_status, _reset_peak_rss
+    from ..util.sandbox import proc_status, reset_peak_rss
     from .encoder_problems import build_problem
 
     try:
@@ -106,15 +106,15 @@ def _case_child(shape: dict, seed: int, repeats: int, queue) -> None:
         P = H.shape[0]
         del H
         gc.collect()
-        base = _proc_status().get("VmRSS", 0)
-        reset = _reset_peak_rss()
+        base = proc_status().get("VmRSS", 0)
+        reset = reset_peak_rss()
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
             H = run()
             times.append(time.perf_counter() - t0)
             del H
-        peak = _proc_status().get("VmHWM", 0)
+        peak = proc_status().get("VmHWM", 0)
         queue.put(
             {
                 "P": P,

@@ -66,7 +66,7 @@ class Peak:
         import torch
 
         from ..util.device import synchronize
-        from ..util.sandbox import _proc_status, _reset_peak_rss
+        from ..util.sandbox import proc_status, reset_peak_rss
 
         self.cuda = torch.device(device).type == "cuda"
         if self.cuda:
@@ -75,18 +75,18 @@ class Peak:
             torch.cuda.reset_peak_memory_stats()
             self.reset = True
         else:
-            self.base = _proc_status().get("VmRSS", 0)
-            self.reset = _reset_peak_rss()
+            self.base = proc_status().get("VmRSS", 0)
+            self.reset = reset_peak_rss()
 
     def peak(self) -> int:
         """The peak so far (bytes)."""
         import torch
 
-        from ..util.sandbox import _proc_status
+        from ..util.sandbox import proc_status
 
         if self.cuda:
             return int(torch.cuda.max_memory_allocated())
-        return _proc_status().get("VmHWM", 0)
+        return proc_status().get("VmHWM", 0)
 
 
 def _engine(model, ids, v):

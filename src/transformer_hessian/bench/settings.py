@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..util.sandbox import _MIB
+from ..util.sandbox import MIB
 from .methods import LABELS, METHODS, TOLERANCE
 
 
@@ -47,7 +47,7 @@ class BenchSettings:
     def cap_bytes(self, label: str) -> int:
         """Memory cap of method ``label`` above its baseline, in bytes."""
         if label in self.cap_overrides_mib:
-            return int(self.cap_overrides_mib[label] * _MIB)
+            return int(self.cap_overrides_mib[label] * MIB)
         return int(self.memory_cap_gib * 2**30)
 
 

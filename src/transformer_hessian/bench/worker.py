@@ -18,7 +18,7 @@ import numpy as np
 
 from ..util.device import synchronize
 from ..util.io import write_json
-from ..util.sandbox import _MIB, ERROR, OK, OOM, _is_oom, _MemoryCap, _proc_status, _reset_peak_rss, _rss_bytes
+from ..util.sandbox import ERROR, MIB, OK, OOM, MemoryCap, is_oom, proc_status, reset_peak_rss, rss_bytes
 from .problem import _method_fn, build_problem
 
 
@@ -55,10 +55,10 @@ def run_worker(spec: dict) -> dict:
 
     res["n_params"] = int(group_layout(model, 0)[2][-1])
     gc.collect()
-    baseline = _rss_bytes()
-    res["baseline_rss_mib"] = baseline / _MIB
-    res["peak_source"] = "VmHWM" if _reset_peak_rss() else "ru_maxrss"
-    res["memory_cap_mib"] = spec["cap_bytes"] / _MIB
+    baseline = rss_bytes()
+    res["baseline_rss_mib"] = baseline / MIB
+    res["peak_source"] = "VmHWM" if reset_peak_rss() else "ru_maxrss"
+    res["memory_cap_mib"] = spec["cap_bytes"] / MIB
     on_cuda = torch.device(device).type == "cuda"
     if on_cuda:
         synchronize(device)
@@ -66,14 +66,14 @@ def run_worker(spec: dict) -> dict:
     res["stage"] = "running"
     save()
     H = _run_under_cap(spec, res, fn, baseline, save)
-    st = _proc_status()
+    st = proc_status()
     peak = (
         st.get("VmHWM") if res["peak_source"] == "VmHWM" else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     )
-    res["peak_rss_mib"] = peak / _MIB
-    res["peak_above_baseline_mib"] = max(peak - baseline, 0) / _MIB
+    res["peak_rss_mib"] = peak / MIB
+    res["peak_above_baseline_mib"] = max(peak - baseline, 0) / MIB
     if on_cuda:
-        res["peak_device_mib"] = torch.cuda.max_memory_allocated(device) / _MIB
+        res["peak_device_mib"] = torch.cuda.max_memory_allocated(device) / MIB
     res["stage"] = "done"
     if res["status"] == OK:
         H = H.detach().to("cpu")
@@ -114,14 +114,13 @@ def _run_under_cap(spec: dict, res: dict, fn, baseline: int, save):
             status=OOM,
             stage="killed by RSS watchdog",
             oom_by="rss_watchdog",
-            peak_rss_mib=rss / _MIB,
-            peak_above_baseline_mib=max(rss - baseline, 0) / _MIB,
-            message=f"RSS {rss / _MIB:.0f} MiB exceeded baseline + cap "
-            f"({(baseline + spec['cap_bytes']) / _MIB:.0f} MiB)",
+            peak_rss_mib=rss / MIB,
+            peak_above_baseline_mib=max(rss - baseline, 0) / MIB,
+            message=f"RSS {rss / MIB:.0f} MiB exceeded baseline + cap ({(baseline + spec['cap_bytes']) / MIB:.0f} MiB)",
         )
         write_json(snapshot, spec["result"], sealed=False)
 
-    cap = _MemoryCap(spec["cap_bytes"], baseline, fire)
+    cap = MemoryCap(spec["cap_bytes"], baseline, fire)
     res["memory_mechanisms"] = cap.mechanisms  # filled in by arm()
     H = None
     try:
@@ -145,7 +144,7 @@ def _run_under_cap(spec: dict, res: dict, fn, baseline: int, save):
         res["status"] = OK
     except BaseException as err:  # noqa: BLE001 - every failure becomes a row, never a crash
         H = None
-        oom = _is_oom(err)
+        oom = is_oom(err)
         near_cap = not oom and cap.at_limit()  # a failed allocation seen as another error
         res["status"] = OOM if oom or near_cap else ERROR
         res["message"] = f"{type(err).__name__}: {str(err)[:500]}"

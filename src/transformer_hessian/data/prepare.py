@@ -57,20 +57,20 @@ def _check_tar_members(name: str, archive: Path) -> None:
 
 
 def _extract_prefix() -> str:
-    from ..util.tempfiles import _host_tag
+    from ..util.tempfiles import host_tag
 
-    return f".extract-{_host_tag()}-{os.getpid()}-"
+    return f".extract-{host_tag()}-{os.getpid()}-"
 
 
 def remove_stale_extract_dirs(folder: Path) -> None:
     """Remove ``.extract-<host>-<pid>-*`` folders of dead processes on this host (killed extractions)."""
-    from ..util.tempfiles import _host_tag, _pid_alive
+    from ..util.tempfiles import host_tag, pid_alive
 
-    prefix = f".extract-{_host_tag()}-"
+    prefix = f".extract-{host_tag()}-"
     for d in folder.glob(".extract-*"):
         rest = d.name[len(prefix) :] if d.name.startswith(prefix) else ""
         pid = rest.split("-", 1)[0]
-        if d.is_dir() and pid.isdigit() and not _pid_alive(int(pid)):
+        if d.is_dir() and pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(d, ignore_errors=True)
             log.info("removed %s, left by an interrupted extraction", d)
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     pass
 
-from .tempfiles import _host_tag, remove_stale_temp_files
+from .tempfiles import host_tag, remove_stale_temp_files
 
 log = logging.getLogger("transformer_hessian")
 
@@ -39,7 +39,7 @@ def atomic_path(path: str | Path, suffix: str | None = None):
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temp_files(path.parent, path.name)
     fd, tmp = tempfile.mkstemp(
-        prefix=f".{path.name}.{_host_tag()}.{os.getpid()}.", suffix=suffix or path.suffix, dir=path.parent
+        prefix=f".{path.name}.{host_tag()}.{os.getpid()}.", suffix=suffix or path.suffix, dir=path.parent
     )
     os.close(fd)
     try:

@@ -1,7 +1,7 @@
 """Process sandbox of the benchmarks: peak resident memory, a memory cap, OOM detection.
 
 A benchmark child measures its RSS after imports (the baseline), resets the kernel's
-high-water mark, and runs under :class:`_MemoryCap`: ``RLIMIT_AS`` = current address space +
+high-water mark, and runs under :class:`MemoryCap`: ``RLIMIT_AS`` = current address space +
 cap, plus a watchdog thread on the resident set (baseline + cap). Status strings of a row are
 defined here too.
 """
@@ -17,13 +17,14 @@ OK, OOM, TIMEOUT, ERROR = "ok", "out of memory", "timeout", "error"
 
 
 #: Exit code of a child whose RSS watchdog fired (it writes its result first).
-_WATCHDOG_EXIT = 86
+WATCHDOG_EXIT = 86
 
 
-_MIB = 2**20
+#: bytes in a mebibyte
+MIB = 2**20
 
 
-def _proc_status() -> dict[str, int]:
+def proc_status() -> dict[str, int]:
     """VmRSS, VmHWM, VmSize, ... of this process in bytes."""
     out = {}
     with open("/proc/self/status") as fh:
@@ -34,12 +35,13 @@ def _proc_status() -> dict[str, int]:
     return out
 
 
-def _rss_bytes() -> int:
+def rss_bytes() -> int:
+    """This process's resident memory now, in bytes (/proc/self/statm)."""
     with open("/proc/self/statm") as fh:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _reset_peak_rss() -> bool:
+def reset_peak_rss() -> bool:
     """Reset the kernel's resident high-water mark (VmHWM); False where not permitted."""
     try:
         with open("/proc/self/clear_refs", "w") as fh:
@@ -49,7 +51,8 @@ def _reset_peak_rss() -> bool:
         return False
 
 
-def _is_oom(err: BaseException) -> bool:
+def is_oom(err: BaseException) -> bool:
+    """Whether ``err`` is an allocation failure: MemoryError, or torch's RuntimeError saying so."""
     if isinstance(err, MemoryError):
         return True
     text = str(err).lower()
@@ -58,7 +61,7 @@ def _is_oom(err: BaseException) -> bool:
     )
 
 
-class _MemoryCap:
+class MemoryCap:
     """RLIMIT_AS (address space now + cap) and an RSS watchdog thread (baseline + cap)."""
 
     def __init__(self, cap_bytes: int, baseline_rss: int, on_fire):
@@ -72,19 +75,20 @@ class _MemoryCap:
     def _watch(self) -> None:
         limit = self.baseline + self.cap
         while not self._stop.wait(0.01):
-            rss = _rss_bytes()
+            rss = rss_bytes()
             if rss > limit and not self._stop.is_set():
                 try:
                     self.on_fire(rss)
                 finally:
-                    os._exit(_WATCHDOG_EXIT)
+                    os._exit(WATCHDOG_EXIT)
 
     def arm(self) -> None:
+        """Start the watchdog, then lower RLIMIT_AS to the address space now plus the cap (where allowed)."""
         self._thread.start()  # before the limit: the thread's stack is address space too
         self.mechanisms.append("rss_watchdog")
         try:
             self._old = resource.getrlimit(resource.RLIMIT_AS)
-            limit = _proc_status()["VmSize"] + self.cap
+            limit = proc_status()["VmSize"] + self.cap
             hard = self._old[1]
             if hard != resource.RLIM_INFINITY:
                 limit = min(limit, hard)
@@ -94,22 +98,24 @@ class _MemoryCap:
         except (ValueError, OSError, KeyError):
             self._old = None
 
-    def at_limit(self, margin: int = 16 * _MIB) -> bool:
+    def at_limit(self, margin: int = 16 * MIB) -> bool:
         """Whether the address space is within ``margin`` of the RLIMIT_AS that arm() set. Near
         the cap a failed allocation can surface as any exception (e.g. an OSError from a source
         file that could not be read), not only as MemoryError; this tells those apart."""
         if self.limit_as is None:
             return False
-        return _proc_status().get("VmSize", 0) >= self.limit_as - margin
+        return proc_status().get("VmSize", 0) >= self.limit_as - margin
 
     def disarm(self) -> None:
+        """Restore the RLIMIT_AS that arm() replaced and stop the watchdog."""
         if self._old is not None:
             resource.setrlimit(resource.RLIMIT_AS, self._old)
             self._old = None
         self._stop.set()
 
 
-def _tail(path: Path, n: int = 1500) -> str:
+def log_tail(path: Path, n: int = 1500) -> str:
+    """The last ``n`` characters of a log file; "" where it cannot be read."""
     try:
         return path.read_text(errors="replace")[-n:]
     except OSError:

@@ -15,12 +15,13 @@ from pathlib import Path
 log = logging.getLogger("transformer_hessian")
 
 
-def _host_tag() -> str:
+def host_tag() -> str:
     """This machine's short host name, safe inside a file name (no dots)."""
     return re.sub(r"[^A-Za-z0-9_-]", "-", socket.gethostname().split(".")[0]) or "host"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this machine (owned by anyone)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -49,7 +50,7 @@ def stale_temp_files(
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    host, now, out = _host_tag(), time.time(), []
+    host, now, out = host_tag(), time.time(), []
     pattern = f".{name}.*" if name else ".*"
     rx = (
         _TEMP_RE
@@ -63,7 +64,7 @@ def stale_temp_files(
             continue
         m = rx.match(p.name)
         if m:
-            if m["host"] == host and not _pid_alive(int(m["pid"])):
+            if m["host"] == host and not pid_alive(int(m["pid"])):
                 out.append(p)
         elif name is not None and re.fullmatch(rf"\.{re.escape(name)}\.[A-Za-z0-9_]{{8}}(\..*)?", p.name):
             try:
