@@ -67,7 +67,7 @@ MODEL_RESOURCES = dict(
 # for 4 (`threads: 4`, capped by --max-threads and --cores: 2 on a 2-core machine), the count these
 # two rules had before they reserved fewer cores. On the local executor they reserve one core
 # (REPLAY_CORES): on the default's small models they keep one core busy (CPU time = wall time in
-# benchmarks/), and the other core runs other jobs meanwhile (docs/timings.md, issue 36). On a
+# benchmarks/), and the other core runs other jobs meanwhile (docs/timings.md, "A leaner pipeline"). On a
 # cluster (and in a job there) they reserve REPLAY_THREADS, as cpus_per_task.
 REPLAY_THREADS = min(
     n for n in (4, workflow.resource_settings.max_threads, workflow.resource_settings.cores) if n is not None

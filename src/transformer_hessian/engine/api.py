@@ -24,13 +24,11 @@ from .inputs import check_inputs, encoder_call, torch_encoder
 from .sweep import Progress, Run, dense_hessian, hvp_sweep
 
 #: bytes of tangents one block may hold (the block size K follows from the model's values), at most
-#: a quarter of the memory available. Blocks this small keep a sweep's temporaries near the caches:
-#: on the bench's GPT-2-like and Llama-like models (K 20 and 37) a row costs about the same from
-#: K = 16 to 48 and 1.1-2x more at K = 346 (4 GiB), docs/timings.md
+#: a quarter of the memory available. Blocks this small keep a sweep's temporaries near the caches
+#: (docs/timings.md, "Measurements that were code comments": block sizes)
 DEFAULT_BLOCK_BYTES = 256 << 20
-#: the same on a CUDA device, where a sweep pays per kernel launch rather than per cache miss: on an
-#: H200 the GPT-2-like / Llama-like bench models' sweeps took 5.72 / 1.19 s in blocks of 256 MiB
-#: (K 20 / 38), 2.03 / 0.35 s in 1 GiB and 0.57 / 0.10 s in 4 GiB (K 335 / 619) (docs/gpu.md)
+#: the same on a CUDA device, where a sweep pays per kernel launch rather than per cache miss, so
+#: larger blocks are faster (docs/timings.md, "Measurements that were code comments": block sizes)
 CUDA_BLOCK_BYTES = 16 << 30
 
 

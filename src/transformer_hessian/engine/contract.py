@@ -167,7 +167,7 @@ class LinearOp(Op):
         raise NotImplementedError
 
     def tangent(self, xs, ts, y):
-        """y' = sum_i J_i x_i' for the K tangents (None: zero)."""
+        """``apply`` on the tangents (a missing one as zeros); None when all are missing."""
         if all(t is None for t in ts):
             return None
         K = next(t.shape[0] for t in ts if t is not None)
@@ -175,11 +175,11 @@ class LinearOp(Op):
         return self.apply(full, batched=True)
 
     def adjoint(self, xs, y, g, need):
-        """g_i = J_i^T g for each input (None where not needed or zero)."""
+        """``transpose`` of g."""
         return self.transpose(g, batched=False)
 
     def adjoint_tangent(self, xs, ts, y, g, gt, need):
-        """g_i' = J_i^T g' + sum_j <g, d^2 f/dx_i dx_j> x_j' for each input."""
+        """``transpose`` of g' (a linear map has no curvature of its own)."""
         return [None] * len(self.inputs) if gt is None else self.transpose(gt, batched=True)
 
 
@@ -227,16 +227,16 @@ class Pointwise(Op):
         return self._f2_val
 
     def tangent(self, xs, ts, y):
-        """y' = sum_i J_i x_i' for the K tangents (None: zero)."""
+        """f'(x) x'."""
         (t,) = ts
         return None if t is None else t * self._f1(xs[0], y)
 
     def adjoint(self, xs, y, g, need):
-        """g_i = J_i^T g for each input (None where not needed or zero)."""
+        """f'(x) g."""
         return [g * self._f1(xs[0], y)]
 
     def adjoint_tangent(self, xs, ts, y, g, gt, need):
-        """g_i' = J_i^T g' + sum_j <g, d^2 f/dx_i dx_j> x_j' for each input."""
+        """f'(x) g' + f''(x) g x'."""
         (x,), (t,) = xs, ts
         out = None if gt is None else gt * self._f1(x, y)
         f2g = None if t is None else self._f2g(x, y, g)

@@ -313,8 +313,8 @@ def complete_symmetric_(H: torch.Tensor, row_first: torch.Tensor, col_rank: torc
     """H in place from its swept entries (r, c) (those with ``col_rank[c] >= row_first[r]``): where
     both (r, c) and (c, r) were swept their mean, where one was, that one, tile by tile (one pass
     over H, the extra memory a few tiles). One of the two is always swept: the blocks go in the
-    order of first use. A tile swept on one side only is copied transposed, with no masks (GPT-2-like
-    bench model: 4.0 -> 0.9 s for its 6.5 GB H)."""
+    order of first use. A tile swept on one side only is copied transposed, with no masks (about 4x
+    faster than masking every tile; docs/timings.md, "Measurements that were code comments")."""
     P = H.shape[0]
     dev = H.device
     row_first, col_rank = row_first.to(dev), col_rank.to(dev)
@@ -346,9 +346,8 @@ def complete_symmetric_(H: torch.Tensor, row_first: torch.Tensor, col_rank: torc
 
 
 #: bytes of one entry's tangents a Hessian-vector product's chunk may hold: a block of vectors is
-#: swept in chunks of K columns that keep the tangents near the caches (per vector on the bench's
-#: Llama-like / GPT-2-like models: 4.9 / 10.0 ms one at a time, 2.8-3.1 / 5.2-6.0 ms at K 8, 3.7-4.1 /
-#: 6.1-6.3 ms at K 32; docs/timings.md)
+#: swept in chunks of K columns that keep the tangents near the caches (a few columns at a time beat
+#: one at a time and a few dozen; docs/timings.md, "Measurements that were code comments")
 HVP_CHUNK_BYTES = 32 << 20
 
 

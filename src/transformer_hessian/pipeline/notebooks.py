@@ -1,8 +1,8 @@
 """Run a figure notebook in this process, the way the figure rules do (``transformer-hessian notebook``).
 
 A notebook run by papermill costs a Jupyter kernel: a second Python process started and connected
-over ZeroMQ, on top of papermill's own start (about 1 s of the 2-3 s of each small figure job on
-the 2-core development machine; docs/timings.md). :func:`execute_notebook` runs the code
+over ZeroMQ, on top of papermill's own start (a large share of each small figure job; docs/timings.md,
+"Measurements that were code comments"). :func:`execute_notebook` runs the code
 cells in an IPython shell inside the calling process instead, with what a kernel gives them: the
 notebook's ``parameters`` cell followed by an ``injected-parameters`` cell (the values that
 ``papermill -p NAME VALUE`` would inject, typed as papermill types them: :func:`parameter_value`),

@@ -26,8 +26,8 @@ def _t(x):
 def _lmm(x, y):
     """x @ y for K tangents x (K, *batch, R, C) and a value y (*batch, C, M): the K axis folded into
     the rows, so that each (batch) product is one (K R, C) x (C, M) matrix product instead of K
-    small ones. Folding copies x: worth it for a narrow x (C, M the head width: 2.1x faster for
-    q' k^T at the bench's shapes), not for an attention-sized one (1.6x slower for A' v)."""
+    small ones. Folding copies x: worth it for a narrow x (C, M the head width, as in q' k^T), not
+    for an attention-sized one (A' v); docs/timings.md, "Measurements that were code comments"."""
     if x is None or y is None:
         return None
     if x.dim() != y.dim() + 1 or x.shape[1:-2] != y.shape[:-2]:

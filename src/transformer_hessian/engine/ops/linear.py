@@ -81,8 +81,8 @@ class Linear(Op):
 def _xt_g(x2, g2, gt2, tx) -> torch.Tensor | None:
     """(K, i, o) = x^T gt + tx^T g for rows x2 (N, i), g2 (N, o) and K tangents gt2 (K, N, o), tx
     (K, .., i) (either None): the adjoint tangent of a weight (transposed for ``linear``), in one
-    product and one batched product added in place (2.2x faster than gt^T x + g^T tx at the
-    bench's shapes, docs/timings.md)."""
+    product and one batched product added in place (faster than gt^T x + g^T tx formed apart;
+    docs/timings.md, "Measurements that were code comments")."""
     out = None
     if gt2 is not None:
         out = torch.matmul(x2.T, gt2)

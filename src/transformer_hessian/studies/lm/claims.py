@@ -140,7 +140,7 @@ def scaling_rows(sc: Mapping[str, Any], s, evidence: str) -> list[dict[str, Any]
         {
             "id": "lm_data_to_model_scaling",
             "claim": "switching from data scaling to model scaling near curvature stationarity",
-            "source": f"{BEYOND}; Discussion, as the study's issue reads it (sample size determination, Fig. 1)",
+            "source": f"{BEYOND}; Discussion, read as a prediction (sample size determination, Fig. 1)",
             "rule": "on the grid, past stationarity (k* at tolerance lm.tolerance reached within the model's training "
             "set) the next width lowers the validation loss more than the next data size, and before it the next "
             "data size more than the next width, each side in at least 2/3 of its cells with both neighbours (not "
