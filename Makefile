@@ -63,7 +63,7 @@ test-kill-chain: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -m kill_chain $(ARGS) $(PYTEST_ARGS)
 
 # Unit and property tests only: no snakemake jobs, no workflow or SLURM runs (marker `workflow`), and
-# none marked `slow` (the tests of tests/conftest.py SLOW_IN_FAST among them); `make test` runs them all.
+# none marked `slow` (each such test carries the mark itself); `make test` runs them all.
 test-fast: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope -m "not workflow and not slow" $(ARGS) $(PYTEST_ARGS)
 

@@ -16,177 +16,12 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# `make test-fast` (-m "not workflow and not slow") also leaves out the tests below: each took 3 s or
-# more in a timed run of that selection (675 tests, 2,919 s summed, 49 min on 2 cores loaded by other
-# jobs, commit 47f16cc; per test: setup, call and teardown), and two that took 30 s or more in a second
-# run without the first 94 (the cost moved to them). They are marked `slow` at collection and
-# stay in `make test`, which runs every test. A test is named without its file (parameters included),
-# so that its entry survives a move of the file; the time is the one measured then.
-SLOW_IN_FAST = frozenset(
-    {
-        # test_bench.py
-        "test_cli_writes_json_and_markdown",  # 38 s
-        # the other readers of its module fixture (cli_run), which the first of them in a run pays: 13 s
-        "test_all_methods_agree_with_reference",
-        "test_times_memory_and_ratios_are_consistent",
-        "test_cli_prints_table",
-        # test_api_doc.py (this and the next: make test-fast of cfe45e1, load 1)
-        "test_api_page_examples_run",  # 5 s
-        # studies/test_lm.py
-        "test_curvlinops_ggn_matches_an_independent_ggn_and_its_hessian_the_engines",  # 3 s
-        "test_fallback_reference_matches_a",  # 7 s
-        "test_method_over_memory_cap_is_recorded_not_raised",  # 32 s
-        # test_bench_paper.py
-        "test_reference_cache_is_reused",  # 35 s
-        "test_reference_runs_once_without_warmup",  # 15 s
-        # studies/test_bounds_attention.py
-        "test_project_attention_bound_holds",  # 7 s
-        # studies/test_bounds_block.py
-        "test_project_block_bound_holds",  # 13 s
-        "test_theorem6_literal_holds_for_the_papers_layernorm",  # 3 s
-        # core/test_theorem7.py (was test_bounds_landscape.py)
-        "test_nonnegative_losses_obey_the_tight_bound_on_every_ordering",  # 8 s
-        "test_off_w_star_holds_for_exact_quadratics_with_zero_gradients",  # 9 s
-        # test_check_imports.py
-        "test_the_package_keeps_the_contract",  # 5 s
-        # test_claims_compare.py
-        "test_compare_command_fails_with_one_clear_message",  # 3 s
-        # pipeline/test_cli.py
-        "test_closed_form_check_passes_and_gate_fails_on_tiny_tolerance",  # 40 s
-        "test_probe_check_catches_one_wrong_entry_and_splits_like_the_closed_form",  # 11 s
-        "test_unreachable_download_fails_with_one_clear_message",  # 8 s
-        # test_config.py
-        "test_paper_config_dry_run_builds_dag",  # 5 s
-        "test_snakemake_stops_before_any_job[experiments.hessian_digits.train.epochs--2]",  # 4 s
-        "test_snakemake_stops_before_any_job[hessian.color-red]",  # 4 s
-        # test_data.py
-        "test_digits_needs_neither_torchvision_nor_torch_until_tensors",  # 9 s
-        # test_dynamics.py
-        "test_record_dynamics_contents",  # 13 s
-        # test_encoder_bench.py
-        "test_bench_encoder_tiny",  # 25 s
-        # test_encoder_growth.py
-        "test_tiny_real_sweep_in_process",  # 7 s
-        # test_encoder_hessian.py
-        "test_exact_hessian_matches_autograd",  # 260 s
-        "test_paper_kind_fast_path_matches_autograd",  # 77 s
-        "test_paper_kind_only_when_eligible[eps]",  # 6 s
-        "test_paper_kind_only_when_eligible[gelu]",  # 8 s
-        "test_paper_kind_only_when_eligible[mask]",  # 13 s
-        "test_factored_sweeps_equal_the_dense_sweep[pooled-1-1]",  # 6 s (make test-fast of cfe45e1, load 1)
-        "test_factored_sweeps_equal_the_dense_sweep[stack-1-1]",  # 3 s
-        "test_parallel_sweeps_equal_one_sweep_at_a_time[64]",  # 3 s
-        "test_paper_kind_only_when_eligible[mse]",  # 9 s
-        "test_paper_kind_only_when_eligible[norm_first]",  # 9 s
-        "test_paper_kind_only_when_eligible[two_heads]",  # 9 s
-        "test_small_chunks_equal_one_chunk",  # 5 s
-        "test_readme_example_runs",  # 128 s in the second run: 600 sequential reverse-over-reverse backward passes
-        # config/test_config_faults.py (these fault tests were in test_faults.py and test_faults_round2.py)
-        "test_bad_configs_stop_before_the_first_job",  # 231 s
-        "test_bad_configs_through_the_snakemake_command",  # 20 s
-        "test_good_configs_still_pass",  # 3 s
-        # data/test_download_faults.py
-        "test_download_faults_leave_nothing_and_end_in_bounded_time",  # 5 s
-        "test_download_killed_mid_transfer_then_rerun_cleans_up",  # 5 s
-        "test_download_deadline_covers_status_line_and_headers[headers]",  # 3 s
-        "test_download_deadline_covers_status_line_and_headers[status line]",  # 3 s
-        # pipeline/test_errors_and_interrupts.py
-        "test_expected_errors_print_one_message_and_no_traceback",  # 36 s
-        # test_shell_quoting.py
-        "test_hostile_strings_in_every_string_key_never_reach_a_shell",  # 90 s
-        # train/test_checkpoint_recovery.py
-        "test_damaged_checkpoint_is_recovered[latest]",  # 3 s
-        "test_every_epoch_checkpoint_damaged_starts_afresh",  # 9 s
-        # test_figure_text.py
-        "test_figure_text_is_readable_in_print[architectures]",  # 17 s
-        # the language study's five share _lm_results (9 s for the first of them in a run)
-        "test_figure_text_is_readable_in_print[lm_hessian]",
-        "test_figure_text_is_readable_in_print[lm_norms]",
-        "test_figure_text_is_readable_in_print[lm_landscape]",
-        "test_figure_text_is_readable_in_print[lm_approx]",
-        "test_figure_text_is_readable_in_print[lm_scaling]",
-        "test_figure_text_is_readable_in_print[bounds]",  # 5 s
-        "test_figure_text_is_readable_in_print[fig1]",  # 3 s
-        "test_figure_text_is_readable_in_print[scaling]",  # 41 s
-        "test_figure_text_is_readable_in_print[spectrum]",  # 75 s
-        "test_figure_text_is_readable_in_print[theorem7]",  # 32 s in the second run: the probe fixture, once fig1 left
-        # test_gpu_check.py
-        "test_gpu_check_tiny_on_cpu",  # 17 s
-        # core/test_hessian_groups.py
-        "test_all_group_hessian_matches_torch_func",  # 21 s
-        # core/test_krylov_any_module.py
-        "test_hvp_and_lanczos_on_torch_transformer_layer_match_the_dense_hessian",  # 18 s
-        # test_plotting.py
-        "test_landscape_figure_legend_smoother_and_bound",  # 6 s
-        "test_norms_figure",  # 15 s
-        "test_notebook_executes_with_papermill[fig2]",  # 6 s
-        "test_notebook_executes_with_papermill[fig3_fig4]",  # 9 s
-        "test_notebook_executes_with_papermill[fig5]",  # 10 s
-        "test_notebook_executes_with_papermill[fig6]",  # 8 s
-        "test_notebook_command_draws_the_bytes_papermill_draws",  # 9 s
-        # test_probe.py
-        "test_dense_reference_is_symmetric_and_matches_finite_differences",  # 8 s
-        "test_directional_derivatives_match_autograd",  # 37 s
-        "test_per_sample_spectral_norms_match_dense",  # 113 s
-        "test_run_probe_result_is_consistent",  # 8 s
-        "test_top_eigenpair_matches_dense_hessian[1-1]",  # 4 s
-        "test_top_eigenpair_matches_dense_hessian[2-2]",  # 8 s
-        "test_top_eigenpair_matches_dense_hessian[3-1]",  # 5 s
-        # test_registry.py
-        "test_generated_rules_run_the_registered_notebooks",  # 8 s
-        # test_rules.py
-        "test_exp_wildcard_selects_the_experiment[bounds/init.json]",  # 4 s
-        "test_exp_wildcard_selects_the_experiment[hessian/init.npz]",  # 7 s
-        "test_exp_wildcard_selects_the_experiment[theory/trained.json]",  # 3 s
-        # test_scaling.py
-        "test_cache_skips_finished_models",  # 8 s
-        "test_dry_run_without_scaling_has_no_scaling_job",  # 16 s
-        "test_scaling_figure_draws_every_panel",  # 44 s
-        "test_top_eigenvalue_matches_dense_hessian",  # 38 s
-        # test_settings.py
-        "test_round_trip_on_generated_configs",  # 7 s
-        # test_slurm_profile.py
-        "test_cli_strings_become_the_schema_types",  # 50 s
-        "test_dotted_config_key_is_refused_by_snakemake_itself",  # 7 s
-        "test_paper_config_asks_every_gpu_rule_for_a_gpu_and_the_override_removes_it",  # 17 s
-        "test_slurm_profile_dry_run_builds_the_default_dag",  # 10 s
-        # test_spectrum.py
-        "test_block_estimators_match_dense_hessian",  # 206 s
-        "test_pair_norms_match_numpy",  # 50 s
-        "test_run_spectrum_structure_and_interlacing",  # 195 s
-        "test_whole_model_top_eigenvalue_and_trace",  # 151 s
-        # test_theory_closed_forms.py
-        "test_attention_derivatives_and_loss_hessian",  # 11 s
-        "test_attention_loss_agnostic_form",  # 8 s
-        "test_block_forward_jacobians_output_hessian",  # 33 s
-        "test_block_loss_agnostic_form",  # 50 s
-        "test_block_mse_loss_hessian",  # 40 s
-        "test_everything_runs_under_no_grad",  # 17 s
-        # test_theory_factored_fast.py
-        "test_model_loss_hessian_equals_torch_func_on_unseen_shapes",  # 11 s
-        # test_theory_layernorm_params.py
-        "test_nine_group_closed_form_matches_double_backward",  # 134 s
-        "test_zero_blocks_of_the_closed_form_are_exact_zeros",  # 8 s
-        # test_theory_model.py
-        "test_block_parts_match_curvlinops_ggn_and_hessian",  # 14 s
-        "test_model_loss_hessian_matches_torch_func[False]",  # 3 s
-        "test_model_loss_hessian_matches_torch_func[True]",  # 5 s
-        # test_train.py
-        "test_killed_run_resumes_to_identical_final_weights",  # 36 s
-        "test_non_finite_loss_names_epoch_and_step",  # 9 s
-    }
-)
-
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Mark the tests of :data:`SLOW_IN_FAST` ``slow`` before ``-m`` selects (``make test-fast``), and
-    put the tests that read the session's tiny run last (in their order): the run starts at
+    """Put the tests that read the session's tiny run last (in their order): the run starts at
     collection (:class:`_EarlyTinyRun`) and much of it is waiting on SLURM's status checks, which the
-    tests before its first reader fill."""
-    for item in items:
-        if item.name in SLOW_IN_FAST:
-            item.add_marker(pytest.mark.slow)
+    tests before its first reader fill. Under xdist, order the modules for the workers (:func:`_order`)."""
     if _WORKER is not None:
         items.sort(key=_order)  # under xdist: every worker sorts alike, or xdist stops the run
     elif _tiny_run_early():
@@ -228,6 +63,7 @@ def _module(nodeid: str) -> str:
     return "tests/" + nodeid.split("::")[0].removeprefix("tests/")
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest -p no:xdist has no such hook
 def pytest_xdist_make_scheduler(config, log):
     """``make test``'s two workers: whole modules to a worker (their module fixtures built once),
     the modules of :data:`SLURM_MODULES` as one unit."""

@@ -1,4 +1,4 @@
-"""Helpers of the fault-injection tests (issues 8 and 20): not a test module, so that the tests of each
+"""Helpers of the fault-injection tests: not a test module, so that the tests of each
 fault (tests/config/test_config_faults.py, tests/config/test_yaml_file_faults.py, tests/test_shell_quoting.py,
 tests/data/test_download_faults.py, tests/data/test_crafted_dataset_files.py, tests/train/test_checkpoint_recovery.py,
 tests/pipeline/test_errors_and_interrupts.py, tests/util/test_result_file_faults.py) share them without

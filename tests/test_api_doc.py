@@ -7,11 +7,14 @@ import doctest
 import re
 from pathlib import Path
 
+import pytest
+
 import transformer_hessian as th
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "api.md"
 
 
+@pytest.mark.slow  # about 5 s
 def test_api_page_examples_run():
     result = doctest.testfile(str(DOC), module_relative=False, optionflags=doctest.ELLIPSIS, verbose=False)
     assert result.attempted > 40

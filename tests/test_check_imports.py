@@ -1,4 +1,4 @@
-"""scripts/check_imports.py (issue 17): the import contract finds planted cycles, upward imports and
+"""scripts/check_imports.py: the import contract finds planted cycles, upward imports and
 unplaced modules in a temporary package, sees function-body and relative imports, and passes on the
 package itself."""
 
@@ -130,6 +130,7 @@ def test_relative_imports_resolve_from_packages_and_modules(checker, tmp_path):
     assert ups == ["pkg.core (mid) imports pkg.app (high)", "pkg.core.a (mid) imports pkg.app (high)"]
 
 
+@pytest.mark.slow  # about 5 s
 def test_the_package_keeps_the_contract():
     proc = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-4000:]

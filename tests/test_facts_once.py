@@ -1,4 +1,4 @@
-"""Facts typed once (issue 17): the parameter count, the group layout, the JSON encoding and Theorem 7's
+"""Facts typed once: the parameter count, the group layout, the JSON encoding and Theorem 7's
 right-hand side each have one home; the callers agree with it and with an independent computation."""
 
 import json
@@ -134,7 +134,7 @@ def test_one_table_of_data_sets(root):
     assert first3(DATASET_SHAPES) == {"digits": (8, 1, 10), "mnist": (28, 1, 10), "cifar100": (32, 3, 100)}
     assert first3(DATASET_TRAIN) == {"digits": 1797, "mnist": 60000, "cifar100": 50000}
     assert first3(IMAGE_SIZES) == {"digits": 8, "mnist": 28, "cifar100": 32}
-    # the wordings as they were typed before the table (issue 17); cifar100 in the MNIST experiments'
+    # the wordings as they were typed before the table; cifar100 in the MNIST experiments'
     # figures (bounds, dynamics) now says it stands in, as every other text does
     # the claim rows name a data set with datanames.described (the paper's names)
     assert first3(datanames.PAPER_NAMES) == {"digits": "8x8 digits", "mnist": "MNIST", "cifar100": "CIFAR-100"}

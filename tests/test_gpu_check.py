@@ -1,4 +1,4 @@
-"""scripts/gpu_check.py (issue 22) at tiny sizes on the CPU: every section present, ok or skipped
+"""scripts/gpu_check.py at tiny sizes on the CPU: every section present, ok or skipped
 for a stated CUDA-only / not-available reason, finite numbers, the closed-form Hessians equal to
 reverse-over-reverse autograd, the CPU-vs-device agreement field present; the budget, the error
 capture and the numpy IDX reader (the GPU machine has no torchvision) on their own."""
@@ -62,6 +62,7 @@ def _numbers(obj, path=""):
 
 
 # About a minute of CPU time; the generous limits are for a machine shared with other jobs.
+@pytest.mark.slow  # about 17 s
 @pytest.mark.timeout(1800)
 def test_gpu_check_tiny_on_cpu(tmp_path, env, fake_mnist):
     out = tmp_path / "out"

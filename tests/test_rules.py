@@ -112,6 +112,7 @@ def _jobs(out: str) -> dict[str, list[str]]:
     return jobs
 
 
+@pytest.mark.slow  # 3-7 s a case
 @pytest.mark.parametrize("target", ["hessian/init.npz", "theory/trained.json", "bounds/init.json"])
 def test_exp_wildcard_selects_the_experiment(root, tmp_path, env, target):
     """The Hessian of landscape_digits (not the hessian experiment) is built from landscape_digits'

@@ -80,6 +80,7 @@ def _run_with_stubs(cmd: str, sandbox: Path, stubs: Path, env: dict) -> None:
     subprocess.run(["bash", "-c", cmd], cwd=sandbox, env=e, capture_output=True, timeout=60, check=False)
 
 
+@pytest.mark.slow  # about 90 s
 def test_hostile_strings_in_every_string_key_never_reach_a_shell(tmp_path, env):
     marker = tmp_path / "MARKER"
     stubs = tmp_path / "stubs"

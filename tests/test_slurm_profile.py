@@ -42,6 +42,7 @@ def paper(root):
     return yaml.safe_load((root / "config/paper.yaml").read_text())
 
 
+@pytest.mark.slow  # about 10 s
 def test_slurm_profile_dry_run_builds_the_default_dag(root, tmp_path, env):
     out = _dry_run(
         root,
@@ -61,6 +62,7 @@ def test_slurm_profile_dry_run_builds_the_default_dag(root, tmp_path, env):
             assert res["gpu"] == "0" and int(res["cpus_per_task"]) >= 1, (rule, res)
 
 
+@pytest.mark.slow  # about 17 s
 def test_paper_config_asks_every_gpu_rule_for_a_gpu_and_the_override_removes_it(root, tmp_path, env, paper):
     profile = ("--profile", str(root / "workflow/profiles/slurm"), "--configfile", str(root / "config/paper.yaml"))
     asked = _job_resources(_dry_run(root, tmp_path, env, *profile))
@@ -79,6 +81,7 @@ def test_paper_config_asks_every_gpu_rule_for_a_gpu_and_the_override_removes_it(
         )
 
 
+@pytest.mark.slow  # about 7 s
 def test_dotted_config_key_is_refused_by_snakemake_itself(root, tmp_path, env):
     # Why the README documents the nested form: snakemake rejects `resources.gpu=0` before the
     # Snakefile is read.
@@ -87,6 +90,7 @@ def test_dotted_config_key_is_refused_by_snakemake_itself(root, tmp_path, env):
     assert "valid identifier" in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow  # about 50 s
 @settings(max_examples=40, deadline=None)
 @given(
     gpu=st.integers(0, 64),

@@ -44,6 +44,7 @@ def cli_run(tmp_path_factory):
     return rc, out, buf.getvalue()
 
 
+@pytest.mark.slow  # about 38 s
 def test_cli_writes_json_and_markdown(cli_run):
     rc, out, _ = cli_run
     assert rc == 0
@@ -67,6 +68,7 @@ def test_cli_writes_json_and_markdown(cli_run):
     assert not list(out.glob(".hessian_bench*"))  # no leftover temporary files of the atomic writes
 
 
+@pytest.mark.slow  # reads the module fixture cli_run (13 s for the first reader in a run)
 def test_all_methods_agree_with_reference(cli_run):
     _, out, _ = cli_run
     rows = json.loads((out / "hessian_bench.json").read_text())["rows"]
@@ -80,6 +82,7 @@ def test_all_methods_agree_with_reference(cli_run):
     assert pipeline["resolved_method"] == "closed_form"  # single-block model: auto -> closed form
 
 
+@pytest.mark.slow  # reads cli_run (13 s for the first reader in a run)
 def test_times_memory_and_ratios_are_consistent(cli_run):
     _, out, _ = cli_run
     rows = json.loads((out / "hessian_bench.json").read_text())["rows"]
@@ -97,6 +100,7 @@ def test_times_memory_and_ratios_are_consistent(cli_run):
     assert rows[0]["ratio_to_a"] == 1.0
 
 
+@pytest.mark.slow  # reads cli_run (13 s for the first reader in a run)
 def test_cli_prints_table(cli_run):
     _, out, stdout = cli_run
     assert stdout == (out / "hessian_bench.md").read_text()
@@ -119,6 +123,7 @@ def test_memory_cap_tells_when_the_address_space_is_at_its_limit():
         cap.disarm()
 
 
+@pytest.mark.slow  # about 32 s
 def test_method_over_memory_cap_is_recorded_not_raised(tmp_path):
     """(a) forced over a 1 MiB cap: recorded as out of memory, (a') takes over as the reference."""
     s = BenchSettings(
@@ -211,6 +216,7 @@ def test_disagreement_makes_the_command_fail(monkeypatch, tmp_path, capsys):
     assert "disagree" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # about 7 s
 def test_fallback_reference_matches_a():
     """(a'), the fallback reference, gives the same matrix as (a) (hessian_curvlinops)."""
     import torch

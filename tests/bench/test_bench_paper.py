@@ -48,6 +48,7 @@ def test_paper_shape_problem_is_the_papers():
     assert labels.shape == (3,) and int(labels.max()) < 10
 
 
+@pytest.mark.slow  # about 35 s
 def test_reference_cache_is_reused(tmp_path):
     cache = tmp_path / "cache"
     common = dict(widths=[3], batch_size=4, repeats=1, methods=["a", "c"], reference_cache=str(cache), timeout=300.0)
@@ -71,6 +72,7 @@ def test_reference_cache_is_reused(tmp_path):
     assert bad["rows"][1]["agrees_with_a"] is False and not bad["passed"]
 
 
+@pytest.mark.slow  # about 15 s
 def test_reference_runs_once_without_warmup(tmp_path):
     res = benchmark(
         BenchSettings(

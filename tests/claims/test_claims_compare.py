@@ -31,6 +31,7 @@ def test_compare_lists_changed_missing_and_new_claims():
     ]
 
 
+@pytest.mark.slow  # about 3 s
 def test_compare_command_fails_with_one_clear_message(tmp_path):
     snap, run = tmp_path / "snap.json", tmp_path / "run.json"
     snap.write_text(json.dumps({"claims": [row("a", "reproduced")]}))

@@ -76,6 +76,7 @@ def test_bad_config_names_the_key(default, key, value, named):
     assert named in str(err.value)
 
 
+@pytest.mark.slow  # about 4 s a case
 @pytest.mark.parametrize("key,value", [("experiments.hessian_digits.train.epochs", -2), ("hessian.color", "red")])
 def test_snakemake_stops_before_any_job(default, root, tmp_path, env, key, value):
     cfg = copy.deepcopy(default)
@@ -88,6 +89,7 @@ def test_snakemake_stops_before_any_job(default, root, tmp_path, env, key, value
     assert "rule train" not in proc.stdout and not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow  # about 5 s
 def test_paper_config_dry_run_builds_dag(root, tmp_path, env):
     proc = snakemake_dry_run(root, tmp_path, env, "--configfile", str(root / "config/paper.yaml"), timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -175,6 +175,7 @@ def _snakefile_checks(configfile: Path) -> tuple[bool, str]:
     return True, ""
 
 
+@pytest.mark.slow  # about 231 s
 def test_bad_configs_stop_before_the_first_job(tmp_path):
     """Every bad config through the Snakefile's checks called directly; the hand-written faults and a
     seeded 4% of the generated ones (about 40) through ``snakemake -n`` in this process as well (one
@@ -212,6 +213,7 @@ def test_bad_configs_stop_before_the_first_job(tmp_path):
     assert not failures, "\n".join(failures)
 
 
+@pytest.mark.slow  # about 3 s
 def test_good_configs_still_pass(tmp_path):
     cwd = os.getcwd()
     try:
@@ -237,6 +239,7 @@ SAMPLE = [
 ]
 
 
+@pytest.mark.slow  # about 20 s
 def test_bad_configs_through_the_snakemake_command(tmp_path, env):
     """The same rejection through the real ``snakemake -n`` command line (a sample, in parallel)."""
     cases = [c for c in written_bad_configs() if c[0] in SAMPLE]
@@ -337,7 +340,7 @@ def round2_bad_configs() -> list[tuple[str, str, dict, str]]:
 
 @pytest.mark.parametrize("case", round2_bad_configs(), ids=lambda c: c[0])
 def test_bad_value_refused_at_parse_time_naming_the_key(case, tmp_path):
-    """Items 5 and 6: refused by ``snakemake -n`` before any job (never run, clamped or dropped)."""
+    """A bad value is refused by ``snakemake -n`` before any job (never run, clamped or dropped)."""
     cid, key, cfg, reason = case
     cwd = os.getcwd()
     try:
@@ -350,7 +353,7 @@ def test_bad_value_refused_at_parse_time_naming_the_key(case, tmp_path):
 
 
 def test_every_numeric_key_has_a_range():
-    """Item 5: each integer / number of the schema has an upper bound (a maximum, or a cross-key check)."""
+    """Each integer / number of the schema has an upper bound (a maximum, or a cross-key check)."""
     from transformer_hessian.config.validate import load_schema
 
     schema = load_schema()

@@ -126,6 +126,7 @@ def test_with_defaults_fills_from_the_schema_and_rejects_bad_values():
         S.Hessian.with_defaults({"experiment": "e", "colour": 1})
 
 
+@pytest.mark.slow  # about 7 s
 @settings(max_examples=15, deadline=None)
 @given(
     width=st.integers(1, 20),  # the dense Hessian must fit resources.mem_mb

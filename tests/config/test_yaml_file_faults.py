@@ -46,7 +46,7 @@ def _bomb(kind: str, levels: int = 9) -> str:
 
 @pytest.mark.parametrize("kind", ["list", "mapping"])
 def test_yaml_alias_bomb_refused_in_under_a_second(kind, tmp_path):
-    """Item 2: the project's loader counts aliases instead of expanding them (linear in the file)."""
+    """The project's loader counts aliases instead of expanding them (linear in the file)."""
     from transformer_hessian.config.yaml_file import load_yaml
     from transformer_hessian.errors import ConfigError
 
@@ -66,7 +66,7 @@ def test_yaml_alias_bomb_refused_in_under_a_second(kind, tmp_path):
 
 @pytest.mark.slow
 def test_yaml_alias_bomb_through_snakemake_and_make_reproduce(tmp_path, env):
-    """Item 2 end to end: a list bomb reaches the Snakefile's check (snakemake itself keeps list aliases
+    """Alias bombs end to end: a list bomb reaches the Snakefile's check (snakemake itself keeps list aliases
     shared); a mapping bomb, which snakemake's own config merge would expand, is refused by the run guard
     of ``make reproduce`` before snakemake starts."""
     listbomb = tmp_path / "list.yaml"
@@ -127,7 +127,7 @@ def _config_file_faults(tmp_path: Path) -> list[tuple[str, Path, str]]:
 
 
 def test_config_file_faults_one_line_each(tmp_path):
-    """Item 7: each bad --configfile is refused by the project's loader with one message naming it."""
+    """Each bad --configfile is refused by the project's loader with one message naming it."""
     from transformer_hessian.config.yaml_file import load_yaml
     from transformer_hessian.errors import ConfigError
 
@@ -142,7 +142,7 @@ def test_config_file_faults_one_line_each(tmp_path):
 
 @pytest.mark.slow
 def test_config_file_faults_through_make_reproduce_and_snakemake(tmp_path, env):
-    """Item 7: through the run guard of ``make reproduce`` (every fault) and through a plain
+    """The bad config files through the run guard of ``make reproduce`` (every fault) and through a plain
     ``snakemake -n`` for those that snakemake's own loader lets through (non-text keys)."""
     guard = [sys.executable, "-m", "transformer_hessian.pipeline.runguard", sys.executable, "-m", "snakemake", "-n"]
     for cid, path, reason in _config_file_faults(tmp_path):

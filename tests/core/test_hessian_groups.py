@@ -62,6 +62,7 @@ def _reference(model, block, x, y, groups=ALL_GROUPS):
     return torch.autograd.functional.hessian(loss, w)
 
 
+@pytest.mark.slow  # about 21 s
 @settings(
     max_examples=6,
     deadline=None,

@@ -40,6 +40,7 @@ def _setup(seed, d_model, nhead, tokens, norm_first):
     return fm, loss, H, x, y
 
 
+@pytest.mark.slow  # about 18 s
 @settings(max_examples=3, deadline=None)
 @given(
     seed=st.integers(0, 10_000),

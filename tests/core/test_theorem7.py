@@ -51,6 +51,7 @@ def test_invalid_arguments_are_rejected(bad):
         landscape_bound(**args)
 
 
+@pytest.mark.slow  # about 8 s
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(2, 9), L=st.floats(0.01, 100.0), seed=st.integers(0, 2**31 - 1))
 def test_nonnegative_losses_obey_the_tight_bound_on_every_ordering(n, L, seed):
@@ -76,6 +77,7 @@ def test_tight_bound_is_attained(k):
     assert running_gaps(signed)[k - 1] == pytest.approx(landscape_bound(k, L, 0.0, 0.0), rel=1e-14)
 
 
+@pytest.mark.slow  # about 9 s
 @settings(max_examples=40, deadline=None)
 @given(n=st.integers(2, 7), P=st.integers(1, 5), seed=st.integers(0, 2**31 - 1))
 def test_off_w_star_holds_for_exact_quadratics_with_zero_gradients(n, P, seed):

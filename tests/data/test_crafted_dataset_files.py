@@ -12,7 +12,7 @@ from fault_helpers import _Evil
 
 
 def test_cifar_pickle_verified_by_md5_and_never_runs_code(tmp_path, monkeypatch):
-    """Item 4: a crafted ``cifar-100-python/train`` is refused by its md5 and, even with a matching md5,
+    """A crafted ``cifar-100-python/train`` is refused by its md5 and, even with a matching md5,
     by the restricted unpickler: no code runs."""
     from transformer_hessian.data import DataError, load_dataset, sources
 

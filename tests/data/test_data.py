@@ -431,6 +431,7 @@ def test_cifar100_extracted_cluster_copy_needs_no_download(tmp_path, monkeypatch
         download("cifar100", tmp_path, mirror=closed_port_url(), timeout=2)
 
 
+@pytest.mark.slow  # about 9 s
 def test_digits_needs_neither_torchvision_nor_torch_until_tensors():
     """Importing the package and 'downloading' digits import no torchvision (about 2 s per job);
     loading digits imports torch (tensors) but still no torchvision."""

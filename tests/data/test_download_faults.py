@@ -1,4 +1,4 @@
-"""Download faults (fault injection, issues 8 and 20 item 3) against a local server on 127.0.0.1: 404,
+"""Download faults (fault injection) against a local server on 127.0.0.1: 404,
 500, truncated, wrong checksum, hanging, trickling, closed or refused connections, HTML instead of data,
 a kill mid-transfer, a status line or headers one byte per second, a Content-Length of 10^15, a body
 without end and a full disk. Each ends in bounded time with one message and leaves nothing behind.
@@ -118,6 +118,7 @@ def _leftovers(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
 
 
+@pytest.mark.slow  # about 5 s
 def test_download_faults_leave_nothing_and_end_in_bounded_time(server, tmp_path):
     md5 = hashlib.md5(server.body, usedforsecurity=False).hexdigest()
     res = [("blob.bin", md5)]
@@ -168,6 +169,7 @@ def test_download_faults_leave_nothing_and_end_in_bounded_time(server, tmp_path)
     _count("download faults handled", handled, len(faults) + 2)
 
 
+@pytest.mark.slow  # about 5 s
 def test_download_killed_mid_transfer_then_rerun_cleans_up(server, tmp_path, env):
     md5 = hashlib.md5(server.body, usedforsecurity=False).hexdigest()
     code = (
@@ -241,13 +243,14 @@ def _huge(conn, stop):
         conn.sendall(block)
 
 
+@pytest.mark.slow  # about 3 s a case
 @pytest.mark.parametrize(
     "case",
     [("status line", b"HTTP/1.1 2"), ("headers", b"HTTP/1.1 200 OK\r\nX-Slow: ")],
     ids=lambda c: c[0],
 )
 def test_download_deadline_covers_status_line_and_headers(case, tmp_path):
-    """Item 3: one header byte per second no longer outlasts ``data.deadline``."""
+    """One header byte per second no longer outlasts ``data.deadline``."""
     from transformer_hessian.data import DataError, download
     from transformer_hessian.data.transfer import user_agent
 
@@ -265,7 +268,7 @@ def test_download_deadline_covers_status_line_and_headers(case, tmp_path):
 
 
 def test_download_refuses_content_length_above_the_known_size_and_full_disk(tmp_path, monkeypatch):
-    """Item 3: a Content-Length of 10^15 is refused before anything is written; so is a file that does not
+    """A Content-Length of 10^15 is refused before anything is written; so is a file that does not
     fit the free disk space; a body that runs past the known size is cut off."""
     from transformer_hessian.data import DataError, download
     from transformer_hessian.data.transfer import user_agent

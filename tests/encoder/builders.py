@@ -54,10 +54,6 @@ def reference_hessian(model, x, t, *, loss="mse", head=None, params=None, mask=N
         return torch.autograd.functional.hessian(f, flat)
 
 
-def rel_err(H, R) -> float:
-    return float((H - R).norm() / R.norm())
-
-
 def build(seed, d, nhead, d_ff, n_layers, norm_first, act, bias, eps, final_norm):
     torch.manual_seed(seed)
     layer = nn.TransformerEncoderLayer(

@@ -2,10 +2,13 @@
 
 import json
 
+import pytest
+
 from transformer_hessian.bench.encoder import bench_encoder
 from transformer_hessian.pipeline.cli import build_parser
 
 
+@pytest.mark.slow  # about 25 s
 def test_bench_encoder_tiny(tmp_path):
     rows = bench_encoder(
         ["tiny"], ["exact", "curvlinops", "autograd"], batch_size=None, repeats=1, timeout=600, out_dir=str(tmp_path)

@@ -117,6 +117,7 @@ def test_cli_rejects_unknown_factor(tmp_path):
         a.func(a)
 
 
+@pytest.mark.slow  # about 7 s
 def test_tiny_real_sweep_in_process(tmp_path):
     """Two factors at toy sizes, in this process (seconds): P, flops and the files are right."""
     base = dict(QUICK_BASE, d=4, nhead=1, T=2, B=1)

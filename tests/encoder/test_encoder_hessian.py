@@ -13,6 +13,7 @@ from unittest import mock
 
 import pytest
 import torch
+from helpers import rel_err
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -20,7 +21,7 @@ from torch import nn
 from transformer_hessian import exact_hessian
 from transformer_hessian.encoder import hessian_blocks, split_heads
 
-from .builders import DT, TOL, _named, _spy_factored, build, reference_hessian, rel_err
+from .builders import DT, TOL, _named, _spy_factored, build, reference_hessian
 
 
 @st.composite
@@ -78,6 +79,7 @@ def make_problem(cfg, T, B, mask_kind, loss, rnd):
     return model, x, t, head, mask, causal
 
 
+@pytest.mark.slow  # about 260 s
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems())
 def test_exact_hessian_matches_autograd(prob):
@@ -95,6 +97,7 @@ def test_exact_hessian_matches_autograd(prob):
     assert rel_err(H, R) <= TOL, (cfg, T, B, mask_kind, loss, params, rel_err(H, R))
 
 
+@pytest.mark.slow  # about 5 s
 def test_small_chunks_equal_one_chunk():
     model = build(3, 6, 2, 5, 2, True, "gelu", True, 1e-5, True)
     x = torch.randn(5, 4, 6, dtype=DT)
@@ -107,7 +110,7 @@ def test_small_chunks_equal_one_chunk():
     assert rel_err(H1, reference_hessian(model, x, t, is_causal=True)) <= TOL
 
 
-@pytest.mark.parametrize("workers", [2, 3, 64])
+@pytest.mark.parametrize("workers", [2, 3, pytest.param(64, marks=pytest.mark.slow)])  # 64: about 3 s
 def test_parallel_sweeps_equal_one_sweep_at_a_time(workers):
     """Blocks swept on worker threads write disjoint rows of H: the same bits as in order."""
     model = build(3, 6, 2, 5, 2, True, "gelu", True, 1e-5, True)
@@ -139,8 +142,14 @@ def test_a_failing_worker_stops_the_sweeps(monkeypatch):
     assert 3 <= len(calls) < P / 2  # one chunk per block: most of the P blocks never ran
 
 
-@pytest.mark.parametrize("tangent_block, chunk_bytes", [(1, 1), (5, 1 << 30), (64, 1)])
-@pytest.mark.parametrize("case", ["stack", "gpt", "head", "onehead", "pooled"])
+@pytest.mark.parametrize(
+    "case, tangent_block, chunk_bytes",
+    [  # stack and pooled at one tangent a block and one sample a chunk are slow (about 3 s and 6 s)
+        pytest.param(case, block, chunk, marks=pytest.mark.slow if case in ("stack", "pooled") and block == 1 else ())
+        for case in ["stack", "gpt", "head", "onehead", "pooled"]
+        for block, chunk in [(1, 1), (5, 1 << 30), (64, 1)]
+    ],
+)
 def test_factored_sweeps_equal_the_dense_sweep(monkeypatch, case, tangent_block, chunk_bytes):
     """Linear weights after the last row-mixing operation (the last attention for MSE and for
     cross-entropy without the head's parameters, whose loss curvature enters as pooled's
@@ -310,7 +319,7 @@ def test_paper_block_is_the_special_case(seed, d, d_ff, B):
     assert rel_err(H, closed[perm][:, perm]) <= TOL
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # about 128 s: 600 sequential reverse-over-reverse backward passes
 def test_readme_example_runs(root):
     """The README's "Use it on your own model" examples run as written and are exact: GPT-2's
     attention block, a nanoGPT block with the tied embedding, torch's encoder layer."""
@@ -383,6 +392,7 @@ def paper_kind_problems(draw):
     return model, head, x, y, subset
 
 
+@pytest.mark.slow  # about 77 s
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(paper_kind_problems())
 def test_paper_kind_fast_path_matches_autograd(prob):
@@ -404,7 +414,16 @@ def test_paper_kind_fast_path_matches_autograd(prob):
 
 @pytest.mark.parametrize(
     "change",
-    ["mask", "head_param", "two_heads", "eps", "mse", "gelu", "norm_first", "ffn_bias"],
+    [
+        pytest.param("mask", marks=pytest.mark.slow),  # about 13 s
+        "head_param",
+        pytest.param("two_heads", marks=pytest.mark.slow),  # about 9 s
+        pytest.param("eps", marks=pytest.mark.slow),  # about 6 s
+        pytest.param("mse", marks=pytest.mark.slow),  # about 9 s
+        pytest.param("gelu", marks=pytest.mark.slow),  # about 8 s
+        pytest.param("norm_first", marks=pytest.mark.slow),  # about 9 s
+        "ffn_bias",
+    ],
 )
 def test_paper_kind_only_when_eligible(monkeypatch, change):
     """Anything outside the paper's kind takes the general sweep, and is still exact."""

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers import rel_err
 from torch import nn
 from torch.func import functional_call
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -17,7 +18,7 @@ from transformer_hessian import exact_hessian
 from transformer_hessian.encoder import api, pooled, sweeps
 from transformer_hessian.encoder.ops import Slot
 
-from .builders import DT, TOL, _spy_factored, build, reference_hessian, rel_err
+from .builders import DT, TOL, _spy_factored, build, reference_hessian
 
 
 def _spec(model, head, layers: int, mask) -> SimpleNamespace:

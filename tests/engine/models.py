@@ -15,7 +15,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformer_hessian.bench.lm_models import TinyLlama, nano_gpt  # noqa: F401  (the tests' models too)
 
 DT = torch.float64
-#: relative Frobenius distance to autograd the issue asks for (rounding gives about 1e-15)
+#: the relative Frobenius distance to autograd that the engine must reach (rounding gives about 1e-15)
 TOL = 1e-10
 
 
@@ -161,7 +161,3 @@ class contextlib_all:
     def __exit__(self, *exc):
         for cm in reversed(self.cms):
             cm.__exit__(*exc)
-
-
-def rel_err(H: torch.Tensor, R: torch.Tensor) -> float:
-    return float((H - R).norm() / R.norm().clamp_min(1e-300))

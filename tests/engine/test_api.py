@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import rel_err
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -14,7 +15,7 @@ from transformer_hessian import HessianOperator, exact_hessian, hessian_blocks, 
 from transformer_hessian.core.spectral import hutchinson_trace, top_eigenvalues
 from transformer_hessian.engine.capture import UnsupportedOperation
 
-from .models import DT, TOL, nano_gpt, rel_err
+from .models import DT, TOL, nano_gpt
 
 
 def _gpt(seed=0, vocab=7, T=4, d=4, h=2, layers=1):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import rel_err
 from ranks import run_ranks
 from torch.func import functional_call
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -19,7 +20,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformer_hessian import HessianOperator, exact_hessian, hessian_blocks, hvp
 from transformer_hessian.engine.data import check_sweep_memory, loss_terms, sweep_bytes
 
-from .models import DT, TOL, gpt2, nano_gpt, rel_err
+from .models import DT, TOL, gpt2, nano_gpt
 
 HERE = Path(__file__).resolve().parent
 

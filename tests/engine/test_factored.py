@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import rel_err
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -17,7 +18,7 @@ from transformer_hessian.engine.contract import RowTerm
 from transformer_hessian.engine.ops.losses import causal_lm, cross_entropy
 from transformer_hessian.engine.sweep import dense_hessian
 
-from .models import DT, TOL, TinyLlama, gpt2, llama, nano_gpt, reference, rel_err
+from .models import DT, TOL, TinyLlama, gpt2, llama, nano_gpt, reference
 
 SETTINGS = settings(max_examples=4, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 

@@ -9,6 +9,7 @@ import fnmatch
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import rel_err
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -16,7 +17,7 @@ from torch import nn
 from transformer_hessian import exact_hessian
 from transformer_hessian.engine.ops.losses import causal_lm, cross_entropy, mse_loss
 
-from .models import DT, TOL, HandAttentionRMS, bert, gpt2, llama, nano_gpt, reference, rel_err, vit
+from .models import DT, TOL, HandAttentionRMS, bert, gpt2, llama, nano_gpt, reference, vit
 
 pytestmark = pytest.mark.slow
 SETTINGS = settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))

@@ -14,6 +14,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import rel_err
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -23,7 +24,7 @@ from transformer_hessian.engine.api import prepare
 from transformer_hessian.engine.capture import UnsupportedOperation
 from transformer_hessian.engine.ops.losses import mse_loss
 
-from .models import DT, TOL, reference, rel_err
+from .models import DT, TOL, reference
 
 
 class BiasedAttention(nn.Module):

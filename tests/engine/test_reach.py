@@ -8,13 +8,14 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import rel_err
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
 from transformer_hessian import exact_hessian
 
-from .models import DT, TOL, reference, rel_err
+from .models import DT, TOL, reference
 
 
 class _Einsum(nn.Module):

@@ -11,6 +11,7 @@ import operator
 
 import pytest
 import torch
+from helpers import rel_err
 from torch.fx import Graph, Node
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils import _pytree as pytree
@@ -18,7 +19,7 @@ from torch.utils import _pytree as pytree
 from transformer_hessian.engine.contract import ITEMS, RULES
 from transformer_hessian.engine.ops.losses import causal_lm, cross_entropy, mse_loss
 
-from .models import DT, rel_err
+from .models import DT
 
 aten = torch.ops.aten
 K = 2

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import rel_err
 from torch import nn
 
 from transformer_hessian import HessianOperator, exact_hessian
@@ -14,7 +15,7 @@ from transformer_hessian.engine.capture import UnsupportedOperation
 from transformer_hessian.engine.custom import ForwardFailed
 from transformer_hessian.engine.precision import Float64Throughout
 
-from .models import DT, TOL, llama, reference, rel_err
+from .models import DT, TOL, llama, reference
 
 
 class _Surrogate(torch.autograd.Function):

@@ -10,6 +10,7 @@ import warnings
 
 import pytest
 import torch
+from helpers import rel_err
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -18,7 +19,7 @@ from transformer_hessian.engine.capture import UnsupportedOperation
 from transformer_hessian.engine.ops.losses import causal_lm, cross_entropy, mse_loss
 from transformer_hessian.engine.precision import Float64Throughout
 
-from .models import TOL, reference, rel_err
+from .models import TOL, reference
 from .zoo import NAMES, NATIVE, build
 
 pytestmark = pytest.mark.slow

@@ -45,6 +45,7 @@ def test_every_command_has_help(command):
     assert proc.returncode == 0 and "usage: transformer-hessian" in proc.stdout
 
 
+@pytest.mark.slow  # about 8 s
 def test_unreachable_download_fails_with_one_clear_message(tmp_path):
     proc = _cli(
         "download",
@@ -71,6 +72,7 @@ def tiny_run(tmp_path_factory):
     return root, spec
 
 
+@pytest.mark.slow  # about 40 s
 def test_closed_form_check_passes_and_gate_fails_on_tiny_tolerance(tiny_run):
     root, spec = tiny_run
     hess = {"experiment": "tiny", "block": 0, "batch_size": 8, "seed": 0, "method": "auto"}
@@ -140,6 +142,7 @@ def test_every_option_has_help_and_description_is_plain_text():
     assert missing == []
 
 
+@pytest.mark.slow  # about 11 s
 def test_probe_check_catches_one_wrong_entry_and_splits_like_the_closed_form(tiny_run):
     root, spec = tiny_run
     data = load_experiment_data(spec, root / "data")

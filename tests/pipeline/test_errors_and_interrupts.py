@@ -34,6 +34,7 @@ from tiny_workflow import TINY
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # about 36 s
 def test_expected_errors_print_one_message_and_no_traceback(reference_run, tmp_path, env):
     root, spec = reference_run
     final = root / "run/checkpoints/final.pt"
@@ -373,7 +374,7 @@ def test_kill_at_random_moment_of_each_rule_then_make_reproduce(tmp_path, env):
 
 
 def test_full_disk_is_one_line_and_the_next_run_recovers(tmp_path, monkeypatch, capsys):
-    """Item 7: ENOSPC (simulated: the rename of every write raises OSError 28) ends in one line; with space
+    """ENOSPC (simulated: the rename of every write raises OSError 28) ends in one line; with space
     back, the same command succeeds."""
     from transformer_hessian.pipeline import cli
     from transformer_hessian.util import files as utils

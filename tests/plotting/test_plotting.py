@@ -212,6 +212,7 @@ def test_hessian_heatmap_rejects_bad_offsets():
         plotting.hessian_heatmap(ax, np.eye(P + 1), OFFSETS, list(GROUPS), -3, 0)
 
 
+@pytest.mark.slow  # about 15 s
 def test_norms_figure(tmp_path):
     init = norms_doc(synthetic_hessian(0), "init", 0)
     trained = norms_doc(synthetic_hessian(1, scale=1e3), "trained", 1)
@@ -255,6 +256,7 @@ def test_norms_figure(tmp_path):
 # ----------------------------------------------------------------------------- Figure 6
 
 
+@pytest.mark.slow  # about 6 s
 def test_landscape_figure_legend_smoother_and_bound(tmp_path):
     res = landscape_result()
     fig = landscape_plot.landscape_figure(res, title="digits; ViT")
@@ -400,6 +402,7 @@ SYNTHETIC_RULES = {
 }
 
 
+@pytest.mark.slow  # 6-10 s a case
 @pytest.mark.parametrize("rule", sorted(SYNTHETIC_RULES))
 def test_notebook_executes_with_papermill(rule, tmp_path, monkeypatch):
     papermill = pytest.importorskip("papermill")
@@ -444,6 +447,7 @@ def _notebook_command(cwd: Path, notebook: Path, executed: Path, params: dict) -
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # about 9 s
 def test_notebook_command_draws_the_bytes_papermill_draws(tmp_path, monkeypatch):
     """The figure rules' in-process runner gives the files papermill gives (same parameters, same
     relative paths), and an executed notebook with the injected parameters and every figure shown."""

@@ -126,6 +126,7 @@ def test_provenance_hashes_files(tmp_path):
         registry.by_id("fig99")
 
 
+@pytest.mark.slow  # about 8 s
 def test_generated_rules_run_the_registered_notebooks(env):
     """Dry-run of the workflow: one rule per entry, each running its notebook (`transformer-hessian
     notebook`, papermill's -p parameters) with every registry input as a parameter and `out`."""

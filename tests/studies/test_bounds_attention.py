@@ -59,6 +59,7 @@ CASES = st.tuples(
 )
 
 
+@pytest.mark.slow  # about 7 s
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(CASES, st.sampled_from(["random", "own_output"]))
 @example((937, 2, 2, 2, 3.0, 4.0, 1.0, 1e-3), "own_output")  # attained: Q-Q, Q-K, K-K 2.5e-9 below

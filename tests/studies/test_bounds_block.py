@@ -82,6 +82,7 @@ CASES = st.tuples(
 )
 
 
+@pytest.mark.slow  # about 13 s
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(CASES, st.sampled_from([1e-5, 1e-2]))
 def test_project_block_bound_holds(case, eps):
@@ -182,6 +183,7 @@ def test_lemma4_with_row_std_holds(seed, m, n, scale, shift):
 # ----------------------------------------------------------------------------- Theorem 6
 
 
+@pytest.mark.slow  # about 3 s
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(CASES)
 def test_theorem6_literal_holds_for_the_papers_layernorm(case):

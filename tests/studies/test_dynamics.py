@@ -70,6 +70,7 @@ def test_replay_equals_the_real_trajectory(run):
     assert all(torch.equal(final[k], last["state"][k]) for k in final)
 
 
+@pytest.mark.slow  # about 13 s
 def test_record_dynamics_contents(run):
     root, spec = run
     ck = root / "run" / "checkpoints"

@@ -1,5 +1,5 @@
 """A study is one folder: discovered by the command line, the registry and the Snakefile, and it
-imports no other study (issue 17)."""
+imports no other study."""
 
 import ast
 from pathlib import Path
@@ -91,7 +91,7 @@ def test_the_cross_study_check_can_fail(tmp_path):
 
 
 def test_no_module_above_400_lines_and_no_function_above_80():
-    """Issue 17's size limits on the package: a module of at most 400 lines, a function (or method)
+    """The package's size limits: a module of at most 400 lines, a function (or method)
     of at most 80 (ast: end_lineno - lineno + 1, decorators not counted)."""
     src = ROOT / "src" / "transformer_hessian"
     long_modules, long_functions = [], []

@@ -147,6 +147,7 @@ def _exact_ggn(model, ids, names):
     return J.T @ Hl @ J
 
 
+@pytest.mark.slow  # about 3 s
 def test_curvlinops_ggn_matches_an_independent_ggn_and_its_hessian_the_engines():
     from curvlinops import HessianLinearOperator
     from torch.nn.attention import SDPBackend, sdpa_kernel

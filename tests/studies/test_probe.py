@@ -54,6 +54,7 @@ def dense_hessian(fm, x, y):
     return hessian(lambda w: fm.mean_loss(w, x, y))(fm.w0)
 
 
+@pytest.mark.slow  # about 8 s
 def test_dense_reference_is_symmetric_and_matches_finite_differences():
     model, x, y = tiny(seed=13, depth=2, n=4, scale=1.5)
     fm = FlatModel.of(model)
@@ -98,6 +99,7 @@ def test_lanczos_survives_breakdown():
     assert float(theta) == pytest.approx(-1.0, rel=1e-12)
 
 
+@pytest.mark.slow  # 4-8 s a case
 @pytest.mark.parametrize("seed,depth", [(1, 1), (2, 2), (3, 1)])
 def test_top_eigenpair_matches_dense_hessian(seed, depth):
     model, x, y = tiny(seed=seed, depth=depth, scale=2.0)
@@ -110,6 +112,7 @@ def test_top_eigenpair_matches_dense_hessian(seed, depth):
     assert float(u.norm()) == pytest.approx(1.0)
 
 
+@pytest.mark.slow  # about 113 s
 def test_per_sample_spectral_norms_match_dense():
     model, x, y = tiny(seed=4, depth=2, n=5, scale=2.0)
     fm = FlatModel.of(model)
@@ -123,6 +126,7 @@ def test_per_sample_spectral_norms_match_dense():
 # ----------------------------------------------------------------------------- derivatives
 
 
+@pytest.mark.slow  # about 37 s
 def test_directional_derivatives_match_autograd():
     model, x, y = tiny(seed=5, depth=2, n=4, scale=1.5)
     fm = FlatModel.of(model)
@@ -396,6 +400,7 @@ def small_run():
     return compute.run_probe(model, x, y, Probe.with_defaults(settings_), init_model=init)
 
 
+@pytest.mark.slow  # about 8 s
 def test_run_probe_result_is_consistent(small_run):
     r = small_run
     assert r["n_samples"] == 30

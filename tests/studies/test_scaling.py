@@ -138,6 +138,7 @@ def test_dk_curve_on_losses_matches_its_parts():
 # ----------------------------------------------------------------------------- curvature
 
 
+@pytest.mark.slow  # about 38 s
 @settings(max_examples=2, deadline=None, phases=[Phase.explicit, Phase.generate])
 @given(
     width=st.integers(2, 3),
@@ -217,6 +218,7 @@ def test_sweep_model_architecture_keys_reach_the_models_and_their_cache_key():
     assert scaling.model_key(point, changed) != scaling.model_key(point, base)
 
 
+@pytest.mark.slow  # about 8 s
 def test_cache_skips_finished_models(tmp_path, monkeypatch):
     s = typed(**TINY_SWEEP)
     points = scaling.sweep_models(s)[:1]
@@ -296,6 +298,7 @@ def test_aggregate_fits_each_direction_and_data_set_size():
     assert "skipped" in out["fits"]["all"]["width"]["k_star_measured"]
 
 
+@pytest.mark.slow  # about 44 s
 def test_scaling_figure_draws_every_panel(tmp_path):
     import matplotlib
 
@@ -382,6 +385,7 @@ def test_registry_switch_removes_the_figure():
     assert "`figures/scaling.{pdf,png}`" in readme and "optional: only with `scaling.enabled: true`" in readme
 
 
+@pytest.mark.slow  # about 16 s
 def test_dry_run_without_scaling_has_no_scaling_job(root, env, tmp_path):
     default = ("--configfile", str(root / "config" / "config.yaml"))
     proc = snakemake_dry_run(root, tmp_path, env, *default, "--config", "scaling={enabled: false}", timeout=120)

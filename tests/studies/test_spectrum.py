@@ -76,6 +76,7 @@ shapes = st.tuples(
 )
 
 
+@pytest.mark.slow  # about 206 s
 @settings(
     max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 )
@@ -131,6 +132,7 @@ def test_block_estimators_match_dense_hessian(shape):
             assert float((evals - node).abs().min()) <= 1e-7 * float(evals.abs().max())
 
 
+@pytest.mark.slow  # about 50 s
 @settings(
     max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 )
@@ -149,6 +151,7 @@ def test_pair_norms_match_numpy(shape):
             assert N[a, b] == pytest.approx(ref, rel=1e-6, abs=1e-12), (GROUPS[a], GROUPS[b])
 
 
+@pytest.mark.slow  # about 151 s
 def test_whole_model_top_eigenvalue_and_trace():
     model = tiny_vit(4, 3, 5, 2, False, 123)
     x, y = _data(5, n=8)
@@ -198,6 +201,7 @@ def test_lanczos_breakdown_keeps_exact_spectrum():
     assert torch.allclose(w.sum(1), torch.ones(2))
 
 
+@pytest.mark.slow  # about 195 s
 def test_run_spectrum_structure_and_interlacing():
     model = tiny_vit(3, 2, 3, 2, True, 77)
     x, y = _data(8, n=6)

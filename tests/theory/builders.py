@@ -2,10 +2,7 @@
 
 * ``sample``: a random input X and random parameters of one post-norm block (with ``_attn`` and
   ``_ln``, its attention and LayerNorm written out; test_theory_closed_forms.py,
-  test_theory_identity_output_hessian.py);
-* ``rel_err``: max |a - ref| / max |ref| (test_theory_factored_fast.py, test_theory_model.py,
-  test_theory_printed_formulas.py; test_theory_closed_forms.py has its own, which guards a zero
-  reference).
+  test_theory_identity_output_hessian.py).
 """
 
 from __future__ import annotations
@@ -13,10 +10,6 @@ from __future__ import annotations
 import math
 
 import torch
-
-
-def rel_err(a, ref):
-    return ((a - ref).abs().max() / ref.abs().max()).item()
 
 
 def sample(seed: int, L: int, d: int, k: int, dff: int, bias: bool, eps: float = 1e-5):

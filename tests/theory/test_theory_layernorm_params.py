@@ -62,6 +62,7 @@ def _reference(model, block, x, y):
         return torch.autograd.functional.hessian(loss, w)
 
 
+@pytest.mark.slow  # about 134 s
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     # width >= 3: at d = 2 a LayerNorm row is +-(1, -1) up to eps, its Jacobian ~ eps / sigma^3,
@@ -102,6 +103,7 @@ def test_nine_group_closed_form_matches_double_backward(width, d_k, d_ff, depth,
     assert torch.equal(H[:P5, :P5], model_loss_hessian(model, x, y, block=block).dense)
 
 
+@pytest.mark.slow  # about 8 s
 def test_zero_blocks_of_the_closed_form_are_exact_zeros():
     """The functional part has no (gamma2, gamma2), (gamma2, beta2) or beta2 terms: beta2 enters
     the output additively, gamma2 linearly. So H[beta2, beta2] is the Gauss-Newton part alone;

@@ -1,4 +1,4 @@
-"""Damaged checkpoints (fault injection, issues 8 and 20 item 1): a truncated or emptied checkpoint at
+"""Damaged checkpoints (fault injection): a truncated or emptied checkpoint at
 every position (latest, middle, init, final, every epoch) is skipped or set aside and training rebuilds
 it with the weights of an uninterrupted run (the ``reference_run`` fixture of tests/conftest.py), bit
 for bit; a damaged epoch checkpoint no longer blocks the dynamics replay.
@@ -36,7 +36,9 @@ def _same_weights(a: Path, b: Path) -> bool:
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
-@pytest.mark.parametrize("position", ["latest", "middle", "init", "final"])
+@pytest.mark.parametrize(
+    "position", [pytest.param("latest", marks=pytest.mark.slow), "middle", "init", "final"]
+)  # latest: about 3 s
 def test_damaged_checkpoint_is_recovered(reference_run, tmp_path, position, caplog):
     root, spec = reference_run
     ref_ck = root / "run" / "checkpoints"
@@ -70,6 +72,7 @@ def test_damaged_checkpoint_is_recovered(reference_run, tmp_path, position, capl
         assert load_checkpoint(ck / name)  # verifies against its new sidecar
 
 
+@pytest.mark.slow  # about 9 s
 def test_every_epoch_checkpoint_damaged_starts_afresh(reference_run, tmp_path, caplog):
     root, spec = reference_run
     ck = _interrupted_copy(root, tmp_path / "run", after_epoch=2)
@@ -95,7 +98,7 @@ def short_run(tmp_path_factory):
 
 @pytest.mark.slow
 def test_damaged_epoch_checkpoint_is_set_aside_not_a_block(short_run, tmp_path, caplog):
-    """Item 1: a truncated epoch_001.pt no longer stops the dynamics replay for good."""
+    """A truncated epoch_001.pt no longer stops the dynamics replay for good."""
     from transformer_hessian.studies.dynamics.compute import replay
 
     root, spec = short_run

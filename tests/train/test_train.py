@@ -42,6 +42,7 @@ def _state(path):
     return torch.load(path, map_location="cpu", weights_only=True)["model"]
 
 
+@pytest.mark.slow  # about 36 s
 def test_killed_run_resumes_to_identical_final_weights(tmp_path, env):
     spec = tiny_spec(epochs=4)
     straight = _cli_train(tmp_path / "straight", spec, env)
@@ -109,6 +110,7 @@ F.cross_entropy = _nan_after_two
 """
 
 
+@pytest.mark.slow  # about 9 s
 def test_non_finite_loss_names_epoch_and_step(tmp_path, env, monkeypatch):
     # The schema refuses a learning rate that would diverge (lr <= 100), so the loss is made
     # non-finite from the third step on: in this process by patching F.cross_entropy, in the CLI's

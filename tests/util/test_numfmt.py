@@ -15,8 +15,8 @@ from transformer_hessian.util.numfmt import fmt, fmt_interval, fmt_pct
 @pytest.mark.parametrize(
     "x, text",
     [
-        (10017.6, "1.00e+04"),  # issue 18: printed as "1e+04"
-        (1.0000000000000002e-06, "1.00e-06"),  # issue 18: printed in full
+        (10017.6, "1.00e+04"),  # was printed as "1e+04"
+        (1.0000000000000002e-06, "1.00e-06"),  # was printed in full
         (0.491, "0.491"),
         (3.8, "3.80"),
         (929.4, "929"),

@@ -1,4 +1,4 @@
-"""Result files verified before use (fault injection, issue 20 items 4 and 7): a hand-edited
+"""Result files verified before use (fault injection): a hand-edited
 metrics.json and a truncated or garbage .npz are refused by transformer_hessian.util.io with one message
 naming the file and the rule that writes it.
 """
@@ -13,7 +13,7 @@ from fault_helpers import _truncate
 
 
 def test_edited_result_is_named_not_believed(tmp_path):
-    """Item 4: result files carry a digest recorded by the writer; a hand-edited metrics.json is refused."""
+    """Result files carry a digest recorded by the writer; a hand-edited metrics.json is refused."""
     from transformer_hessian.util.io import ResultError, load_metrics, save_metrics
 
     path = tmp_path / "metrics.json"
@@ -26,7 +26,7 @@ def test_edited_result_is_named_not_believed(tmp_path):
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage"])
 def test_damaged_npz_result_is_named(damage, tmp_path):
-    """Item 7: a truncated or garbage .npz is one message naming the file and the rule (no BadZipFile,
+    """A truncated or garbage .npz is one message naming the file and the rule (no BadZipFile,
     no hint about allow_pickle), with or without its digest file."""
     from transformer_hessian.util.io import ResultError, digest_path, load_hessian, save_hessian
 
