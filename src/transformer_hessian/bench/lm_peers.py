@@ -1,7 +1,9 @@
 """The peers of ``transformer-hessian bench models`` (:mod:`.models`): rows of the Hessian and
 Hessian-vector products of a language model's causal LM loss by reverse-over-reverse autograd (one
 row at a time, or vmapped with ``is_grads_batched``), ``torch.func`` ``vmap(jvp(grad))`` and
-curvlinops, each timed (waiting for a CUDA device before reading the clock)."""
+curvlinops, each timed (waiting for a CUDA device before reading the clock). The vmapped
+reverse-over-reverse rows also serve any loss of a flat vector (:func:`flat_loss`,
+:func:`batched_rows`)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from ..engine.ops.losses import NextTokenLogits, causal_lm, logits_of
 from ..util.device import synchronize
 
 
-def _flat_loss(model, ids):
+def flat_loss(model, inputs: tuple, loss_of_output):
+    """``(loss, w0)``: ``loss(w) = loss_of_output(model(*inputs))`` with the model's parameters
+    taken from the flat vector ``w`` (``named_parameters`` order), and ``w0`` their current values."""
     names = [n for n, _ in model.named_parameters()]
     shapes = [p.shape for _, p in model.named_parameters()]
     sizes = [math.prod(s) for s in shapes]
@@ -24,9 +28,13 @@ def _flat_loss(model, ids):
 
     def loss(w):
         ps = {n: t.view(s) for n, t, s in zip(names, torch.split(w, sizes), shapes, strict=True)}
-        return causal_lm(logits_of(torch.func.functional_call(model, ps, (ids,))), ids)
+        return loss_of_output(torch.func.functional_call(model, ps, inputs))
 
     return loss, w0
+
+
+def _flat_loss(model, ids):
+    return flat_loss(model, (ids,), lambda out: causal_lm(logits_of(out), ids))
 
 
 def _unit_rows(rows: torch.Tensor, w0: torch.Tensor) -> torch.Tensor:
@@ -49,25 +57,32 @@ def autograd_rows(model, ids, rows: torch.Tensor) -> tuple[torch.Tensor, float]:
     return out, time.perf_counter() - t0
 
 
-def autograd_batched_rows(model, ids, rows: torch.Tensor, chunk: int = 64) -> tuple[torch.Tensor, float]:
-    """Rows of H by reverse-over-reverse autograd vmapped over unit vectors in chunks
-    (``is_grads_batched``, what ``torch.autograd.functional.hessian(vectorize=True)`` does; math
-    kernel), and the seconds they took."""
-    loss, w0 = _flat_loss(model, ids)
+def batched_rows(loss, w0: torch.Tensor, rows: torch.Tensor, chunk: int = 64, before_chunk=None):
+    """Rows of the Hessian of ``loss`` (a function of one flat vector) at ``w0`` by
+    reverse-over-reverse autograd vmapped over unit vectors in chunks (``is_grads_batched``, what
+    ``torch.autograd.functional.hessian(vectorize=True)`` does; math kernel), and the seconds they
+    took. ``before_chunk()``, when given, runs before each chunk (e.g. a time budget's check)."""
     eye = _unit_rows(rows, w0)
     synchronize(w0)
     t0 = time.perf_counter()
+    parts = []
     with sdpa_kernel(SDPBackend.MATH):
-        w = w0.clone().requires_grad_(True)
+        w = w0.detach().clone().requires_grad_(True)
         (g,) = torch.autograd.grad(loss(w), w, create_graph=True)
-        out = torch.cat(
-            [
-                torch.autograd.grad(g, w, eye[i : i + chunk], retain_graph=True, is_grads_batched=True)[0]
-                for i in range(0, len(rows), chunk)
-            ]
-        )
+        for i in range(0, len(rows), chunk):
+            if before_chunk is not None:
+                before_chunk()
+            parts.append(torch.autograd.grad(g, w, eye[i : i + chunk], retain_graph=True, is_grads_batched=True)[0])
+    out = torch.cat(parts)
     synchronize(out)
     return out, time.perf_counter() - t0
+
+
+def autograd_batched_rows(
+    model, ids, rows: torch.Tensor, chunk: int = 64, before_chunk=None
+) -> tuple[torch.Tensor, float]:
+    """:func:`batched_rows` of the causal LM loss of ``model`` on ``ids``: rows of H and seconds."""
+    return batched_rows(*_flat_loss(model, ids), rows, chunk, before_chunk)
 
 
 def func_rows(model, ids, rows: torch.Tensor, chunk: int = 64) -> tuple[torch.Tensor, float]:
