@@ -13,11 +13,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import gzip
 import json
 import os
 import platform
-import shutil
 import sys
 import tempfile
 import time
@@ -29,8 +27,8 @@ from types import SimpleNamespace
 import torch
 
 from transformer_hessian import ALL_GROUPS, GROUPS, HessianOperator, exact_hessian
-from transformer_hessian.bench.lm_models import NanoGPT
-from transformer_hessian.bench.lm_peers import autograd_batched_rows, autograd_rows, batched_rows, flat_loss
+from transformer_hessian.bench.lm_models import nano_gpt
+from transformer_hessian.bench.lm_peers import autograd_rows, batched_rows, flat_loss
 from transformer_hessian.bench.models import CASES, bench_case, build, gemm_rate
 from transformer_hessian.bench.problem import build_problem
 from transformer_hessian.bench.scale import rel_err
@@ -43,6 +41,7 @@ from transformer_hessian.core.spectral import batched_hvp, hutchinson_trace, lan
 from transformer_hessian.data import load_dataset
 from transformer_hessian.data.sources import MNIST_FILES
 from transformer_hessian.engine.api import block_size, prepare
+from transformer_hessian.engine.ops.losses import causal_lm
 from transformer_hessian.engine.sweep import dense_hessian
 from transformer_hessian.theory.layout import offsets_of
 from transformer_hessian.util.device import synchronize
@@ -136,17 +135,12 @@ def find_mnist(given: str | None) -> Path | None:
 
 @functools.cache
 def load_mnist(folder: Path) -> dict:
-    """MNIST read and normalised by ``data.load_dataset`` from a temporary ``mnist/`` folder of the
-    raw IDX files, linked from ``folder`` or decompressed here (the package decompresses with
-    torchvision, which the GPU machine lacks, and into ``folder``)."""
+    """MNIST by ``data.load_dataset`` (its IDX reader and normalisation) from a temporary ``mnist/``
+    folder of links to the files of ``folder``, so that their decompression is not written there."""
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "mnist").mkdir()
-        for name in MNIST_NAMES:
-            if (folder / name).exists():
-                Path(tmp, "mnist", name).symlink_to(folder / name)
-            else:
-                with gzip.open(folder / f"{name}.gz") as src, open(Path(tmp, "mnist", name), "wb") as dest:
-                    shutil.copyfileobj(src, dest)
+        for f in folder.iterdir():
+            Path(tmp, "mnist", f.name).symlink_to(f)
         return load_dataset("mnist", tmp)
 
 
@@ -305,25 +299,29 @@ def sec_spectrum(chk: Check, whole: bool) -> dict:
     }
 
 
+def _against_autograd(chk: Check, model, inputs, targets, loss: str, loss_of_output) -> tuple[dict, torch.Tensor]:
+    """exact_hessian of ``model`` (after a warm-up on CUDA) and every row of autograd's
+    reverse-over-reverse Hessian of ``loss_of_output(model(inputs))``: times, P, their error; and H."""
+    exact = partial(exact_hessian, model, inputs, targets, loss=loss, progress=False)
+    if chk.cuda:
+        exact()
+    out = {}
+    H, out["exact_hessian_s"] = timed(chk.dev, exact)
+    f, w = flat_loss(model, (inputs,), loss_of_output)
+    check = partial(chk.check, f"the reference of {type(model).__name__}")
+    R, out["reference_s"] = batched_rows(f, w, torch.arange(len(w)), chk.sizes.ref_chunk, check)
+    return {**out, "P": len(w), "exact_vs_reference_rel": rel_err(H, R)}, R
+
+
 def sec_exact_hessian_encoder(chk: Check) -> dict:
     """exact_hessian of a TransformerEncoderLayer (MSE loss) against reverse-over-reverse autograd."""
     e = chk.sizes.encoder
     torch.manual_seed(0)
-    layer = torch.nn.TransformerEncoderLayer(
-        e["d_model"], e["nhead"], e["dim_feedforward"], dropout=0.0, batch_first=True
-    )
-    layer = layer.to(chk.dev, torch.float64).eval()
+    layer = torch.nn.TransformerEncoderLayer(e["d_model"], e["nhead"], e["dim_feedforward"], 0.0, batch_first=True)
     gen, shape = torch.Generator().manual_seed(1), (e["batch"], e["tokens"], e["d_model"])
-    X = torch.randn(shape, generator=gen, dtype=torch.float64).to(chk.dev)
-    T = torch.randn(shape, generator=gen, dtype=torch.float64).to(chk.dev)
-    if chk.cuda:
-        exact_hessian(layer, X, T, loss="mse")  # warm-up
-    out = {"layer": e}
-    H, out["exact_hessian_s"] = timed(chk.dev, lambda: exact_hessian(layer, X, T, loss="mse"))
-    loss, w = flat_loss(layer, (X,), lambda Y: torch.nn.functional.mse_loss(Y, T))
-    check = partial(chk.check, "the encoder reference")
-    R, out["reference_s"] = batched_rows(loss, w, torch.arange(len(w)), chk.sizes.ref_chunk, check)
-    return {**out, "P": len(w), "exact_vs_reference_rel": rel_err(H, R)}
+    X, T = (torch.randn(shape, generator=gen, dtype=torch.float64).to(chk.dev) for _ in range(2))
+    mse = partial(torch.nn.functional.mse_loss, target=T)
+    return {"layer": e, **_against_autograd(chk, layer.to(chk.dev, torch.float64).eval(), X, T, "mse", mse)[0]}
 
 
 def sec_exact_hessian_lm(chk: Check) -> dict:
@@ -332,18 +330,16 @@ def sec_exact_hessian_lm(chk: Check) -> dict:
     e = chk.sizes.encoder
     V, T, d, h = 16, e["tokens"], e["d_model"], e["nhead"]
     torch.manual_seed(0)
-    model = NanoGPT(V, T, d, h, 1).to(chk.dev, torch.float64).eval()
+    model = nano_gpt(V, T, d, h, 1).to(chk.dev, torch.float64).eval()
     ids = torch.randint(0, V, (e["batch"], T), generator=torch.Generator().manual_seed(1)).to(chk.dev)
     out = {"model": {"vocab": V, "T": T, "d": d, "heads": h, "layers": 1, "batch": e["batch"]}}
-    H, out["exact_hessian_s"] = timed(chk.dev, lambda: exact_hessian(model, ids, ids, loss="causal_lm", progress=False))
-    P, check = len(H), partial(chk.check, "the language-model reference")
-    R, out["reference_s"] = autograd_batched_rows(model, ids, torch.arange(P), chk.sizes.ref_chunk, check)
-    op = HessianOperator(model, ids, ids, loss="causal_lm")
+    res, R = _against_autograd(chk, model, ids, ids, "causal_lm", lambda logits: causal_lm(logits, ids))
+    op, P = HessianOperator(model, ids, ids, loss="causal_lm"), res["P"]
     v = torch.randn(P, generator=torch.Generator().manual_seed(2), dtype=torch.float64).to(chk.dev)
     Hv, out["hvp_s"] = timed(chk.dev, lambda: op @ v)
     Hv2 = op @ v  # the third product of this shape is captured in a CUDA graph (on CUDA), then replayed
     Hv3, out["hvp_graphed_s"] = timed(chk.dev, lambda: op @ v)
-    out.update(P=P, exact_vs_reference_rel=rel_err(H, R), hvp_vs_dense_rel=rel_err(Hv, R @ v))
+    out.update(res, hvp_vs_dense_rel=rel_err(Hv, R @ v))
     out["hvp_graphed_vs_dense_rel"] = max(rel_err(Hv2, R @ v), rel_err(Hv3, R @ v))
     return {**out, "cuda_graphs": op.graph_status()}
 
@@ -372,15 +368,15 @@ def sec_bench_models(chk: Check) -> dict:
 
 
 def sec_large_block(chk: Check) -> dict:
-    """The exact block of ``h.0.c_attn`` (49,536 entries, 19.6 GB) of a 4-layer d-128 nanoGPT-style
+    """The exact block of ``blocks.0.attn.qkv`` (49,536 entries, 19.6 GB) of a 4-layer d-128 nanoGPT-style
     GPT, too large for a dense Hessian of the model; 4 of its rows against autograd's (math kernel)."""
     vocab, T, d, h, layers, B = (16, 6, 8, 2, 2, 2) if chk.args.tiny else (1024, 64, 128, 4, 4, 8)
     torch.manual_seed(0)
-    model = NanoGPT(vocab, T, d, h, layers).to(chk.dev, torch.float64).eval()
+    model = nano_gpt(vocab, T, d, h, layers).to(chk.dev, torch.float64).eval()
     ids = torch.randint(0, vocab, (B, T), generator=torch.Generator().manual_seed(1)).to(chk.dev)
     named = dict(model.named_parameters())
     start = dict(zip(named, offsets_of([p.shape for p in named.values()]).tolist()))
-    sel = ["h.0.c_attn.weight", "h.0.c_attn.bias"]
+    sel = ["blocks.0.attn.qkv.weight", "blocks.0.attn.qkv.bias"]
     cols = torch.cat([torch.arange(start[n], start[n] + named[n].numel()) for n in sel])
     out = {"model": {"vocab": vocab, "T": T, "d": d, "heads": h, "layers": layers, "batch": B}}
     out.update(P_model=sum(p.numel() for p in named.values()), P_block=len(cols), block_gb=8 * len(cols) ** 2 / 1e9)

@@ -13,6 +13,7 @@ import os
 import shutil
 import tarfile
 import tempfile
+import zlib
 from pathlib import Path
 
 from . import sources
@@ -75,15 +76,24 @@ def remove_stale_extract_dirs(folder: Path) -> None:
             log.info("removed %s, left by an interrupted extraction", d)
 
 
+def _extract(archive: Path, into: Path) -> None:
+    """A gzipped file decompressed into ``into`` under its name without ``.gz``, or a tar archive
+    (members checked by :func:`_check_tar_members`) extracted there; Python's own gzip and tarfile."""
+    if archive.name.endswith(".gz") and not archive.name.endswith(".tar.gz"):
+        with gzip.open(archive) as src, open(into / archive.name[: -len(".gz")], "wb") as dest:
+            shutil.copyfileobj(src, dest)
+        return
+    with tarfile.open(archive, "r:*") as tar:
+        tar.extractall(into, filter="data")
+
+
 def _extract_atomic(name: str, archive: Path, folder: Path, target: str) -> None:
     """Extract ``archive`` into a temp folder inside ``folder``; rename its ``target`` into place."""
     tmp = Path(tempfile.mkdtemp(dir=folder, prefix=_extract_prefix()))
     try:
         try:
-            from torchvision.datasets.utils import extract_archive
-
-            extract_archive(os.fspath(archive), os.fspath(tmp))
-        except (OSError, EOFError, tarfile.TarError, gzip.BadGzipFile, RuntimeError) as err:
+            _extract(archive, tmp)
+        except (OSError, EOFError, tarfile.TarError, gzip.BadGzipFile, zlib.error, RuntimeError) as err:
             raise DataError(
                 f"data set {name!r}: could not extract {archive} ({type(err).__name__}: {err}); "
                 "delete it and download again"
