@@ -1,6 +1,7 @@
 """Helpers shared by test modules of several folders: not a test module (``from helpers import rel_err``).
 
-* ``rel_err``: the relative error of a tensor against its reference.
+* ``rel_err``: the relative error of a tensor against its reference;
+* ``json_numbers``: every number inside a JSON value, with its path.
 """
 
 from __future__ import annotations
@@ -27,3 +28,17 @@ def rel_err(a, ref, *, norm: str = "fro", absolute_at_zero: bool = False) -> flo
     if absolute_at_zero or num == 0:
         return num
     return math.inf
+
+
+def json_numbers(obj, path=""):
+    """Every number (int/float, not bool) inside a JSON value, as (path, number) pairs."""
+    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
+        return
+    if isinstance(obj, (int, float)):
+        yield path, obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from json_numbers(v, f"{path}.{k}")
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from json_numbers(v, f"{path}[{i}]")

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
+from helpers import json_numbers
 
 SCRIPT = ROOT / "scripts" / "gpu_check.py"
 
@@ -47,20 +48,6 @@ def fake_mnist(tmp_path):
     return folder
 
 
-def _numbers(obj, path=""):
-    """Every number (int/float, not bool) inside a JSON value, with its path."""
-    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
-        return
-    if isinstance(obj, (int, float)):
-        yield path, obj
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from _numbers(v, f"{path}.{k}")
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            yield from _numbers(v, f"{path}[{i}]")
-
-
 # About a minute of CPU time; the generous limits are for a machine shared with other jobs.
 @pytest.mark.slow  # about 17 s
 @pytest.mark.timeout(1800)
@@ -88,7 +75,7 @@ def test_gpu_check_tiny_on_cpu(tmp_path, env, fake_mnist):
             # on the CPU only the CUDA-only compile rows may be skipped
             assert name in ("train_mnist_compiled", "train_cifar100_compiled"), name
             assert "CUDA only" in s["reason"], s["reason"]
-    bad = [(p, v) for p, v in _numbers(result) if not math.isfinite(v)]
+    bad = [(p, v) for p, v in json_numbers(result) if not math.isfinite(v)]
     assert not bad, bad
     assert result["environment"]["bf16_peak_tflops"] == "unknown"  # a CPU has no entry in the table
 

@@ -15,6 +15,7 @@ import re
 import matplotlib.image as mpimg
 import numpy as np
 import pytest
+from helpers import json_numbers
 
 TINY = {
     "data": {"root": "results/data"},
@@ -132,19 +133,6 @@ TINY = {
 }
 
 
-def _numbers(obj, path=""):
-    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
-        return
-    if isinstance(obj, (int, float)):
-        yield path, obj
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from _numbers(v, f"{path}.{k}")
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            yield from _numbers(v, f"{path}[{i}]")
-
-
 def test_every_declared_output_is_valid(run):
     from transformer_hessian.registry import figure_ids
 
@@ -212,7 +200,7 @@ def test_summary_has_required_keys_and_finite_numbers(run):
     assert 0 <= s["training"]["hessian_tiny"]["val_acc"] <= 1
     prov = s["provenance"]
     assert len(prov["config_hash"]) == 16 and prov["git_commit"] and prov["packages"]["torch"] and prov["device"]
-    bad = [(p, v) for p, v in _numbers(s) if not math.isfinite(v)]
+    bad = [(p, v) for p, v in json_numbers(s) if not math.isfinite(v)]
     assert not bad
 
 
@@ -490,7 +478,7 @@ def test_language_curvature_outputs(run):
     assert len(c["eigenvalues"]) == 2 and c["eigenvalues"] == sorted(c["eigenvalues"], reverse=True)
     assert c["processes"] == 2 and c["batches"] == 4 and set(c["blocks"]) == {"blocks.0.attn.*"}
     assert c["trace"]["n_probes"] == 2 and c["blocks"]["blocks.0.attn.*"]["P"] == 4 * (4 * 4 + 4)
-    bad = [(p, v) for p, v in _numbers(c) if not math.isfinite(v)]
+    bad = [(p, v) for p, v in json_numbers(c) if not math.isfinite(v)]
     assert not bad
     e = torch.load(run / "results/lm/curvature/eigenvectors.pt", weights_only=True)
     assert e["vectors"].shape == (2, c["P"]) and e["eigenvalues"] == pytest.approx(c["eigenvalues"])
