@@ -8,6 +8,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from transformer_hessian.bench.models import cmd_bench_models
 
@@ -58,3 +59,21 @@ def test_a_peer_that_cannot_run_is_recorded_not_raised(tmp_path):
     assert "silu" in rec["peer_failures"]["curvlinops"].lower() and "curvlinops_s" not in rec
     assert rec["autograd_err"] < 1e-10 and rec["fastest_correct_peer"] != "curvlinops"
     assert "| tiny-llama | curvlinops | - | fails:" in (tmp_path / "models_bench.md").read_text()
+
+
+def test_hand_norms_keep_the_function_and_the_parameters():
+    from transformer_hessian.bench.lm_models import HandLayerNorm, hand_norms, nano_gpt
+
+    for bias in (True, False):
+        torch.manual_seed(5)
+        model = nano_gpt(7, 4, 4, 2, 2, bias=bias).double()
+        with torch.no_grad():  # LayerNorms that are not the identity
+            for p in model.parameters():
+                p.add_(0.1 * torch.randn_like(p))
+        ids = torch.randint(0, 7, (2, 4))
+        before, params = model(ids), dict(model.named_parameters())
+        hand = hand_norms(model)
+        assert dict(hand.named_parameters()) == params  # the same names and the same tensors
+        assert sum(isinstance(m, HandLayerNorm) for m in hand.modules()) == 5
+        assert not any(type(m) is torch.nn.LayerNorm for m in hand.modules())
+        assert torch.allclose(hand(ids), before, atol=1e-12)

@@ -155,3 +155,31 @@ def test_fused_and_math_attention_agree_and_the_loss_is_next_token_cross_entropy
     loss = causal_lm(model(ids), ids)
     expected = F.cross_entropy(model(ids)[:, :-1].reshape(-1, 9), ids[:, 1:].reshape(-1))
     assert torch.allclose(loss, expected)
+
+
+def test_architecture_options_fused_qkv_tanh_gelu_and_torch_init():
+    # the options are left out of to_dict at their defaults (the study's configs read as before)
+    assert set(GPTConfig(context=4, width=4, depth=1, heads=2).to_dict()) == {
+        "vocab", "context", "width", "depth", "heads", "mlp_ratio", "bias"
+    }  # fmt: skip
+    cfg = GPTConfig(vocab=9, context=4, width=4, depth=1, heads=2, fused_qkv=True, gelu="tanh", init_std=None)
+    assert GPTConfig.from_dict(cfg.to_dict()) == cfg
+    for bad in ({"gelu": "relu"}, {"fused_qkv": 1}, {"init_std": 0}, {"init_std": True}):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            GPTConfig(context=4, width=4, depth=1, heads=2, **bad)
+    torch.manual_seed(3)
+    model = GPT(cfg).double()
+    names = [n for n, _ in model.named_parameters()]
+    assert "blocks.0.attn.qkv.weight" in names and not any(n.startswith("blocks.0.attn.q.") for n in names)
+    # the same function written out: one projection split into q, k, v, tanh-GELU, the tied head
+    ids = torch.randint(0, 9, (2, 4))
+    blk = model.blocks[0]
+    h = model.tok(ids) + model.pos(torch.arange(4))
+    q, k, v = (t.view(2, 4, 2, 2).transpose(1, 2) for t in blk.attn.qkv(blk.ln1(h)).split(4, dim=2))
+    with sdpa_kernel(SDPBackend.MATH):
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(2, 4, 4)
+    h = h + blk.attn.o(a)
+    h = h + blk.mlp.fc2(F.gelu(blk.mlp.fc1(blk.ln2(h)), approximate="tanh"))
+    assert torch.allclose(model(ids), model.ln_f(h) @ model.tok.weight.T, atol=1e-12)
+    # torch's own initialisation: the weights are not GPT-2's normal(0, 0.02)
+    assert model.blocks[0].mlp.fc1.weight.std() > 5 * INIT_STD
