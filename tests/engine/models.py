@@ -57,6 +57,12 @@ def hf():
     return transformers
 
 
+def seeded_nano_gpt(vocab, T, h, dh, layers, bias, B, seed):
+    """(float64 nanoGPT-style model of h heads of width dh, (B, T) token ids), seeded."""
+    torch.manual_seed(seed)
+    return nano_gpt(vocab, T, h * dh, h, layers, bias).to(DT).eval(), torch.randint(0, vocab, (B, T))
+
+
 def gpt2(vocab, T, d, h, layers):
     tr = hf()
     cfg = tr.GPT2Config(

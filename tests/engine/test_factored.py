@@ -18,7 +18,7 @@ from transformer_hessian.engine.contract import RowTerm
 from transformer_hessian.engine.ops.losses import causal_lm, cross_entropy
 from transformer_hessian.engine.sweep import dense_hessian
 
-from .models import DT, TOL, TinyLlama, gpt2, llama, nano_gpt, reference
+from .models import DT, TOL, TinyLlama, gpt2, llama, reference, seeded_nano_gpt
 
 SETTINGS = settings(max_examples=4, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 
@@ -78,9 +78,7 @@ def _check(model, inputs, targets, loss, loss_fn, params=None, expect=None):
     layers=st.integers(1, 2), bias=st.booleans(), B=st.integers(1, 3), seed=st.integers(0, 2**16),
 )  # fmt: skip
 def test_nanogpt_tail_factored_equals_autograd(vocab, T, h, dh, layers, bias, B, seed):
-    torch.manual_seed(seed)
-    model = nano_gpt(vocab, T, h * dh, h, layers, bias).to(DT).eval()
-    ids = torch.randint(0, vocab, (B, T))
+    model, ids = seeded_nano_gpt(vocab, T, h, dh, layers, bias, B, seed)
     last = f"blocks.{layers - 1}"
     # the head is tied to the embedding (used first): not factored; the last block's after attention are
     expect = [f"{last}.attn.o.weight", f"{last}.mlp.fc1.weight", f"{last}.mlp.fc2.weight"]

@@ -17,7 +17,7 @@ from torch import nn
 from transformer_hessian import exact_hessian
 from transformer_hessian.engine.ops.losses import causal_lm, cross_entropy, mse_loss
 
-from .models import DT, TOL, HandAttentionRMS, bert, gpt2, llama, nano_gpt, reference, vit
+from .models import DT, TOL, HandAttentionRMS, bert, gpt2, llama, reference, seeded_nano_gpt, vit
 
 pytestmark = pytest.mark.slow
 SETTINGS = settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
@@ -34,9 +34,7 @@ def _names(model, pattern=None):
     layers=st.integers(1, 2), bias=st.booleans(), B=st.integers(1, 3), seed=st.integers(0, 2**16),
 )  # fmt: skip
 def test_nanogpt_causal_lm(vocab, T, h, dh, layers, bias, B, seed):
-    torch.manual_seed(seed)
-    model = nano_gpt(vocab, T, h * dh, h, layers, bias).to(DT).eval()
-    ids = torch.randint(0, vocab, (B, T))
+    model, ids = seeded_nano_gpt(vocab, T, h, dh, layers, bias, B, seed)
     H = exact_hessian(model, ids, ids, loss="causal_lm", progress=False)
     assert rel_err(H, reference(model, ids, ids, causal_lm, _names(model))) <= TOL
 

@@ -97,8 +97,8 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.heads = cfg.heads
-        d = cfg.width
-        if cfg.fused_qkv:
+        d, self.fused = cfg.width, cfg.fused_qkv
+        if self.fused:
             self.qkv = nn.Linear(d, 3 * d, bias=cfg.bias)
         else:
             self.q, self.k, self.v = (nn.Linear(d, d, bias=cfg.bias) for _ in range(3))
@@ -107,7 +107,7 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, width) -> (B, T, width)."""
         B, T, C = x.shape
-        qkv = self.qkv(x).split(C, dim=2) if hasattr(self, "qkv") else (self.q(x), self.k(x), self.v(x))
+        qkv = self.qkv(x).split(C, dim=2) if self.fused else (self.q(x), self.k(x), self.v(x))
         q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in qkv)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.o(y.transpose(1, 2).reshape(B, T, C))

@@ -44,6 +44,7 @@ An operation is one class registered for the torch operations it implements (:fu
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -132,6 +133,12 @@ class RowTerm(NamedTuple):
     left: torch.Tensor | None
     right: torch.Tensor
     left_first: bool = False
+
+
+def shared_row(shape: Sequence[int], out: Sequence[int]) -> bool:
+    """Whether a value of ``shape`` is one row shared by every row of a value of shape ``out``
+    (a bias, a norm's scale): its last axis is the output's and it has no other entries."""
+    return len(shape) > 0 and len(out) > 0 and shape[-1] == out[-1] and math.prod(shape) == shape[-1]
 
 
 def rows_of(t: torch.Tensor, batched: bool = False) -> torch.Tensor:

@@ -8,7 +8,7 @@ import math
 import torch
 from torch.fx import Node
 
-from ..contract import LinearOp, Op, RowTerm, as_tangent, node_arg, rows_of, rule, shape_of, sum_to, tadd
+from ..contract import LinearOp, Op, RowTerm, as_tangent, node_arg, rows_of, rule, shape_of, shared_row, sum_to, tadd
 
 aten = torch.ops.aten
 
@@ -25,7 +25,7 @@ def _full(t: torch.Tensor, shape) -> torch.Tensor:
 
 def _shared(shapes, out) -> tuple[int, ...]:
     """Indices of the inputs (of ``shapes``) that are one row shared by every row of ``out``."""
-    return tuple(i for i, s in enumerate(shapes) if len(s) and len(out) and s[-1] == out[-1] and math.prod(s) == s[-1])
+    return tuple(i for i, s in enumerate(shapes) if shared_row(s, out))
 
 
 @rule(aten.add.Tensor, aten.sub.Tensor, aten.add.Scalar, aten.sub.Scalar, aten.rsub.Scalar, aten.rsub.Tensor)

@@ -6,11 +6,9 @@ weight used twice (tied embeddings) gathers the adjoint tangents of both uses.""
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from ..contract import Op, RowTerm, as_tangent, node_arg, rows_of, rule, shape_of, sum_to, tadd
+from ..contract import Op, RowTerm, as_tangent, node_arg, rows_of, rule, shape_of, shared_row, sum_to, tadd
 
 aten = torch.ops.aten
 
@@ -115,7 +113,7 @@ class Addmm(Op):
         self.inputs = [b, x, M]
         self.b_shape = shape_of(b)
         # a bias shared by every row (its row terms are sums over rows)
-        self.row_params = (0, 2) if math.prod(self.b_shape[:-1]) == 1 else (2,)
+        self.row_params = (0, 2) if shared_row(self.b_shape, shape_of(node)) else (2,)
 
     def row_terms(self, i, xs, ts, y, g, gt):
         """M: alpha sum_n x_n (x) gt_n + g_n (x) tx_n (M's layout (i, o)); b: beta sum_n gt_n."""
